@@ -1,0 +1,183 @@
+"""The ``ctxnmt score`` command: metrics, significance and length analysis."""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from ctxnmt.errors import CtxnmtError, DataError
+from ctxnmt.evaluation.metrics import (METRICS, TOKENISED_BLEU_KEY, check_metrics,
+                                       length_buckets, plot_length_buckets, score_all)
+from ctxnmt.evaluation.significance import TESTS, compare
+
+
+def register(subparsers) -> None:
+    """Add the ``score`` sub-command."""
+    parser = subparsers.add_parser(
+        "score", help="score translations (BLEU, chrF, TER) and test significance",
+        description="Score one or more systems against a reference. With several "
+                    "--hyp files and --significance, every system is compared "
+                    "with the first one (the baseline).")
+    parser.add_argument("--hyp", action="append", required=True, metavar="FILE",
+                        help="detokenised system output; repeat for several systems")
+    parser.add_argument("--ref", required=True, metavar="FILE", help="detokenised reference")
+    parser.add_argument("--metrics", default=",".join(METRICS),
+                        help="comma-separated subset of %(default)s")
+    parser.add_argument("--significance", choices=TESTS,
+                        help="paired test of each system against the first --hyp")
+    parser.add_argument("--samples", type=int, default=None, metavar="N",
+                        help="bootstrap resamples / AR trials (default 1000 / 10000)")
+    parser.add_argument("--seed", type=int, default=12345, help="RNG seed for resampling tests")
+    parser.add_argument("--lang", default="en",
+                        help="target language for Moses tokenisation of tokenised BLEU")
+    parser.add_argument("--src", metavar="FILE", help="source side, needed for --buckets")
+    parser.add_argument("--buckets", metavar="PNG_OR_CSV",
+                        help="BLEU by source length: a .png plot or a .csv table")
+    parser.add_argument("--bucket-width", type=int, default=10, metavar="N",
+                        help="source-length bucket width in words (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.set_defaults(func=run_score)
+
+
+def _read(path: str) -> list[str]:
+    """Lines of a UTF-8 text file without terminators; DataError names the file."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err.strerror})") from None
+    if not data:
+        raise DataError(f"{path}: file is empty")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise DataError(f"{path}: line {line}: not valid UTF-8") from None
+    return text.removesuffix("\n").split("\n")
+
+
+def _parse_metrics(spec: str) -> tuple[str, ...]:
+    return check_metrics(name.strip().lower() for name in spec.split(",") if name.strip())
+
+
+def _check_lengths(lines: list[str], path: str, ref: list[str], ref_path: str) -> None:
+    if len(lines) != len(ref):
+        raise DataError(f"{path} has {len(lines)} lines but {ref_path} has {len(ref)}")
+
+
+def _load(args) -> tuple[list[list[str]], list[str], list[str] | None]:
+    refs = _read(args.ref)
+    systems = [_read(path) for path in args.hyp]
+    for path, lines in zip(args.hyp, systems):
+        _check_lengths(lines, path, refs, args.ref)
+    srcs = _read(args.src) if args.src else None
+    if srcs is not None:
+        _check_lengths(srcs, args.src, refs, args.ref)
+    return systems, refs, srcs
+
+
+def _validate(args) -> tuple[str, ...]:
+    metrics = _parse_metrics(args.metrics)
+    if args.significance and len(args.hyp) < 2:
+        raise CtxnmtError("--significance needs at least two --hyp files (the first is the baseline)")
+    if args.buckets and not args.src:
+        raise CtxnmtError("--buckets needs --src (buckets are by source length)")
+    if args.buckets and Path(args.buckets).suffix.lower() not in (".png", ".csv"):
+        raise CtxnmtError(f"--buckets {args.buckets}: expected a .png or .csv file name")
+    if args.samples is not None and args.samples < 1:
+        raise CtxnmtError(f"--samples must be positive, not {args.samples}")
+    return metrics
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """Entry point of ``ctxnmt score``."""
+    metrics = _validate(args)
+    systems, refs, srcs = _load(args)
+    scores = [score_all(hyps, refs, metrics, lang=args.lang) for hyps in systems]
+    tests = _significance(args, systems, refs, metrics) if args.significance else []
+    buckets = _buckets(args, systems, refs, srcs) if args.buckets else {}
+    if args.json:
+        print(json.dumps(_as_json(args, scores, tests, buckets), indent=1, ensure_ascii=False))
+    else:
+        _print_text(args, scores, tests, buckets)
+    return 0
+
+
+def _significance(args, systems, refs, metrics) -> list[tuple[str, object]]:
+    baseline = systems[0]
+    return [(path, compare(baseline, hyps, refs, test=args.significance, metric=metric,
+                           n=args.samples, seed=args.seed))
+            for path, hyps in zip(args.hyp[1:], systems[1:]) for metric in metrics]
+
+
+def _buckets(args, systems, refs, srcs) -> dict[str, list]:
+    by_system = {path: length_buckets(srcs, hyps, refs, width=args.bucket_width)
+                 for path, hyps in zip(args.hyp, systems)}
+    if args.buckets.lower().endswith(".png"):
+        plot_length_buckets(by_system, args.buckets)
+    else:
+        _write_bucket_csv(by_system, args.buckets)
+    return by_system
+
+
+def _write_bucket_csv(by_system: dict[str, list], path: str) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["system", "bucket", "lo", "hi", "count", "bleu", "avg_hyp_len", "avg_ref_len"])
+        for name, buckets in by_system.items():
+            for b in buckets:
+                writer.writerow([name, b.label, b.lo, b.hi, b.count, f"{b.bleu:.2f}",
+                                 f"{b.avg_hyp_len:.2f}", f"{b.avg_ref_len:.2f}"])
+
+
+def _print_text(args, scores, tests, buckets) -> None:
+    for path, system_scores in zip(args.hyp, scores):
+        print(f"== {path} ==")
+        for score in system_scores.values():
+            print(score.format())
+        if TOKENISED_BLEU_KEY in system_scores:
+            print(f"   ({system_scores[TOKENISED_BLEU_KEY].name}: Moses-tokenised with "
+                  f"sacremoses, lang {args.lang}, case-sensitive; not comparable to sacreBLEU)")
+    if tests:
+        _print_tests(args, tests)
+    if buckets:
+        print(f"length buckets written to {args.buckets}")
+
+
+def _print_tests(args, tests) -> None:
+    print(f"== significance: {args.significance}, baseline {args.hyp[0]} ==")
+    for path, result in tests:
+        line = (f"{path}: {result.metric} {result.baseline:.2f} -> {result.system:.2f} "
+                f"(delta {result.delta:+.2f}) p = {result.p_value:.4f}"
+                f"{' *' if result.significant() else ''}")
+        if result.ci is not None:
+            line += f" [{_ci_text(result)}]"
+        if result.test == "sign":
+            line += " [better {better}, worse {worse}, ties {ties}]".format(**result.extra)
+        print(line)
+        if result.signature:
+            print(f"   {result.signature}")
+
+
+def _ci_text(result) -> str:
+    centre, half = result.ci
+    what = "mean improvement" if result.test == "ttest" else "system bootstrap mean"
+    return f"{what} {centre:.2f} ± {half:.2f} (95% CI)"
+
+
+def _as_json(args, scores, tests, buckets) -> dict:
+    out = {"ref": args.ref,
+           "systems": [{"hyp": path, "scores": {k: s.to_dict() for k, s in sys_scores.items()}}
+                       for path, sys_scores in zip(args.hyp, scores)]}
+    if tests:
+        out["significance"] = {"test": args.significance, "baseline": args.hyp[0],
+                               "results": [{"hyp": path, **r.to_dict()} for path, r in tests]}
+    if buckets:
+        out["buckets"] = {name: [_bucket_dict(b) for b in bs] for name, bs in buckets.items()}
+    return out
+
+
+def _bucket_dict(bucket) -> dict:
+    hi = None if bucket.hi == float("inf") else int(bucket.hi)
+    return {"label": bucket.label, "lo": bucket.lo, "hi": hi, "count": bucket.count,
+            "bleu": bucket.bleu, "avg_hyp_len": bucket.avg_hyp_len, "avg_ref_len": bucket.avg_ref_len}

@@ -1,0 +1,96 @@
+"""The ``ctxnmt score`` command end to end, through ``ctxnmt.cli.main``."""
+import csv
+import json
+
+import pytest
+
+from ctxnmt.cli import main
+
+
+def _write(path, lines):
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def files(tmp_path, corpus):
+    return {
+        "ref": _write(tmp_path / "ref.txt", corpus["refs"]),
+        "base": _write(tmp_path / "base.txt", corpus["baseline"]),
+        "better": _write(tmp_path / "better.txt", corpus["better"]),
+        "src": _write(tmp_path / "src.txt", [r.lower() for r in corpus["refs"]]),
+        "short": _write(tmp_path / "short.txt", corpus["baseline"][:5]),
+    }
+
+
+def test_scores_print_signature_and_labelled_tokenised_bleu(files, capsys):
+    assert main(["score", "--hyp", files["base"], "--ref", files["ref"]]) == 0
+    out = capsys.readouterr().out
+    assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in out
+    assert "chrF2|" in out and "TER|" in out
+    assert "tokenised BLEU (multi-bleu convention)|" in out and "tok:none" in out
+
+
+def test_line_count_mismatch_names_both_files(files, capsys):
+    assert main(["score", "--hyp", files["short"], "--ref", files["ref"]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ctxnmt score: error: ")
+    assert f"{files['short']} has 5 lines but {files['ref']} has 40" in err
+
+
+def test_unknown_metric_lists_valid_names(files, capsys):
+    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], "--metrics", "bleu,bert"]) == 2
+    assert "valid metrics: bleu, chrf, ter" in capsys.readouterr().err
+
+
+def test_significance_needs_two_systems(files, capsys):
+    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], "--significance", "sign"]) == 2
+    assert "at least two --hyp" in capsys.readouterr().err
+
+
+def test_empty_file_is_an_error(files, tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    assert main(["score", "--hyp", str(empty), "--ref", files["ref"]]) == 2
+    assert "empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("test", ["bootstrap", "ar", "ttest", "sign"])
+def test_significance_against_first_system(files, capsys, test):
+    argv = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"],
+            "--metrics", "bleu", "--significance", test, "--samples", "100"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"baseline {files['base']}" in out
+    assert f"{files['better']}: " in out and " *" in out  # significant at 0.05
+
+
+def test_json_output(files, capsys):
+    argv = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"],
+            "--metrics", "bleu,chrf", "--significance", "bootstrap", "--samples", "100", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [s["hyp"] for s in data["systems"]] == [files["base"], files["better"]]
+    assert set(data["systems"][0]["scores"]) == {"bleu", "bleu_tok", "chrf"}
+    assert "tok:13a" in data["systems"][0]["scores"]["bleu"]["signature"]
+    assert [r["metric"] for r in data["significance"]["results"]] == ["BLEU", "chrF2"]
+    assert all(r["p_value"] < 0.05 for r in data["significance"]["results"])
+
+
+def test_buckets_csv_and_png(files, tmp_path):
+    table = tmp_path / "buckets.csv"
+    plot = tmp_path / "buckets.png"
+    common = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"],
+              "--metrics", "bleu", "--src", files["src"]]
+    assert main(common + ["--buckets", str(table)]) == 0
+    rows = list(csv.DictReader(table.open(encoding="utf-8")))
+    assert {r["system"] for r in rows} == {files["base"], files["better"]}
+    assert sum(int(r["count"]) for r in rows) == 80
+    assert main(common + ["--buckets", str(plot)]) == 0
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_buckets_need_source(files, tmp_path, capsys):
+    argv = ["score", "--hyp", files["base"], "--ref", files["ref"], "--buckets", str(tmp_path / "b.csv")]
+    assert main(argv) == 2
+    assert "--src" in capsys.readouterr().err
