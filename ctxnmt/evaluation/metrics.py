@@ -82,7 +82,8 @@ def _format_extra(extra: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _check_pair(hyps: Sequence[str], refs: Sequence[str]) -> None:
+def check_pair(hyps: Sequence[str], refs: Sequence[str]) -> None:
+    """Raise DataError unless hypotheses and references are non-empty and aligned."""
     # sacreBLEU silently truncates to the shorter side (zip), which would hide
     # a misaligned file, so lengths are checked here first.
     if len(hyps) != len(refs):
@@ -92,7 +93,7 @@ def _check_pair(hyps: Sequence[str], refs: Sequence[str]) -> None:
 
 
 def _bleu_score(metric: BLEU, name: str, hyps: Sequence[str], refs: Sequence[str]) -> Score:
-    _check_pair(hyps, refs)
+    check_pair(hyps, refs)
     result = metric.corpus_score(list(hyps), [list(refs)])
     extra = {"precisions": list(result.precisions), "BP": result.bp,
              "ratio": result.ratio, "hyp_len": result.sys_len, "ref_len": result.ref_len}
@@ -116,7 +117,7 @@ def tokenized_bleu(hyps_tok: Sequence[str], refs_tok: Sequence[str]) -> Score:
 
 def chrf(hyps: Sequence[str], refs: Sequence[str]) -> Score:
     """Corpus chrF (sacreBLEU defaults: character 6-grams, beta 2)."""
-    _check_pair(hyps, refs)
+    check_pair(hyps, refs)
     metric = CHRF()
     result = metric.corpus_score(list(hyps), [list(refs)])
     return Score(result.name, result.score, str(metric.get_signature()))
@@ -124,7 +125,7 @@ def chrf(hyps: Sequence[str], refs: Sequence[str]) -> Score:
 
 def ter(hyps: Sequence[str], refs: Sequence[str]) -> Score:
     """Corpus TER (sacreBLEU's tercom reimplementation); lower is better."""
-    _check_pair(hyps, refs)
+    check_pair(hyps, refs)
     metric = TER()
     result = metric.corpus_score(list(hyps), [list(refs)])
     extra = {"edits": result.num_edits, "ref_len": float(result.ref_length)}
@@ -160,7 +161,7 @@ def score_all(hyps: Sequence[str], refs: Sequence[str],
     after Moses-tokenising both sides in ``lang``.
     """
     names = check_metrics(metrics)
-    _check_pair(hyps, refs)
+    check_pair(hyps, refs)
     scores = {name: _CORPUS_FUNCS[name](hyps, refs) for name in names}
     if "bleu" in names:
         tok = tokenized_bleu(moses_tokenize(hyps, lang), moses_tokenize(refs, lang))
@@ -180,7 +181,7 @@ def sentence_metric(metric: str):
 
 def sentence_scores(hyps: Sequence[str], refs: Sequence[str], metric: str = "bleu") -> list[float]:
     """Per-sentence scores (BLEU with effective-order smoothing, chrF or TER)."""
-    _check_pair(hyps, refs)
+    check_pair(hyps, refs)
     scorer = sentence_metric(metric)
     return [scorer.sentence_score(h, [r]).score for h, r in zip(hyps, refs)]
 
@@ -206,7 +207,7 @@ def length_buckets(srcs: Sequence[str], hyps: Sequence[str], refs: Sequence[str]
     """
     if width < 1:
         raise ValueError("bucket width must be positive")
-    _check_pair(hyps, refs)
+    check_pair(hyps, refs)
     if len(srcs) != len(hyps):
         raise DataError(f"{len(srcs)} source sentences but {len(hyps)} hypotheses")
     groups: dict[int, list[int]] = {}

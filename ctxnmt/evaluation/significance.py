@@ -16,7 +16,7 @@ from scipy import stats
 from sacrebleu.significance import PairedTest
 
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.evaluation.metrics import (HIGHER_IS_BETTER, _check_pair, check_metrics,
+from ctxnmt.evaluation.metrics import (HIGHER_IS_BETTER, check_pair, check_metrics,
                                        sentence_metric, sentence_scores)
 
 TESTS = ("bootstrap", "ar", "ttest", "sign")
@@ -82,7 +82,7 @@ def _check_seed(seed: int | None) -> None:
 
 def _check_systems(baseline_hyps: Sequence[str], system_hyps: Sequence[str],
                    refs: Sequence[str]) -> None:
-    _check_pair(baseline_hyps, refs)
+    check_pair(baseline_hyps, refs)
     if len(system_hyps) != len(baseline_hyps):
         raise DataError(f"baseline has {len(baseline_hyps)} lines but system has {len(system_hyps)}")
 
