@@ -1,0 +1,50 @@
+"""File helpers that never leave a half-written file behind."""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import IO, Iterator
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """Open a temporary sibling of ``path`` for writing; on success rename it over ``path``.
+
+    ``mode`` is ``"w"`` (UTF-8 text) or ``"wb"``. The data is flushed and
+    fsynced before the rename, so a crash leaves either the old file or the
+    complete new one. If the body raises, the temporary file is removed and
+    ``path`` is left exactly as it was.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_write: mode must be 'w' or 'wb', not {mode!r}")
+    path = os.fspath(path)
+    # Same directory as the target: os.replace is only atomic within one file system.
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        if mode == "w":
+            handle = open(fd, mode, encoding="utf-8", newline="\n")
+        else:
+            handle = open(fd, mode)
+        with handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        _keep_umask_permissions(tmp_path)
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_path)
+        raise
+
+
+def _keep_umask_permissions(tmp_path: str) -> None:
+    """Give the file the mode a plain ``open()`` would have given it.
+
+    mkstemp creates files as 0600; corpus files and checkpoints are meant to be
+    shared like any other output.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_path, 0o666 & ~umask)
