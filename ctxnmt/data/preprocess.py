@@ -1,0 +1,402 @@
+"""The text pipeline: Moses tokenisation, truecasing and BPE, learned once and stored.
+
+A :class:`Preprocessor` is fitted on the training corpus and saved next to the
+model, so that ``translate`` segments its input exactly as the training data
+was. Everything is stored as plain text or JSON (never pickle), so a model
+directory can be inspected and shared safely.
+
+Pipeline per side, in order: tokenise (sacremoses, no XML escaping), truecase
+(sacremoses model trained on the tokenised training side, with only the start
+of a line counted as a sentence start), BPE (subword-nmt, one model learned on
+both sides or one per side). ``decode`` undoes it.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, fields
+from typing import Iterable, Sequence
+from unittest import mock
+
+from sacremoses import MosesDetokenizer, MosesDetruecaser, MosesTokenizer, MosesTruecaser
+from subword_nmt import learn_bpe as _learn_bpe_module
+from subword_nmt.apply_bpe import BPE
+
+from ctxnmt.errors import CheckpointError, ConfigError
+from ctxnmt.utils.io import atomic_write
+
+SIDES = ("src", "tgt")
+BPE_SEPARATOR = "@@"
+OPTIONS_FILE = "preprocess.json"
+FORMAT_VERSION = 1
+_BPE_JOIN = re.compile(re.escape(BPE_SEPARATOR) + r"(?: |$)")
+
+
+@dataclass(frozen=True)
+class PreprocessOptions:
+    """What the pipeline does; stored in ``preprocess.json``."""
+
+    src_lang: str
+    tgt_lang: str
+    tokenize: bool = True
+    truecase: bool = True
+    bpe_merges: int = 0
+    joint_bpe: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("src_lang", "tgt_lang"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]+)?", value):
+                raise ConfigError(f"preprocessing: {name} must be a language code such as 'en', not {value!r}")
+        for name in ("tokenize", "truecase", "joint_bpe"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"preprocessing: {name} must be true or false, not {getattr(self, name)!r}")
+        if isinstance(self.bpe_merges, bool) or not isinstance(self.bpe_merges, int) or self.bpe_merges < 0:
+            raise ConfigError(f"preprocessing: bpe_merges must be a non-negative integer, not {self.bpe_merges!r}")
+
+    def lang(self, side: str) -> str:
+        return self.src_lang if side == "src" else self.tgt_lang
+
+
+class _Side:
+    """The fitted pipeline of one side (source or target)."""
+
+    def __init__(self, lang: str, tokenize: bool, truecaser: MosesTruecaser | None, bpe: BPE | None):
+        self.lang = lang
+        self.tokenizer = MosesTokenizer(lang=lang)
+        self.detokenizer = MosesDetokenizer(lang=lang) if tokenize else None
+        self.do_tokenize = tokenize
+        self.truecaser = truecaser
+        self.detruecaser = _line_start_only(MosesDetruecaser()) if truecaser is not None else None
+        self.bpe = bpe
+        self.bpe_cache: dict[str, tuple[str, ...]] = {}
+
+    def words(self, line: str) -> list[str]:
+        """Tokenise, normalise whitespace inside the token list, and truecase."""
+        if self.do_tokenize:
+            line = " ".join(self.tokenizer.tokenize(line, escape=False))
+        # Re-splitting guarantees no token holds whitespace (e.g. a no-break space),
+        # which the BPE codes and the vocabulary files could not represent.
+        tokens = line.split()
+        if self.truecaser is not None:
+            tokens = _truecase(self.truecaser, tokens)
+        return tokens
+
+    def subwords(self, words: Iterable[str]) -> list[str]:
+        if self.bpe is None:
+            return list(words)
+        cache = self.bpe_cache
+        out: list[str] = []
+        for word in words:
+            pieces = cache.get(word)
+            if pieces is None:
+                pieces = cache[word] = tuple(self.bpe.segment_tokens([word]))
+            out.extend(pieces)
+        return out
+
+    def decode(self, tokens: Sequence[str]) -> str:
+        text = _BPE_JOIN.sub("", " ".join(tokens))
+        words = text.split()
+        if self.detruecaser is not None:
+            words = self.detruecaser.detruecase(" ".join(words))
+        if self.detokenizer is not None:
+            return self.detokenizer.detokenize(words, unescape=False)
+        return " ".join(words)
+
+
+# Tokens after which the next word still counts as the start of the line.
+_EXTRA_DELAYED_START = frozenset({"¿", "¡", "«", "“", "‘"})
+
+
+def _line_start_only(caser):
+    """Make a sacremoses (de)truecaser treat only the start of the line as a sentence start.
+
+    Moses also restarts a sentence after '.', ':', '?' and '!'. In verse text a
+    colon (and often '!' or '?') is mostly followed by a lower-case word ("the
+    tenth month: in the tenth month"), which the detruecaser would then
+    capitalise; and a capital lost after '.' could not be restored either.
+    With the line start only, decoding restores exactly the capital that
+    encoding removed. Spanish opening marks delay the start like '(' does.
+    """
+    caser.SENT_END = set()
+    caser.DELAYED_SENT_START = set(caser.DELAYED_SENT_START) | _EXTRA_DELAYED_START
+    return caser
+
+
+def _truecase(truecaser: MosesTruecaser, tokens: list[str]) -> list[str]:
+    """Apply a sacremoses truecasing model to a token list, as ``truecase(use_known=True)`` would.
+
+    sacremoses re-parses the joined line with several regexes per token, which
+    made truecasing the slowest step of the pipeline; this walks the list once.
+    ``use_known=True`` is what Moses' truecase.perl does: a word seen in the
+    training data keeps its case except at the start of a sentence.
+    Lines with XML-like tokens or factors ("<", "|") go to sacremoses itself.
+    """
+    if any("<" in token or "|" in token for token in tokens):
+        return truecaser.truecase(" ".join(tokens), use_known=True)
+    best, known = truecaser.model["best"], truecaser.model["known"]
+    sentence_end, delayed_start = truecaser.SENT_END, truecaser.DELAYED_SENT_START
+    result: list[str] = []
+    sentence_start = True
+    for token in tokens:
+        best_case = best.get(token.lower())
+        if best_case and (sentence_start or token not in known):
+            token = best_case
+        result.append(token)
+        if token in sentence_end:
+            sentence_start = True
+        elif token not in delayed_start:
+            sentence_start = False
+    return result
+
+
+class Preprocessor:
+    """Tokenise, truecase and BPE-segment text; built by :meth:`fit` or :meth:`load`."""
+
+    def __init__(self, options: PreprocessOptions, truecase_models: dict[str, MosesTruecaser], bpe_codes: dict[str, str]):
+        """Use :meth:`fit` or :meth:`load` rather than calling this directly.
+
+        ``truecase_models`` maps each side to its model (empty without truecasing);
+        ``bpe_codes`` maps "joint", or "src" and "tgt", to subword-nmt codes text.
+        """
+        self.options = options
+        self._truecase_models = truecase_models
+        self._bpe_codes = bpe_codes
+        self._sides = {
+            side: _Side(
+                options.lang(side),
+                options.tokenize,
+                truecase_models.get(side),
+                _make_bpe(bpe_codes.get("joint", bpe_codes.get(side))),
+            )
+            for side in SIDES
+        }
+        # Lines already tokenised and truecased during fit, so that encoding the
+        # training data right after fitting does not redo the slowest step.
+        self._fit_words: dict[str, dict[str, list[str]]] = {side: {} for side in SIDES}
+
+    # --- learning ---------------------------------------------------------------
+
+    @classmethod
+    def fit(cls, src_lines: Sequence[str], tgt_lines: Sequence[str], **options) -> "Preprocessor":
+        """Learn the truecasing and BPE models from training text.
+
+        ``options`` are the fields of :class:`PreprocessOptions`: ``src_lang``,
+        ``tgt_lang``, ``tokenize``, ``truecase``, ``bpe_merges`` and ``joint_bpe``.
+        """
+        opts = _make_options(options)
+        lines = {"src": src_lines, "tgt": tgt_lines}
+        words: dict[str, dict[str, list[str]]] = {}
+        truecasers: dict[str, MosesTruecaser] = {}
+        for side in SIDES:
+            words[side], truecaser = _fit_words_and_truecaser(opts, side, lines[side])
+            if truecaser is not None:
+                truecasers[side] = truecaser
+        codes = _learn_codes(opts, {side: _word_counts(lines[side], words[side]) for side in SIDES})
+        preprocessor = cls(opts, truecasers, codes)
+        preprocessor._fit_words = words
+        return preprocessor
+
+    # --- applying ---------------------------------------------------------------
+
+    def encode(self, line: str, side: str) -> list[str]:
+        """Tokenise, truecase and BPE-segment one line of ``side`` ("src" or "tgt")."""
+        pipeline = self._side(side)
+        return pipeline.subwords(pipeline.words(line))
+
+    def encode_many(self, lines: Iterable[str], side: str) -> list[list[str]]:
+        """Encode many lines; repeated lines and words are processed once."""
+        pipeline = self._side(side)
+        fitted = self._fit_words[side]
+        done: dict[str, list[str]] = {}
+        result = []
+        for line in lines:
+            encoded = done.get(line)
+            if encoded is not None:
+                result.append(list(encoded))  # a copy: callers may modify their lists
+                continue
+            # Taken out of the fit memo, not copied: the memo holds a token string
+            # per running word, too much to keep for a whole training run.
+            words = fitted.pop(line, None)
+            encoded = done[line] = pipeline.subwords(words if words is not None else pipeline.words(line))
+            result.append(encoded)
+        return result
+
+    def decode(self, tokens: Sequence[str], side: str) -> str:
+        """Join BPE pieces, restore sentence-initial capitals and detokenise."""
+        return self._side(side).decode(tokens)
+
+    def tokenize_for_bleu(self, line: str, side: str) -> str:
+        """Moses-tokenise a plain-text line, for BLEU on tokenised text as in the papers."""
+        return " ".join(self._side(side).tokenizer.tokenize(line, escape=False))
+
+    def _side(self, side: str) -> _Side:
+        try:
+            return self._sides[side]
+        except KeyError:
+            raise ValueError(f"side must be 'src' or 'tgt', not {side!r}") from None
+
+    # --- storage ----------------------------------------------------------------
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``preprocess.json`` and the model files it names into ``directory``."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        files: dict[str, str] = {}
+        for side, truecaser in self._truecase_models.items():
+            files[f"truecase_{side}"] = name = f"preprocess.truecase.{side}"
+            # sacremoses writes its model through a temporary file and a rename too.
+            truecaser.save_model(os.path.join(directory, name))
+        for key, codes in self._bpe_codes.items():
+            files[f"bpe_{key}"] = name = f"preprocess.bpe.{key}"
+            with atomic_write(os.path.join(directory, name)) as handle:
+                handle.write(codes)
+        # Written last: a directory with preprocess.json is a complete one.
+        record = {"format": FORMAT_VERSION, "options": asdict(self.options), "files": files}
+        with atomic_write(os.path.join(directory, OPTIONS_FILE)) as handle:
+            json.dump(record, handle, indent=2)
+            handle.write("\n")
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "Preprocessor":
+        """Read a preprocessor written by :meth:`save`; raises CheckpointError naming the bad file."""
+        directory = os.fspath(directory)
+        record = _read_record(os.path.join(directory, OPTIONS_FILE))
+        options_path = os.path.join(directory, OPTIONS_FILE)
+        try:
+            opts = _make_options(record["options"])
+        except ConfigError as err:
+            raise CheckpointError(f"{options_path}: {err}") from None
+        files = record["files"]
+        truecasers = {}
+        if opts.truecase:
+            for side in SIDES:
+                truecasers[side] = _load_truecaser(_model_file(directory, files, f"truecase_{side}", options_path))
+        codes = {}
+        if opts.bpe_merges:
+            for key in ("joint",) if opts.joint_bpe else SIDES:
+                codes[key] = _read_codes(_model_file(directory, files, f"bpe_{key}", options_path))
+        return cls(opts, truecasers, codes)
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def _make_options(options: dict) -> PreprocessOptions:
+    known = {field.name for field in fields(PreprocessOptions)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"preprocessing: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    missing = sorted({"src_lang", "tgt_lang"} - set(options))
+    if missing:
+        raise ConfigError(f"preprocessing: missing option(s) {', '.join(missing)}")
+    return PreprocessOptions(**options)
+
+
+def _fit_words_and_truecaser(
+    opts: PreprocessOptions, side: str, lines: Sequence[str]
+) -> tuple[dict[str, list[str]], MosesTruecaser | None]:
+    """Tokenise the distinct lines of one side and, if asked, learn and apply truecasing."""
+    plain = _Side(opts.lang(side), opts.tokenize, None, None)
+    tokenised = _unique_map(plain.words, lines)
+    if not opts.truecase:
+        return tokenised, None
+    truecaser = _line_start_only(MosesTruecaser())
+    truecaser.train([tokenised[line] for line in lines])  # every occurrence counts, as in Moses
+    return {line: _truecase(truecaser, tokens) for line, tokens in tokenised.items()}, truecaser
+
+
+def _unique_map(function, lines: Iterable[str]) -> dict[str, list[str]]:
+    """``{line: function(line)}``, computing each distinct line once."""
+    result: dict[str, list[str]] = {}
+    for line in lines:
+        if line not in result:
+            result[line] = function(line)
+    return result
+
+
+def _word_counts(lines: Iterable[str], words: dict[str, list[str]]) -> Counter:
+    counts: Counter = Counter()
+    for line in lines:
+        counts.update(words[line])
+    return counts
+
+
+def _learn_codes(opts: PreprocessOptions, counts: dict[str, Counter]) -> dict[str, str]:
+    if opts.bpe_merges == 0:
+        return {}
+    if opts.joint_bpe:
+        return {"joint": _learn_bpe(counts["src"] + counts["tgt"], opts.bpe_merges)}
+    return {side: _learn_bpe(counts[side], opts.bpe_merges) for side in SIDES}
+
+
+def _learn_bpe(counts: Counter, merges: int) -> str:
+    """Learn BPE codes from word counts with subword-nmt; returns the codes file text."""
+    vocabulary = [f"{word} {count}" for word, count in counts.items()]
+    out = io.StringIO()
+    # subword-nmt draws a tqdm progress bar on stderr; callers report progress themselves.
+    with mock.patch.object(_learn_bpe_module, "tqdm", lambda iterable, *args, **kwargs: iterable):
+        _learn_bpe_module.learn_bpe(vocabulary, out, merges, is_dict=True)
+    codes = out.getvalue()
+    if len(codes.splitlines()) < 2:  # only the "#version" line
+        # subword-nmt cannot even load a codes file without merges.
+        raise ConfigError("preprocessing: no BPE merge could be learned (no pair of symbols occurs twice); "
+                          "set bpe_merges to 0 or use more training data")
+    return codes
+
+
+def _make_bpe(codes: str | None) -> BPE | None:
+    return None if codes is None else BPE(io.StringIO(codes), separator=BPE_SEPARATOR)
+
+
+def _read_record(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file (was the model directory created by ctxnmt train?)") from None
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: cannot read preprocessing settings ({err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("options"), dict) or not isinstance(record.get("files"), dict):
+        raise CheckpointError(f"{path}: not a preprocessing settings file")
+    if record.get("format") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: format {record.get('format')!r} is not supported (expected {FORMAT_VERSION})")
+    return record
+
+
+def _model_file(directory: str, files: dict, key: str, options_path: str) -> str:
+    name = files.get(key)
+    if not isinstance(name, str) or os.path.basename(name) != name:
+        raise CheckpointError(f"{options_path}: no valid file name for {key!r}")
+    return os.path.join(directory, name)
+
+
+def _load_truecaser(path: str) -> MosesTruecaser:
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: truecasing model missing")
+    try:
+        return _line_start_only(MosesTruecaser(load_from=path))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: corrupt truecasing model ({err})") from None
+
+
+def _read_codes(path: str) -> str:
+    """Read and check a BPE codes file (subword-nmt would call sys.exit on a bad line)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: BPE codes missing") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: cannot read BPE codes ({err})") from None
+    lines = text.rstrip("\n").split("\n")
+    first = 2 if lines[0].startswith("#version:") else 1
+    if first > len(lines):
+        raise CheckpointError(f"{path}: no BPE codes in the file")
+    for number, line in enumerate(lines[first - 1 :], start=first):
+        if len(line.strip("\r\n ").split(" ")) != 2:
+            raise CheckpointError(f"{path}:{number}: a BPE code must be two symbols separated by a space")
+    return text
