@@ -148,6 +148,30 @@ def align(src: dict[VerseKey, str], tgt: dict[VerseKey, str]) -> tuple[list[Vers
     return kept, dropped
 
 
+def suspect_chapters(src: dict[VerseKey, str], tgt: dict[VerseKey, str]) -> list[tuple[str, int]]:
+    """Chapters whose verses may be paired with the wrong translation.
+
+    RV1909 is stored under KJV verse numbers although it divides some chapters
+    differently: where it has an empty verse, verses near it are usually
+    merged or shifted, and an empty last verse means the next chapter starts
+    one or more verses early (RV Numbers 13:1 is KJV Numbers 12:16). These
+    chapters are kept, since a fix needs a versification table, but listed.
+    """
+    last_verse: dict[tuple[str, int], int] = {}
+    for book, chapter, verse in src:
+        last_verse[book, chapter] = max(verse, last_verse.get((book, chapter), 0))
+    suspects: dict[tuple[str, int], None] = {}
+    for key, text in src.items():
+        if text and tgt.get(key):
+            continue
+        chapter = key[:2]
+        suspects[chapter] = None
+        following = (key[0], key[1] + 1)
+        if key[2] == last_verse[chapter] and following in last_verse:
+            suspects[following] = None
+    return list(suspects)
+
+
 def chapter_indices(keys: Iterable[VerseKey]) -> dict[tuple[str, int], int]:
     """Number the chapters 0, 1, ... in the order they first appear (canonical order)."""
     indices: dict[tuple[str, int], int] = {}
@@ -198,6 +222,8 @@ def build_bible(out_dir: str | os.PathLike, log: Callable[[str], None] = print) 
     n_titles = add_psalm_titles(tgt, titles)
     keys, dropped = align(src, tgt)
     log(f"aligned {len(keys)} verses; dropped {sum(dropped.values())} empty or missing on one side ({_describe(dropped)})")
+    suspects = suspect_chapters(src, tgt)
+    log(f"{len(suspects)} chapters may be misaligned by differing verse divisions (listed in stats.json)")
     splits = _split_keys(src, keys)
     os.makedirs(out_dir, exist_ok=True)
     files = _write_splits(out_dir, splits, src, tgt)
@@ -213,6 +239,7 @@ def build_bible(out_dir: str | os.PathLike, log: Callable[[str], None] = print) 
         "aligned": len(keys),
         "dropped": sum(dropped.values()),
         "dropped_detail": dropped,
+        "suspect_chapters": [document_id(book, chapter) for book, chapter in suspects],
         "splits": {name: {"lines": len(k), "documents": len(chapter_indices(k))} for name, k in splits.items()},
         "files": files,
     }

@@ -89,6 +89,14 @@ def test_align_drops_empty_and_missing_verses():
     assert dropped == {"missing_src": 1, "missing_tgt": 1, "empty_src": 1, "empty_tgt": 1}
 
 
+def test_suspect_chapters_around_empty_verses():
+    src = {("A", 1, 1): "x", ("A", 1, 2): "", ("A", 2, 1): "x", ("A", 3, 1): "", ("A", 3, 2): "x", ("B", 1, 1): "x"}
+    tgt = {key: "y" for key in src}
+    assert bible.suspect_chapters(src, tgt) == [("A", 1), ("A", 2), ("A", 3)]
+    src[("A", 3, 1)], src[("A", 3, 2)] = "x", ""  # last chapter of a book: the next book is not affected
+    assert bible.suspect_chapters(src, tgt) == [("A", 1), ("A", 2), ("A", 3)]
+
+
 def test_split_rule_on_chapter_indices():
     assert [bible.split_of(i) for i in (0, 6, 7, 8, 31, 32, 33, 57, 82, 1157, 1182)] == [
         "train", "train", "dev", "train", "train", "test", "train", "dev", "test", "dev", "test"
@@ -134,6 +142,7 @@ def test_build_bible(built_bible):
     assert psalm_3_1.count(title) == 1
     assert sum(title in line for line in english) == 1
     assert 0 < stats["dropped"] <= 40
+    assert "Numbers.13" in stats["suspect_chapters"]
     assert json.loads((out / "stats.json").read_text(encoding="utf-8"))["dropped"] == stats["dropped"]
 
 
