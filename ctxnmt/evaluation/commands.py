@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+from ctxnmt.data.corpus import read_lines
 from ctxnmt.errors import CtxnmtError, DataError
 from ctxnmt.evaluation.metrics import (METRICS, TOKENISED_BLEU_KEY, check_metrics,
                                        length_buckets, plot_length_buckets, score_all)
@@ -40,22 +41,6 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run_score)
 
 
-def _read(path: str) -> list[str]:
-    """Lines of a UTF-8 text file without terminators; DataError names the file."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as err:
-        raise DataError(f"{path}: cannot read ({err.strerror})") from None
-    if not data:
-        raise DataError(f"{path}: file is empty")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[:err.start].count(b"\n") + 1
-        raise DataError(f"{path}: line {line}: not valid UTF-8") from None
-    return text.removesuffix("\n").split("\n")
-
-
 def _parse_metrics(spec: str) -> tuple[str, ...]:
     return check_metrics(name.strip().lower() for name in spec.split(",") if name.strip())
 
@@ -66,11 +51,11 @@ def _check_lengths(lines: list[str], path: str, ref: list[str], ref_path: str) -
 
 
 def _load(args) -> tuple[list[list[str]], list[str], list[str] | None]:
-    refs = _read(args.ref)
-    systems = [_read(path) for path in args.hyp]
+    refs = read_lines(args.ref)
+    systems = [read_lines(path) for path in args.hyp]
     for path, lines in zip(args.hyp, systems):
         _check_lengths(lines, path, refs, args.ref)
-    srcs = _read(args.src) if args.src else None
+    srcs = read_lines(args.src) if args.src else None
     if srcs is not None:
         _check_lengths(srcs, args.src, refs, args.ref)
     return systems, refs, srcs
