@@ -33,8 +33,8 @@ WHOLE_BIBLE = "Gen 1:1-Rev 22:21"
 PSALMS = "Psalms"
 INSTALL_HINT = "install with: apt-get install diatheke sword-text-sparv sword-text-kjv"
 SPLITS = ("train", "dev", "test")
-# Bumped whenever the output of build_bible would change, so old builds are redone.
-FORMAT_VERSION = 1
+# Bumped whenever the files or stats of build_bible change, so older builds are redone.
+FORMAT_VERSION = 2
 
 VerseKey = tuple[str, int, int]  # (book, chapter, verse)
 
