@@ -1,0 +1,226 @@
+"""Typed configuration: one YAML file per system, overridable with --set.
+
+A config has four sections (data, model, training, decoding) plus the model
+directory.  Every key is a dataclass field, so an unknown key is an error that
+names the key and the closest valid one, and a value of the wrong type is an
+error that names the key and the expected type.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ctxnmt.errors import ConfigError
+
+
+@dataclass
+class DataConfig:
+    """Where the corpus is and how text becomes subword ids."""
+
+    corpus: str = "bible"  # "bible" builds the default corpus into `dir`; "files" uses the paths below
+    dir: str = "data/bible"
+    src_lang: str = "es"
+    tgt_lang: str = "en"
+    train: str = "train"  # file prefixes inside `dir`: {dir}/{train}.{src_lang}
+    dev: str = "dev"
+    test: str = "test"
+    tokenize: bool = True
+    truecase: bool = True
+    bpe_merges: int = 8000
+    joint_bpe: bool = True
+    vocab_size: int = 0  # 0 = every subword seen in training
+    max_len: int = 80  # subword tokens; longer training pairs are dropped (and counted)
+
+
+@dataclass
+class ModelConfig:
+    """Architecture switches; each name is a registry entry in ctxnmt.models."""
+
+    encoder: str = "birnn"
+    decoder: str = "cgru"
+    cell: str = "gru"
+    target_context: str = "previous"
+    emb_dim: int = 256
+    hidden_dim: int = 512
+    att_dim: int = 512
+    out_dim: int = 0  # deep-output size; 0 = emb_dim (as in dl4mt)
+    tie_embeddings: bool = False  # W_o shares the target embedding matrix (needs out_dim == emb_dim)
+    share_src_tgt_embeddings: bool = False  # only meaningful with a joint vocabulary
+    learned_start: bool = False  # y_0 embedding: zero vector (dl4mt) or a learned vector
+    init: str = "normal"  # "normal": N(0, 0.01), orthogonal recurrent matrices; "pytorch": torch defaults
+    dropout_emb: float = 0.0
+    dropout_hidden: float = 0.0
+    dropout_out: float = 0.5
+
+
+@dataclass
+class TrainingConfig:
+    optimizer: str = "adam"  # adam | adadelta
+    lr: float = 1e-3
+    warmup_updates: int = 0
+    clip_norm: float = 1.0
+    label_smoothing: float = 0.0
+    batch_tokens: int = 2600  # target-token budget per batch
+    batch_sents: int = 80  # sentence cap per batch
+    max_updates: int = 0  # 0 = unlimited
+    max_epochs: int = 0  # 0 = unlimited
+    max_minutes: float = 0.0  # wall-clock budget for the training loop; 0 = unlimited
+    valid_every: int = 500  # updates between validations
+    valid_bleu: bool = True
+    valid_beam: int = 5
+    valid_max_sents: int = 0  # 0 = the whole dev set
+    early_stop_metric: str = "bleu"  # bleu | ppl
+    patience: int = 10  # validations without improvement before stopping; 0 = never stop early
+    lr_decay: float = 0.5  # factor applied when the metric plateaus; 1.0 = off
+    lr_patience: int = 3
+    min_lr: float = 1e-5
+    seed: int = 1234
+    threads: int = 0  # 0 = all cores
+    log_every: int = 50
+    device: str = "cpu"
+
+
+@dataclass
+class DecodingConfig:
+    beam: int = 5
+    batch_size: int = 64  # sentences decoded together
+    length_penalty: float = 1.0  # score / length**alpha; 0 = raw log-probability
+    max_len_ratio: float = 2.0  # output may be at most ratio * source length + 10 tokens
+    max_src_len: int = 200  # longer inputs are translated in pieces
+
+
+@dataclass
+class Config:
+    name: str = "rnnsearch"
+    model_dir: str = "runs/rnnsearch"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _unknown_key(key: str, valid: list[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(sorted(valid))}"
+    return ConfigError(f"unknown config key '{where}{key}'{hint}")
+
+
+def _coerce(value: Any, typ: Any, key: str) -> Any:
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+    elif typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+    elif typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif typ is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise ConfigError(f"config key '{key}' must be of type {typ.__name__}, got {value!r}")
+
+
+def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config section '{where.rstrip('.')}' must be a mapping, got {raw!r}")
+    types = _field_types(cls)
+    kwargs = {}
+    for key, value in raw.items():
+        if key not in types:
+            raise _unknown_key(str(key), list(types), where)
+        typ = types[key]
+        if dataclasses.is_dataclass(typ):
+            kwargs[key] = _build(typ, value or {}, f"{where}{key}.")
+        else:
+            kwargs[key] = _coerce(value, typ, f"{where}{key}")
+    return cls(**kwargs)
+
+
+def from_dict(raw: dict[str, Any]) -> Config:
+    return _build(Config, raw, "")
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `section.key=value` strings; values are parsed as YAML scalars."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got '{item}'")
+        dotted, text = item.split("=", 1)
+        parts = dotted.strip().split(".")
+        node = raw
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {dotted}: '{part}' is not a section")
+        node[parts[-1]] = yaml.safe_load(text) if text != "" else ""
+    return raw
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: a config must be a mapping of sections")
+    config = from_dict(apply_overrides(raw, overrides or []))
+    validate(config)
+    return config
+
+
+def validate(config: Config) -> None:
+    """Cross-field checks that a single field's type cannot express."""
+    m, t = config.model, config.training
+    out_dim = m.out_dim or m.emb_dim
+    if m.tie_embeddings and out_dim != m.emb_dim:
+        raise ConfigError("model.tie_embeddings needs model.out_dim equal to model.emb_dim")
+    if m.init not in ("normal", "pytorch"):
+        raise ConfigError(f"model.init must be 'normal' or 'pytorch', got '{m.init}'")
+    if t.optimizer not in ("adam", "adadelta"):
+        raise ConfigError(f"training.optimizer must be 'adam' or 'adadelta', got '{t.optimizer}'")
+    if t.early_stop_metric not in ("bleu", "ppl"):
+        raise ConfigError(f"training.early_stop_metric must be 'bleu' or 'ppl', got '{t.early_stop_metric}'")
+    for name in ("dropout_emb", "dropout_hidden", "dropout_out"):
+        if not 0.0 <= getattr(m, name) < 1.0:
+            raise ConfigError(f"model.{name} must be in [0, 1)")
+    if config.data.corpus not in ("bible", "files"):
+        raise ConfigError(f"data.corpus must be 'bible' or 'files', got '{config.data.corpus}'")
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    from ctxnmt.utils.io import atomic_write
+
+    with atomic_write(path, "w") as fh:
+        yaml.safe_dump(config.to_dict(), fh, sort_keys=False)

@@ -1,0 +1,81 @@
+"""Token-bucketed batching.
+
+An epoch's batches are a pure function of (seed, epoch): sentences are
+shuffled, stably sorted by length so that a batch holds similar lengths (little
+padding), cut into batches under a target-token budget and a sentence cap, and
+the batches are shuffled.  Resuming therefore needs only (epoch, batch index).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ctxnmt.data.vocab import PAD
+
+
+@dataclass
+class Batch:
+    indices: torch.Tensor  # positions in the dataset
+    src: torch.Tensor  # (B, S) ids, PAD-padded
+    src_mask: torch.Tensor  # (B, S) float, 1 on real tokens
+    tgt: torch.Tensor  # (B, T) ids ending in EOS
+    tgt_mask: torch.Tensor
+
+    @property
+    def n_sents(self) -> int:
+        return self.src.size(0)
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int(self.tgt_mask.sum())
+
+    def to(self, device) -> "Batch":
+        return Batch(self.indices, self.src.to(device), self.src_mask.to(device), self.tgt.to(device),
+                     self.tgt_mask.to(device))
+
+
+def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(1, max(len(s) for s in seqs))
+    ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return ids, (ids != PAD).float()
+
+
+def make_batch(indices: list[int], src: list[list[int]], tgt: list[list[int]]) -> Batch:
+    s, sm = pad([src[i] for i in indices])
+    t, tm = pad([tgt[i] for i in indices])
+    return Batch(torch.tensor(indices), s, sm, t, tm)
+
+
+def epoch_batches(src_lens: list[int], tgt_lens: list[int], batch_tokens: int, batch_sents: int,
+                  seed: int, epoch: int, shuffle: bool = True) -> list[list[int]]:
+    """Index lists of one epoch's batches, in training order."""
+    n = len(tgt_lens)
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = torch.randperm(n, generator=gen).tolist() if shuffle else list(range(n))
+    order.sort(key=lambda i: (tgt_lens[i], src_lens[i]))  # stable: ties keep the shuffled order
+    batches, current, tokens = [], [], 0
+    for i in order:
+        if current and (len(current) >= batch_sents or tokens + tgt_lens[i] > batch_tokens):
+            batches.append(current)
+            current, tokens = [], 0
+        current.append(i)
+        tokens += tgt_lens[i]
+    if current:
+        batches.append(current)
+    if shuffle:
+        perm = torch.randperm(len(batches), generator=gen).tolist()
+        batches = [batches[p] for p in perm]
+    return batches
+
+
+def padding_ratio(batches: list[list[int]], src_lens: list[int], tgt_lens: list[int]) -> tuple[float, float]:
+    """Fraction of padded cells on the source and target side."""
+    def ratio(lens):
+        real = sum(lens[i] for b in batches for i in b)
+        padded = sum(len(b) * max(lens[i] for i in b) for b in batches)
+        return 1.0 - real / padded if padded else 0.0
+
+    return ratio(src_lens), ratio(tgt_lens)

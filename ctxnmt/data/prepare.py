@@ -1,0 +1,124 @@
+"""`ctxnmt prepare`: from raw parallel text to subword ids in the model directory.
+
+Everything learned here (tokeniser options, truecaser, BPE codes, vocabularies)
+lives under MODEL_DIR/prep so that `translate` applies exactly the same
+pipeline.  The step is skipped when MODEL_DIR/prep already matches the data
+section of the config.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ctxnmt.config import Config, DataConfig
+from ctxnmt.data.corpus import filter_by_length, read_parallel
+from ctxnmt.data.preprocess import Preprocessor
+from ctxnmt.data.vocab import Vocab
+from ctxnmt.errors import DataError
+from ctxnmt.utils.io import atomic_write
+
+
+@dataclass
+class Split:
+    """One encoded split: ids per sentence (targets end in EOS) and raw text for scoring."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    raw_src: list[str]
+    raw_tgt: list[str]
+    docs: list[str] | None = None
+
+
+@dataclass
+class Prepared:
+    preprocessor: Preprocessor
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train: Split
+    dev: Split
+
+
+def split_paths(data: DataConfig, split: str) -> tuple[Path, Path, Path]:
+    prefix = Path(data.dir) / getattr(data, split)
+    return (prefix.with_name(prefix.name + "." + data.src_lang), prefix.with_name(prefix.name + "." + data.tgt_lang),
+            prefix.with_name(prefix.name + ".doc"))
+
+
+def data_fingerprint(data: DataConfig) -> str:
+    return hashlib.sha256(json.dumps(dataclasses.asdict(data), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def ensure_corpus(data: DataConfig, log=print) -> None:
+    if data.corpus == "bible":
+        from ctxnmt.data.bible import build_bible
+
+        build_bible(Path(data.dir), log=log)
+
+
+def read_split(data: DataConfig, split: str):
+    src, tgt, doc = split_paths(data, split)
+    return read_parallel(src, tgt, doc if doc.is_file() else None)
+
+
+def prepare(config: Config, log=print, force: bool = False) -> Prepared:
+    prep_dir = Path(config.model_dir) / "prep"
+    stamp = prep_dir / "fingerprint.json"
+    fingerprint = data_fingerprint(config.data)
+    if not force and stamp.is_file() and json.loads(stamp.read_text()).get("data") == fingerprint:
+        return load_prepared(prep_dir)
+    ensure_corpus(config.data, log)
+    d = config.data
+    train, dev = read_split(d, "train"), read_split(d, "dev")
+    log(f"prepare: learning tokenisation, truecasing and BPE on {len(train.src)} training pairs")
+    pre = Preprocessor.fit(train.src, train.tgt, src_lang=d.src_lang, tgt_lang=d.tgt_lang, tokenize=d.tokenize,
+                           truecase=d.truecase, bpe_merges=d.bpe_merges, joint_bpe=d.joint_bpe)
+    src_tok, tgt_tok = pre.encode_many(train.src, "src"), pre.encode_many(train.tgt, "tgt")
+    keep, too_long, empty = filter_by_length(src_tok, tgt_tok, d.max_len)
+    log(f"prepare: dropped {too_long} training pairs longer than {d.max_len} subwords and {empty} empty ones")
+    if not keep:
+        raise DataError(f"{split_paths(d, 'train')[0]}: no training pair left after length filtering")
+    src_tok, tgt_tok = [src_tok[i] for i in keep], [tgt_tok[i] for i in keep]
+    max_size = d.vocab_size or None
+    if d.joint_bpe:
+        src_vocab = tgt_vocab = Vocab.build(src_tok + tgt_tok, max_size=max_size)
+    else:
+        src_vocab, tgt_vocab = Vocab.build(src_tok, max_size=max_size), Vocab.build(tgt_tok, max_size=max_size)
+    log(f"prepare: vocabulary {len(src_vocab)} source / {len(tgt_vocab)} target symbols")
+    train_split = Split([src_vocab.encode(s, add_eos=False) for s in src_tok],
+                        [tgt_vocab.encode(t) for t in tgt_tok],
+                        [train.src[i] for i in keep], [train.tgt[i] for i in keep],
+                        [train.docs[i] for i in keep] if train.docs else None)
+    dev_split = encode_split(pre, src_vocab, tgt_vocab, dev.src, dev.tgt, dev.docs)
+    prep_dir.mkdir(parents=True, exist_ok=True)
+    pre.save(prep_dir / "preprocess")
+    src_vocab.save(prep_dir / "vocab.src")
+    tgt_vocab.save(prep_dir / "vocab.tgt")
+    with atomic_write(prep_dir / "data.pt", "wb") as fh:
+        torch.save({"train": dataclasses.asdict(train_split), "dev": dataclasses.asdict(dev_split)}, fh)
+    with atomic_write(stamp, "w") as fh:
+        json.dump({"data": fingerprint}, fh)
+    return Prepared(pre, src_vocab, tgt_vocab, train_split, dev_split)
+
+
+def encode_split(pre: Preprocessor, src_vocab: Vocab, tgt_vocab: Vocab, src: list[str], tgt: list[str],
+                 docs: list[str] | None = None) -> Split:
+    src_ids = [src_vocab.encode(t, add_eos=False) for t in pre.encode_many(src, "src")]
+    tgt_ids = [tgt_vocab.encode(t) for t in pre.encode_many(tgt, "tgt")]
+    return Split(src_ids, tgt_ids, list(src), list(tgt), list(docs) if docs else None)
+
+
+def load_pipeline(prep_dir: Path) -> tuple[Preprocessor, Vocab, Vocab]:
+    if not (prep_dir / "vocab.tgt").is_file():
+        raise DataError(f"{prep_dir}: no prepared pipeline here; run 'ctxnmt prepare CONFIG' first")
+    return Preprocessor.load(prep_dir / "preprocess"), Vocab.load(prep_dir / "vocab.src"), Vocab.load(prep_dir / "vocab.tgt")
+
+
+def load_prepared(prep_dir: Path) -> Prepared:
+    pre, src_vocab, tgt_vocab = load_pipeline(prep_dir)
+    data = torch.load(prep_dir / "data.pt", weights_only=True)
+    return Prepared(pre, src_vocab, tgt_vocab, Split(**data["train"]), Split(**data["dev"]))

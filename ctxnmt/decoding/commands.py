@@ -1,0 +1,55 @@
+"""`ctxnmt translate`."""
+from __future__ import annotations
+
+import json
+import sys
+
+from ctxnmt.data.corpus import read_lines
+from ctxnmt.utils.io import atomic_write
+
+
+def register(sub) -> None:
+    p = sub.add_parser("translate", help="translate raw text with a trained model directory")
+    p.add_argument("model_dir")
+    p.add_argument("-i", "--input", help="input file (default: stdin)")
+    p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
+    p.add_argument("--beam", type=int, help="beam size (default: the config's; 1 = greedy)")
+    p.add_argument("--nbest", type=int, default=1, help="print the N best as 'i ||| text ||| score'")
+    p.add_argument("--batch-size", type=int, help="sentences decoded together")
+    p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
+    p.add_argument("--attention", metavar="JSONL", help="write attention weights, one JSON object per line")
+    p.set_defaults(func=cmd_translate)
+
+
+def _read_input(path: str | None) -> list[str]:
+    if path:
+        return read_lines(path, allow_empty=True)
+    data = sys.stdin.buffer.read()
+    from ctxnmt.data.corpus import decode_lines
+
+    return decode_lines(data, "<stdin>")
+
+
+def cmd_translate(args) -> int:
+    from ctxnmt.decoding.translator import Translator
+
+    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
+    lines = _read_input(args.input)
+    results = translator.translate(lines, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size,
+                                   return_attention=bool(args.attention))
+    if args.nbest > 1:
+        out = [f"{i} ||| {h.text} ||| {h.score:.4f}" for i, r in enumerate(results) for h in (r.nbest or [r])]
+    else:
+        out = [r.text for r in results]
+    if args.output:
+        with atomic_write(args.output, "w") as fh:
+            fh.writelines(line + "\n" for line in out)
+    else:
+        sys.stdout.writelines(line + "\n" for line in out)
+    if args.attention:
+        with atomic_write(args.attention, "w") as fh:
+            for i, r in enumerate(results):
+                att = r.attention.tolist() if r.attention is not None else []
+                fh.write(json.dumps({"line": i + 1, "src": r.src_tokens, "out": r.tokens + ["</s>"],
+                                     "attention": att}) + "\n")
+    return 0

@@ -1,0 +1,149 @@
+"""Raw text in, detokenised text out: the Python API behind `ctxnmt translate`.
+
+    translator = Translator.load("runs/rnnsearch-small")
+    outputs = translator.translate(["Y dijo Dios: Sea la luz."], beam=5, return_attention=True)
+
+Output i is always the translation of input i: empty inputs give empty outputs,
+and an input longer than the model's limit is translated in pieces (with a
+warning naming the line) rather than crashing or exhausting memory.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ctxnmt.config import Config, DecodingConfig, load_config
+from ctxnmt.data.batching import pad
+from ctxnmt.data.prepare import load_pipeline
+from ctxnmt.data.vocab import Vocab
+from ctxnmt.decoding.beam import Hypothesis, beam_search
+from ctxnmt.errors import CheckpointError
+from ctxnmt.models.nmt import build_model
+from ctxnmt.training.checkpoint import check_compatible, load_checkpoint, load_model_state
+
+
+@dataclass
+class Translation:
+    text: str
+    score: float = 0.0
+    src_tokens: list[str] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)  # output subwords, without EOS
+    attention: torch.Tensor | None = None  # (len(tokens) + 1, len(src_tokens))
+    nbest: list["Translation"] = field(default_factory=list)  # includes the best one first
+
+
+def _sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    return [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+@torch.no_grad()
+def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, nbest: int = 1,
+               batch_size: int | None = None, device="cpu", return_attention: bool = False) -> list[list[Hypothesis]]:
+    """Beam search for a list of id sequences (non-empty), batched by similar length."""
+    model.eval()
+    results: list[list[Hypothesis]] = [[] for _ in src_ids]
+    for index in _sorted_batches([len(s) for s in src_ids], batch_size or dec.batch_size):
+        src, mask = pad([src_ids[i] for i in index])
+        hyps = beam_search(model, src.to(device), mask.to(device), beam=beam, nbest=nbest,
+                           length_penalty=dec.length_penalty, max_len_ratio=dec.max_len_ratio,
+                           return_attention=return_attention)
+        for i, h in zip(index, hyps):
+            results[i] = h
+    return results
+
+
+def translate_ids(model, src_ids, preprocessor, tgt_vocab: Vocab, dec: DecodingConfig, beam: int, device="cpu",
+                  nbest: int = 1) -> list[Translation]:
+    """Translations of already encoded sources (used by validation)."""
+    out = []
+    for hyps in search_ids(model, [s or [0] for s in src_ids], dec, beam, nbest, device=device):
+        out.append(_to_translation(hyps, preprocessor, tgt_vocab, []))
+    return out
+
+
+def _to_translation(hyps: list[Hypothesis], preprocessor, tgt_vocab: Vocab, src_tokens: list[str]) -> Translation:
+    items = []
+    for h in hyps:
+        tokens = tgt_vocab.decode(h.tokens)
+        items.append(Translation(preprocessor.decode(tokens, "tgt"), h.score, src_tokens, tokens, h.attention))
+    best = items[0] if items else Translation("")
+    best.nbest = items
+    return best
+
+
+class Translator:
+    def __init__(self, config: Config, model, preprocessor, src_vocab: Vocab, tgt_vocab: Vocab, device="cpu"):
+        self.config, self.model = config, model
+        self.preprocessor, self.src_vocab, self.tgt_vocab = preprocessor, src_vocab, tgt_vocab
+        self.device = device
+        self.warn = lambda msg: print(f"warning: {msg}", file=sys.stderr)
+
+    @classmethod
+    def load(cls, model_dir: str | Path, checkpoint: str | None = None, device: str = "cpu") -> "Translator":
+        model_dir = Path(model_dir)
+        config_path = model_dir / "config.yaml"
+        if not config_path.is_file():
+            raise CheckpointError(f"{model_dir}: not a model directory (no config.yaml)")
+        config = load_config(config_path)
+        pre, src_vocab, tgt_vocab = load_pipeline(model_dir / "prep")
+        path = Path(checkpoint) if checkpoint else _default_checkpoint(model_dir)
+        payload = load_checkpoint(path)
+        check_compatible(payload, path, config.to_dict()["model"], src_vocab.fingerprint(), tgt_vocab.fingerprint())
+        model = build_model(config.model, len(src_vocab), len(tgt_vocab))
+        load_model_state(model, payload, path)
+        model.to(device).eval()
+        return cls(config, model, pre, src_vocab, tgt_vocab, device)
+
+    def translate(self, lines: list[str], beam: int | None = None, nbest: int = 1, batch_size: int | None = None,
+                  return_attention: bool = False) -> list[Translation]:
+        dec = self.config.decoding
+        beam = beam or dec.beam
+        pieces, owners, src_tokens = self._segment(lines)
+        ids = [self.src_vocab.encode(p, add_eos=False) for p in pieces]
+        hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention)
+        per_piece = [_to_translation(h, self.preprocessor, self.tgt_vocab, p) for h, p in zip(hyps, pieces)]
+        out = [Translation("") for _ in lines]
+        for line_no in range(len(lines)):
+            parts = [per_piece[k] for k in owners.get(line_no, [])]
+            if len(parts) == 1:
+                out[line_no] = parts[0]
+            elif parts:
+                text = " ".join(p.text for p in parts)
+                out[line_no] = Translation(text, sum(p.score for p in parts), src_tokens[line_no],
+                                           [t for p in parts for t in p.tokens])
+                out[line_no].nbest = [out[line_no]]
+        return out
+
+    def _segment(self, lines: list[str]):
+        """Subword pieces to translate, and which line each piece belongs to."""
+        limit = self.config.decoding.max_src_len
+        pieces: list[list[str]] = []
+        owners: dict[int, list[int]] = {}
+        src_tokens: dict[int, list[str]] = {}
+        for line_no, line in enumerate(lines):
+            if not line.strip():
+                continue
+            tokens = self.preprocessor.encode(line, "src")
+            if not tokens:
+                continue
+            src_tokens[line_no] = tokens
+            chunks = [tokens[i: i + limit] for i in range(0, len(tokens), limit)]
+            if len(chunks) > 1:
+                self.warn(f"input line {line_no + 1} has {len(tokens)} subwords, more than the limit of {limit}; "
+                          f"translating it in {len(chunks)} pieces")
+            for chunk in chunks:
+                owners.setdefault(line_no, []).append(len(pieces))
+                pieces.append(chunk)
+        return pieces, owners, src_tokens
+
+
+def _default_checkpoint(model_dir: Path) -> Path:
+    for name in ("best.pt", "last.pt"):
+        path = model_dir / "checkpoints" / name
+        if path.is_file():
+            return path
+    raise CheckpointError(f"{model_dir}: no checkpoint in {model_dir / 'checkpoints'}")

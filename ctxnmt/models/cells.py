@@ -1,0 +1,101 @@
+"""Recurrent cells with the input projection split from the recurrence.
+
+Every cell exposes three pieces so that callers can move work out of the time
+loop:
+  input_proj(x)          W x + b for a whole sequence at once (outside the loop)
+  hidden_weight()        the matrix U with h @ U giving all recurrent terms
+  combine(xp, hp, h)     the gate arithmetic; parameter-free, so the same code
+                         runs on stacked directions or beams
+`step(xp, h)` is the plain one-step call built from them.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ctxnmt.models.registry import CELLS
+
+
+class RecurrentCell(nn.Module):
+    """Base: `n_blocks` gate blocks of size hidden_size, one input and one recurrent matrix."""
+
+    n_blocks = 3
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.W = nn.Linear(input_size, self.n_blocks * hidden_size)
+        self.U = nn.Linear(hidden_size, self.n_blocks * hidden_size, bias=False)
+        self.U.recurrent_blocks = self.n_blocks  # initialisers make each square block orthogonal
+
+    def input_proj(self, x: torch.Tensor) -> torch.Tensor:
+        return self.W(x)
+
+    def hidden_weight(self) -> torch.Tensor:
+        return self.U.weight.t()
+
+    def step(self, xp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return self.combine(xp, h @ self.hidden_weight(), h)
+
+    @staticmethod
+    def combine(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+@CELLS.register("gru")
+class GRUCell(RecurrentCell):
+    """The dl4mt/Nematus GRU.
+
+    r = σ(W_r x + U_r h), z = σ(W_z x + U_z h),
+    h̃ = tanh(W x + r ⊙ (U h)),  h' = z ⊙ h + (1 − z) ⊙ h̃.
+    The reset gate multiplies U h (not h) as in dl4mt, which lets all three
+    recurrent products share one matrix multiplication.
+    """
+
+    @staticmethod
+    def combine(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        x_r, x_z, x_h = xp.chunk(3, dim=-1)
+        h_r, h_z, h_h = hp.chunk(3, dim=-1)
+        r = torch.sigmoid(x_r + h_r)
+        z = torch.sigmoid(x_z + h_z)
+        candidate = torch.tanh(x_h + r * h_h)
+        return candidate + z * (h - candidate)
+
+
+def hold_on_padding(h_new: torch.Tensor, h_old: torch.Tensor, mask_t: torch.Tensor) -> torch.Tensor:
+    """Keep the previous state where the step is padding (mask_t is 1 for real tokens)."""
+    return h_old + mask_t.unsqueeze(-1) * (h_new - h_old)
+
+
+def scan(cell: RecurrentCell, xp: torch.Tensor, h0: torch.Tensor, mask: torch.Tensor,
+         reverse: bool = False) -> torch.Tensor:
+    """Run `cell` over a (B, T, G·H) input projection; returns (B, T, H) states."""
+    steps = range(xp.size(1) - 1, -1, -1) if reverse else range(xp.size(1))
+    U = cell.hidden_weight()
+    # unbind, not xp[:, t]: the backward of a slice would allocate a full-size
+    # zero tensor at every step, which costs more than the recurrence itself.
+    xs, ms = xp.unbind(1), mask.unbind(1)
+    h, out = h0, [None] * xp.size(1)
+    for t in steps:
+        h = hold_on_padding(cell.combine(xs[t], h @ U, h), h, ms[t])
+        out[t] = h
+    return torch.stack(out, dim=1)
+
+
+def biscan(fwd: RecurrentCell, bwd: RecurrentCell, xp_f: torch.Tensor, xp_b: torch.Tensor,
+           h0: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both directions in one loop: at step t the forward cell reads position t and the
+    backward cell position T−1−t, stacked so each step is one batched matmul and one
+    set of element-wise kernels instead of two."""
+    assert type(fwd) is type(bwd)
+    U = torch.stack([fwd.hidden_weight(), bwd.hidden_weight()])  # (2, H, G·H)
+    xp = torch.stack([xp_f, xp_b.flip(1)])  # (2, B, T, G·H)
+    m = torch.stack([mask, mask.flip(1)])  # (2, B, T)
+    h = h0.expand(2, *h0.shape) if h0.dim() == 2 else h0
+    out = []
+    for x_t, m_t in zip(xp.unbind(2), m.unbind(2)):  # unbind: see scan()
+        h = hold_on_padding(fwd.combine(x_t, torch.bmm(h, U), h), h, m_t)
+        out.append(h)
+    states = torch.stack(out, dim=2)  # (2, B, T, H)
+    return states[0], states[1].flip(1)

@@ -1,0 +1,121 @@
+"""The encoder–decoder model: embeddings, a registered encoder and decoder, and
+the softmax layer W_o.  Built from a ModelConfig by `build_model`."""
+from __future__ import annotations
+
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ctxnmt.config import ModelConfig
+from ctxnmt.data.vocab import PAD
+from ctxnmt.models.registry import DECODERS, ENCODERS
+
+
+class NMTModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
+        super().__init__()
+        self.cfg = cfg
+        out_dim = cfg.out_dim or cfg.emb_dim
+        self.src_emb = nn.Embedding(src_vocab_size, cfg.emb_dim, padding_idx=PAD)
+        if cfg.share_src_tgt_embeddings:
+            if src_vocab_size != tgt_vocab_size:
+                raise ValueError("share_src_tgt_embeddings needs one joint vocabulary")
+            self.tgt_emb = self.src_emb
+        else:
+            self.tgt_emb = nn.Embedding(tgt_vocab_size, cfg.emb_dim, padding_idx=PAD)
+        # y_0: dl4mt feeds a zero vector; a learned start embedding is an option.
+        self.start = nn.Parameter(torch.zeros(cfg.emb_dim), requires_grad=cfg.learned_start)
+        self.encoder = ENCODERS.get(cfg.encoder)(emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, cell=cfg.cell)
+        self.decoder = DECODERS.get(cfg.decoder)(
+            emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, att_dim=cfg.att_dim, ctx_dim=self.encoder.out_dim,
+            out_dim=out_dim, cell=cfg.cell, target_context=cfg.target_context, dropout_hidden=cfg.dropout_hidden,
+        )
+        self.generator = nn.Linear(out_dim, tgt_vocab_size)
+        if cfg.tie_embeddings:
+            self.generator.weight = self.tgt_emb.weight
+        self.dropout_emb = nn.Dropout(cfg.dropout_emb)
+        self.dropout_hidden = nn.Dropout(cfg.dropout_hidden)
+        self.dropout_out = nn.Dropout(cfg.dropout_out)
+        init_weights(self, cfg.init)
+
+    # -- encoder ---------------------------------------------------------------
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        emb = self.dropout_emb(self.src_emb(src))
+        annotations = self.dropout_hidden(self.encoder(emb, src_mask))
+        return self.decoder.prepare(annotations, src_mask)
+
+    # -- teacher forcing ---------------------------------------------------------
+    def previous_embeddings(self, tgt: torch.Tensor) -> torch.Tensor:
+        """[y_0, E y_1, …, E y_{T-1}] for targets (B, T) that end in EOS."""
+        emb = self.tgt_emb(tgt[:, :-1])
+        start = self.start.expand(tgt.size(0), 1, -1)
+        return self.dropout_emb(torch.cat([start, emb], dim=1))
+
+    def forward(self, src, src_mask, tgt, tgt_mask):
+        """Readouts (B, T, out_dim) and attention (B, T, S) under teacher forcing."""
+        enc = self.encode(src, src_mask)
+        return self.decoder(enc, self.previous_embeddings(tgt), tgt_mask)
+
+    def logits(self, readout: torch.Tensor) -> torch.Tensor:
+        return self.generator(self.dropout_out(readout))
+
+    def loss(self, src, src_mask, tgt, tgt_mask, label_smoothing: float = 0.0):
+        """Summed token cross-entropy and the number of target tokens.
+
+        The softmax runs only on real (unpadded) positions: padding costs no
+        output-layer work.
+        """
+        readout, _ = self(src, src_mask, tgt, tgt_mask)
+        keep = tgt_mask.bool()
+        logits = self.logits(readout[keep])
+        nll = F.cross_entropy(logits, tgt[keep], reduction="sum", label_smoothing=label_smoothing)
+        return nll, int(keep.sum())
+
+    # -- incremental decoding ----------------------------------------------------
+    def init_state(self, enc):
+        return self.decoder.init_state(enc)
+
+    def step(self, enc, state, prev_tokens: torch.Tensor | None):
+        """Log-probabilities (B, V) of the next word, the new state, and α_t (B, S).
+
+        prev_tokens is None at the first step (y_0)."""
+        if prev_tokens is None:
+            prev_emb = self.start.expand(enc["src_mask"].size(0), -1)
+        else:
+            prev_emb = self.tgt_emb(prev_tokens)
+        readout, state, alpha = self.decoder.step(enc, state, prev_emb)
+        return torch.log_softmax(self.logits(readout), dim=-1), state, alpha
+
+
+def init_weights(model: nn.Module, scheme: str) -> None:
+    """'normal' is the papers' setting: N(0, 0.01) weights, orthogonal square blocks
+    in recurrent matrices, zero biases.  'pytorch' keeps torch's defaults."""
+    if scheme == "pytorch":
+        return
+    with torch.no_grad():
+        for module in model.modules():
+            blocks = getattr(module, "recurrent_blocks", None)
+            for name, param in module.named_parameters(recurse=False):
+                if not param.requires_grad:
+                    continue
+                if name == "bias":
+                    param.zero_()
+                elif blocks and name == "weight":
+                    for block in param.chunk(blocks, dim=0):
+                        nn.init.orthogonal_(block)
+                else:
+                    param.normal_(0.0, 0.01)
+        for emb in (model.src_emb, model.tgt_emb):
+            emb.weight[PAD].zero_()
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> NMTModel:
+    return NMTModel(cfg, src_vocab_size, tgt_vocab_size)
+
+
+__all__ = ["NMTModel", "build_model", "count_parameters", "init_weights"]

@@ -1,0 +1,46 @@
+"""Name -> class registries, so that a model variant is a class plus one entry.
+
+Configs name components (`model.encoder: birnn`); builders look the name up
+here, and an unknown name is a ConfigError listing the known ones.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Callable, TypeVar
+
+from ctxnmt.errors import ConfigError
+
+T = TypeVar("T")
+
+
+class Registry:
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, type] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def add(cls: T) -> T:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} '{name}' registered twice")
+            self._entries[name] = cls  # type: ignore[assignment]
+            return cls
+
+        return add
+
+    def get(self, name: str) -> type:
+        if name not in self._entries:
+            close = difflib.get_close_matches(name, list(self._entries), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(
+                f"unknown {self.kind} '{name}'{hint}; known: {', '.join(sorted(self._entries))}"
+            )
+        return self._entries[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+
+CELLS = Registry("cell")
+ENCODERS = Registry("encoder")
+DECODERS = Registry("decoder")
+TARGET_CONTEXTS = Registry("target_context")

@@ -1,0 +1,58 @@
+"""Optimisers and the learning-rate schedule (linear warm-up, decay on plateau)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ctxnmt.config import TrainingConfig
+
+
+def build_optimizer(params, cfg: TrainingConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adadelta":
+        # dl4mt's setting: ρ = 0.95, ε = 1e-6 (lr 1.0 is the usual choice with it).
+        return torch.optim.Adadelta(params, lr=cfg.lr, rho=0.95, eps=1e-6)
+    return torch.optim.Adam(params, lr=cfg.lr)
+
+
+@dataclass
+class PlateauSchedule:
+    """lr = base · warm-up factor · decay^k, where k counts validations that failed
+    to improve the metric `lr_patience` times in a row."""
+
+    base_lr: float
+    warmup: int
+    decay: float
+    patience: int
+    min_lr: float
+    higher_is_better: bool
+    scale: float = 1.0
+    best: float | None = None
+    bad: int = 0
+
+    def lr(self, update: int) -> float:
+        warm = min(1.0, (update + 1) / self.warmup) if self.warmup else 1.0
+        return max(self.base_lr * self.scale, self.min_lr) * warm
+
+    def observe(self, value: float) -> bool:
+        """Record a validation metric; returns True if it is the best so far."""
+        improved = self.best is None or (value > self.best if self.higher_is_better else value < self.best)
+        if improved:
+            self.best, self.bad = value, 0
+            return True
+        self.bad += 1
+        if self.decay < 1.0 and self.bad % max(1, self.patience) == 0:
+            self.scale *= self.decay
+        return False
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -1,0 +1,81 @@
+"""Slow, literal implementations of the papers' equations, one sentence and one
+time step at a time, written from the equations rather than from the fast code.
+They read the fast model's parameters so the two can be compared number for number."""
+from __future__ import annotations
+
+import torch
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + torch.exp(-x))
+
+
+def gru_step(cell, x, h):
+    """dl4mt GRU: r, z from W x + U h; candidate tanh(W x + r ⊙ (U h)); h' = z h + (1-z) h̃."""
+    H = cell.hidden_size
+    W, b, U = cell.W.weight, cell.W.bias, cell.U.weight
+    Wr, Wz, Wh = W[:H], W[H:2 * H], W[2 * H:]
+    br, bz, bh = b[:H], b[H:2 * H], b[2 * H:]
+    Ur, Uz, Uh = U[:H], U[H:2 * H], U[2 * H:]
+    r = sigmoid(Wr @ x + br + Ur @ h)
+    z = sigmoid(Wz @ x + bz + Uz @ h)
+    h_tilde = torch.tanh(Wh @ x + bh + r * (Uh @ h))
+    return z * h + (1 - z) * h_tilde
+
+
+def birnn_encode(model, src_ids):
+    """Annotations h_i = [→h_i; ←h_i] for one unpadded sentence."""
+    enc = model.encoder
+    xs = [model.src_emb.weight[i] for i in src_ids]
+    H = enc.hidden_dim
+    h = torch.zeros(H)
+    fwd = []
+    for x in xs:
+        h = gru_step(enc.fwd, x, h)
+        fwd.append(h)
+    h = torch.zeros(H)
+    bwd = [None] * len(xs)
+    for i in range(len(xs) - 1, -1, -1):
+        h = gru_step(enc.bwd, xs[i], h)
+        bwd[i] = h
+    return torch.stack([torch.cat([f, b]) for f, b in zip(fwd, bwd)])
+
+
+def additive_attention(att, s_prime, annotations):
+    """α_i = softmax_i(v_aᵀ tanh(W_d s' + W_e h_i + b)), c = Σ α_i h_i."""
+    energies = []
+    for h_i in annotations:
+        pre = att.query_proj.weight @ s_prime + att.key_proj.weight @ h_i + att.key_proj.bias
+        energies.append((att.v.weight[0] * torch.tanh(pre)).sum())
+    e = torch.stack(energies)
+    alpha = torch.exp(e - e.max())
+    alpha = alpha / alpha.sum()
+    c = (alpha.unsqueeze(1) * annotations).sum(0)
+    return alpha, c
+
+
+def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
+    """log p(y_t | y_<t, x) for every target position of one sentence pair.
+
+    `summary(t, prev_embs)` gives d_t from the list of previous embeddings
+    [y_0, E y_1, …, E y_{t-1}]; default: the last one (the baseline)."""
+    summary = summary or (lambda t, prev: prev[-1])
+    dec = model.decoder
+    annotations = birnn_encode(model, src_ids)
+    s = torch.tanh(dec.init_proj.weight @ annotations.mean(0) + dec.init_proj.bias)
+    prev_embs = [model.start.detach().clone()]
+    out, alphas = [], []
+    for t, y in enumerate(tgt_ids):
+        y_prev = prev_embs[-1]
+        s_prime = gru_step(dec.gru1, y_prev, s)
+        alpha, c = additive_attention(dec.attention, s_prime, annotations)
+        s = gru_step(dec.gru2, c, s_prime)
+        d = summary(t, prev_embs)
+        o = dec.output
+        readout = torch.tanh(o.from_state.weight @ s + o.from_state.bias + o.from_summary.weight @ d
+                             + o.from_context.weight @ c)
+        logits = model.generator.weight @ readout + model.generator.bias
+        out.append(torch.log_softmax(logits, dim=0))
+        alphas.append(alpha)
+        prev_embs.append(model.tgt_emb.weight[y])
+    return torch.stack(out), torch.stack(alphas)

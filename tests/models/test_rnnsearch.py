@@ -1,0 +1,136 @@
+"""The RNNsearch baseline against the literal reference, and incremental decoding
+against teacher forcing."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ctxnmt.config import ModelConfig
+from ctxnmt.data.batching import pad
+from ctxnmt.data.vocab import EOS
+from ctxnmt.decoding.beam import select_rows
+from ctxnmt.models.cells import GRUCell, scan
+from ctxnmt.models.nmt import build_model
+
+from tests.models import reference as ref
+
+SRC = [[5, 6, 7, 8, 9], [10, 11], [4, 12, 13, 5, 6, 7, 8]]
+TGT = [[5, 9, 7, EOS], [8, 6, 5, 4, 11, 12, EOS], [13, EOS]]
+
+
+def small_model(**overrides) -> torch.nn.Module:
+    torch.manual_seed(0)
+    cfg = ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9, dropout_out=0.0, init="pytorch", **overrides)
+    model = build_model(cfg, 16, 16)
+    with torch.no_grad():  # a non-zero start vector makes the y_0 path visible to the check
+        model.start.normal_()
+    return model.eval()
+
+
+def batch_logprobs(model, src_ids, tgt_ids):
+    src, src_mask = pad(src_ids)
+    tgt, tgt_mask = pad(tgt_ids)
+    readout, alpha = model(src, src_mask, tgt, tgt_mask)
+    return torch.log_softmax(model.logits(readout), -1), alpha
+
+
+def test_gru_cell_matches_reference():
+    torch.manual_seed(1)
+    cell = GRUCell(6, 5)
+    x, h = torch.randn(6), torch.randn(5)
+    fast = cell.step(cell.input_proj(x.unsqueeze(0)), h.unsqueeze(0))[0]
+    torch.testing.assert_close(fast, ref.gru_step(cell, x, h), atol=1e-6, rtol=0)
+
+
+def test_scan_holds_state_on_padding():
+    torch.manual_seed(2)
+    cell = GRUCell(4, 3)
+    x = torch.randn(1, 5, 4)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0, 0.0]])
+    states = scan(cell, cell.input_proj(x), torch.zeros(1, 3), mask)
+    torch.testing.assert_close(states[0, 3], states[0, 2])
+    torch.testing.assert_close(states[0, 4], states[0, 2])
+
+
+def test_encoder_matches_reference_in_padded_batch():
+    model = small_model()
+    src, mask = pad(SRC)
+    annotations = model.encoder(model.src_emb(src), mask)
+    for b, ids in enumerate(SRC):
+        torch.testing.assert_close(annotations[b, : len(ids)], ref.birnn_encode(model, ids), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("learned_start", [False, True])
+def test_teacher_forced_logprobs_match_reference(learned_start):
+    model = small_model(learned_start=learned_start)
+    logp, alpha = batch_logprobs(model, SRC, TGT)
+    for b, (s, t) in enumerate(zip(SRC, TGT)):
+        ref_logp, ref_alpha = ref.rnnsearch_logprobs(model, s, t)
+        torch.testing.assert_close(logp[b, : len(t)], ref_logp, atol=1e-5, rtol=0)
+        torch.testing.assert_close(alpha[b, : len(t), : len(s)], ref_alpha, atol=1e-5, rtol=0)
+        assert float(alpha[b, :, len(s):].abs().sum()) == 0.0  # padding gets no attention
+
+
+def test_zero_start_embedding_is_default():
+    model = build_model(ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9), 16, 16)
+    assert not model.start.requires_grad and float(model.start.abs().sum()) == 0.0
+
+
+def test_incremental_decoding_matches_teacher_forcing():
+    model = small_model()
+    logp_full, alpha_full = batch_logprobs(model, SRC, TGT)
+    src, src_mask = pad(SRC)
+    tgt, _ = pad(TGT)
+    with torch.no_grad():
+        enc = model.encode(src, src_mask)
+        state = model.init_state(enc)
+        prev = None
+        for t in range(tgt.size(1)):
+            logp, state, alpha = model.step(enc, state, prev)
+            for b, ids in enumerate(TGT):
+                if t < len(ids):
+                    torch.testing.assert_close(logp[b], logp_full[b, t], atol=1e-5, rtol=0)
+                    torch.testing.assert_close(alpha[b], alpha_full[b, t], atol=1e-5, rtol=0)
+            prev = tgt[:, t]
+
+
+def test_reordering_rows_keeps_states_consistent():
+    """Decoding a permuted batch after a reorder equals decoding the original rows."""
+    model = small_model()
+    src, src_mask = pad(SRC)
+    tgt, _ = pad(TGT)
+    perm = torch.tensor([2, 0, 1])
+    with torch.no_grad():
+        enc = model.encode(src, src_mask)
+        state = model.init_state(enc)
+        _, state, _ = model.step(enc, state, None)
+        logp_ref, _, _ = model.step(enc, state, tgt[:, 0])
+        enc_p, state_p = select_rows(enc, perm), select_rows(state, perm)
+        logp_perm, _, _ = model.step(enc_p, state_p, tgt[perm, 0])
+    torch.testing.assert_close(logp_perm, logp_ref[perm], atol=1e-6, rtol=0)
+
+
+def test_loss_is_summed_negative_log_likelihood():
+    model = small_model()
+    src, src_mask = pad(SRC)
+    tgt, tgt_mask = pad(TGT)
+    nll, n = model.loss(src, src_mask, tgt, tgt_mask)
+    expected = -sum(float(ref.rnnsearch_logprobs(model, s, t)[0].gather(1, torch.tensor(t).unsqueeze(1)).sum())
+                    for s, t in zip(SRC, TGT))
+    assert n == sum(len(t) for t in TGT)
+    assert float(nll) == pytest.approx(expected, abs=1e-4)
+
+
+def test_papers_initialisation():
+    model = build_model(ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9, init="normal"), 16, 16)
+    U = model.encoder.fwd.U.weight.detach()
+    for block in U.chunk(3, dim=0):
+        torch.testing.assert_close(block @ block.t(), torch.eye(10), atol=1e-5, rtol=0)
+    W = model.encoder.fwd.W.weight.detach()
+    assert 0.005 < float(W.std()) < 0.015
+    assert float(model.encoder.fwd.W.bias.abs().sum()) == 0.0
+
+
+def test_tied_output_embeddings_share_storage():
+    model = build_model(ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9, tie_embeddings=True), 16, 16)
+    assert model.generator.weight.data_ptr() == model.tgt_emb.weight.data_ptr()
