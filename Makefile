@@ -1,0 +1,54 @@
+# Quick start: `make demo` (train and evaluate the default model) and `make test`.
+# Both set everything up on a fresh Debian machine: system packages, .venv, data.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CTX := $(BIN)/ctxnmt
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+DEMO_CONFIG ?= configs/rnnsearch-small.yaml
+DEMO_DIR ?= runs/rnnsearch-small
+DEMO_MINUTES ?= 20
+DATA := data/bible
+
+.PHONY: demo test install sysdeps data bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+# The SWORD Bible modules and the diatheke reader, from Debian.
+sysdeps:
+	@if ! command -v diatheke >/dev/null || ! diatheke -b system -k modulelist 2>/dev/null | grep -q spaRV1909eb \
+	    || ! diatheke -b system -k modulelist 2>/dev/null | grep -q engKJV2006eb; then \
+	  echo "installing diatheke and the SWORD Bible modules with apt"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    diatheke sword-text-sparv sword-text-kjv >/dev/null; \
+	fi
+
+data: install sysdeps
+	$(CTX) data bible --out $(DATA)
+
+$(DEMO_DIR)/done.json: | install sysdeps data
+	$(CTX) train $(DEMO_CONFIG) --set model_dir=$(DEMO_DIR) --max-minutes $(DEMO_MINUTES) \
+	  $$( [ -f $(DEMO_DIR)/checkpoints/last.pt ] && echo --resume )
+
+$(DEMO_DIR)/test.hyp.en: $(DEMO_DIR)/done.json
+	$(CTX) translate $(DEMO_DIR) -i $(DATA)/test.es -o $@ --beam 5
+
+demo: $(DEMO_DIR)/test.hyp.en
+	$(CTX) score --hyp $< --ref $(DATA)/test.en --metrics bleu,chrf
+	$(BIN)/python -m ctxnmt.examples --src $(DATA)/test.es --ref $(DATA)/test.en --hyp $< -n 8
+
+test: install sysdeps
+	$(BIN)/python -m pytest -q -x --durations=15
+
+bench: install sysdeps
+	$(BIN)/python benchmarks/speed.py configs/bench.yaml
+
+clean:
+	rm -rf runs $(DATA)
