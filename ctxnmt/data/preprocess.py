@@ -103,8 +103,22 @@ class _Side:
         if self.detruecaser is not None:
             words = self.detruecaser.detruecase(" ".join(words))
         if self.detokenizer is not None:
-            return self.detokenizer.detokenize(words, unescape=False)
+            return _rejoin_apostrophes(self.detokenizer.detokenize(words, unescape=False))
         return " ".join(words)
+
+
+_SPACE_BEFORE_APOSTROPHE = re.compile(r"(?<=\w) ’")
+_SPLIT_CONTRACTION = re.compile(r"(?<=\w)’ (?=(?:s|t|d|m|ll|re|ve)\b)")
+
+
+def _rejoin_apostrophes(text: str) -> str:
+    """Undo the Moses tokeniser's split of the typographic apostrophe.
+
+    It splits "man’s" into "man ’ s" (it only knows the ASCII one), and its
+    detokeniser does not rejoin them; ’ never opens a quotation, so a space
+    before it is always an artefact, and one after it is when a clitic follows.
+    """
+    return _SPLIT_CONTRACTION.sub("’", _SPACE_BEFORE_APOSTROPHE.sub("’", text))
 
 
 # Tokens after which the next word still counts as the start of the line.

@@ -48,6 +48,7 @@ def test_encode_tokenises_truecases_and_segments(fitted):
     "The cat sleeps. The dog sleeps too.",
     "Mary's unknown zebra jumps over 3 fences.",
     "The waters returned: and after the end, the dog slept!",
+    "The man’s brother’s house, for the brethren’ sake.",
 ])
 def test_round_trip_english(fitted, sentence):
     assert fitted.decode(fitted.encode(sentence, "tgt"), "tgt") == sentence
