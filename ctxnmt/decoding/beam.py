@@ -72,7 +72,8 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5,
         alive_scores, pick = alive_scores.topk(K, dim=1)
         beam_of = top_beam.gather(1, pick)
         tok_of = top_tok.gather(1, pick)
-        keep = [j for j, i in enumerate(active) if not _done(sentences[i], K, t)]
+        best_alive = _normalise(alive_scores[:, 0], t + 1, length_penalty).tolist()
+        keep = [j for j, i in enumerate(active) if not _done(sentences[i], K, t, best_alive[j])]
         if not keep:
             break
         keep_t = torch.tensor(keep, device=src.device)
@@ -88,8 +89,16 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5,
     return [sorted(s.finished, key=lambda h: -h.score)[:nbest] for s in sentences]
 
 
-def _done(sentence: _Sentence, K: int, t: int) -> bool:
-    return len(sentence.finished) >= K or t + 1 >= sentence.max_len
+def _done(sentence: _Sentence, K: int, t: int, best_alive: float) -> bool:
+    """Finished once K hypotheses have ended and none still open scores better than
+    the K-th of them (judged by its score so far, the usual heuristic: with length
+    normalisation no exact bound exists), or at the length limit."""
+    if t + 1 >= sentence.max_len:
+        return True
+    if len(sentence.finished) < K:
+        return False
+    kth = sorted((h.score for h in sentence.finished), reverse=True)[K - 1]
+    return best_alive <= kth
 
 
 def _collect_finished(sentences, active, top_scores, top_beam, top_tok, last_step, history,
@@ -100,8 +109,6 @@ def _collect_finished(sentences, active, top_scores, top_beam, top_tok, last_ste
     ends = ((top_tok == EOS) | last_step.view(-1, 1)) & (rank < K) & torch.isfinite(top_scores)
     for j, c in ends.nonzero().tolist():
         sent = sentences[active[j]]
-        if len(sent.finished) >= K:
-            continue
         row = j * K + int(top_beam[j, c])
         tokens = history[row].tolist()
         if int(top_tok[j, c]) != EOS:
