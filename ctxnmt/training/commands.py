@@ -1,6 +1,8 @@
 """`ctxnmt prepare` and `ctxnmt train`."""
 from __future__ import annotations
 
+import sys
+
 from ctxnmt.config import load_config
 
 
@@ -28,7 +30,7 @@ def cmd_prepare(args) -> int:
     from ctxnmt.data.prepare import prepare
 
     config = load_config(args.config, args.overrides)
-    data = prepare(config, force=args.force)
+    data = prepare(config, log=lambda message: print(message, file=sys.stderr), force=args.force)
     print(f"prepared {len(data.train.src)} training and {len(data.dev.src)} dev pairs in {config.model_dir}/prep; "
           f"vocabulary {len(data.src_vocab)} source / {len(data.tgt_vocab)} target symbols")
     return 0

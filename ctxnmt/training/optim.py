@@ -34,10 +34,12 @@ class PlateauSchedule:
         warm = min(1.0, (update + 1) / self.warmup) if self.warmup else 1.0
         return max(self.base_lr * self.scale, self.min_lr) * warm
 
+    def is_better(self, value: float, than: float | None) -> bool:
+        return than is None or (value > than if self.higher_is_better else value < than)
+
     def observe(self, value: float) -> bool:
         """Record a validation metric; returns True if it is the best so far."""
-        improved = self.best is None or (value > self.best if self.higher_is_better else value < self.best)
-        if improved:
+        if self.is_better(value, self.best):
             self.best, self.bad = value, 0
             return True
         self.bad += 1

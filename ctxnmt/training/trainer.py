@@ -194,7 +194,7 @@ class Trainer:
                     window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
                 stop = self._limits_reached()
                 if p.update % t.valid_every == 0 or stop:
-                    stop = self._validate_and_save() or stop
+                    stop = self._validate_and_save(scheduled=p.update % t.valid_every == 0) or stop
                 if stop:
                     break
             else:
@@ -202,7 +202,7 @@ class Trainer:
                 p.batch_in_epoch = 0
                 stop = self._limits_reached()
                 if stop:
-                    self._validate_and_save()
+                    self._validate_and_save(scheduled=False)
         if bar is not None:
             bar.close()
         p.stopped = p.stopped or stop
@@ -214,7 +214,13 @@ class Trainer:
         self.log.close()
         return p
 
-    def _validate_and_save(self) -> str:
+    def _validate_and_save(self, scheduled: bool = True) -> str:
+        """Validate, keep the best checkpoint, and say whether to stop early.
+
+        Only scheduled validations (every `valid_every` updates) move the
+        learning-rate schedule and the patience counter: an extra validation
+        where a run happens to be interrupted must not change its future, or
+        resuming would not equal an uninterrupted run."""
         t, p = self.config.training, self.progress
         if self._validated_at == p.update:  # an epoch can end on a validation update
             return ""
@@ -224,7 +230,7 @@ class Trainer:
         for k, v in result.items():
             self.log.scalar(f"dev/{k}", v, p.update)
         metric = result.get(t.early_stop_metric, result["ppl"])
-        if self.schedule.observe(metric):
+        if self.schedule.observe(metric) if scheduled else self.schedule.is_better(metric, p.best_metric):
             p.best_metric = metric
             self.save("best.pt")
         self.save("last.pt")

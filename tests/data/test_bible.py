@@ -119,9 +119,8 @@ def test_missing_diatheke_is_a_clear_error(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def built_bible(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bible")
-    return out, bible.build_bible(out, log=lambda message: None)
+def built_bible(bible_corpus):
+    return bible_corpus
 
 
 @pytest.mark.skipif(shutil.which("diatheke") is None, reason="needs diatheke and the SWORD modules")

@@ -1,0 +1,168 @@
+"""End to end through the `ctxnmt` command line: data → prepare → train → translate
+→ score on a slice of the Bible, exact resume, and clear errors for bad input."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from ctxnmt.cli import main
+from tests.conftest import needs_diatheke
+
+TINY_CONFIG = """
+name: tiny
+model_dir: {model_dir}
+data: {{corpus: files, dir: {data}, bpe_merges: 500, max_len: 100}}
+model: {{emb_dim: 32, hidden_dim: 48, att_dim: 32, dropout_out: 0.2}}
+training: {{batch_tokens: 700, batch_sents: 40, max_updates: 40, valid_every: 20, valid_max_sents: 20,
+           valid_beam: 2, log_every: 10, seed: 7, lr: 0.003}}
+decoding: {{beam: 3, batch_size: 16}}
+"""
+
+
+def write_config(path: Path, data: Path, model_dir: Path) -> Path:
+    path.write_text(TINY_CONFIG.format(data=data, model_dir=model_dir))
+    return path
+
+
+def run(args, capsys):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def bible_slice(bible_corpus, tmp_path_factory):
+    """The first chapters of the real corpus: 1,000 training, 30 dev and 30 test verses."""
+    src_dir, _ = bible_corpus
+    out = tmp_path_factory.mktemp("slice")
+    for split, n in (("train", 1000), ("dev", 30), ("test", 30)):
+        for ext in ("es", "en", "doc"):
+            lines = (src_dir / f"{split}.{ext}").read_text(encoding="utf-8").splitlines()[:n]
+            (out / f"{split}.{ext}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+@needs_diatheke
+def test_data_prepare_train_translate_score(bible_slice, tmp_path, capsys):
+    cfg = write_config(tmp_path / "tiny.yaml", bible_slice, tmp_path / "model")
+    code, out, _ = run(["prepare", cfg], capsys)
+    assert code == 0 and re.search(r"prepared 9\d\d training and 30 dev pairs", out)
+    code, out, _ = run(["train", cfg, "--quiet"], capsys)
+    assert code == 0 and "40 updates" in out
+    model_dir = tmp_path / "model"
+    for name in ("config.yaml", "train.log", "checkpoints/best.pt", "checkpoints/last.pt", "prep/vocab.tgt",
+                 "done.json"):
+        assert (model_dir / name).is_file(), name
+    log = (model_dir / "train.log").read_text()
+    assert re.search(r"validation at update 40 \(\d+ target tokens\): ppl [\d.]+, bleu [\d.]+", log)
+    # Input with an empty line in the middle: output keeps the line structure.
+    test_src = bible_slice / "test.es"
+    lines = test_src.read_text(encoding="utf-8").splitlines()
+    mixed = tmp_path / "mixed.es"
+    mixed.write_text("\n".join(lines[:3] + [""] + lines[3:10]) + "\n", encoding="utf-8")
+    hyp = tmp_path / "hyp.en"
+    att = tmp_path / "att.jsonl"
+    code, _, _ = run(["translate", model_dir, "-i", mixed, "-o", hyp, "--beam", "2", "--attention", att], capsys)
+    assert code == 0
+    out_lines = hyp.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(out_lines) == 11 and out_lines[3] == ""
+    assert len(att.read_text().splitlines()) == 11
+    code, out, _ = run(["translate", model_dir, "-i", test_src, "-o", hyp], capsys)
+    assert code == 0 and len(hyp.read_text(encoding="utf-8").splitlines()) == 30
+    code, out, _ = run(["score", "--hyp", hyp, "--ref", bible_slice / "test.en", "--metrics", "bleu,chrf"], capsys)
+    assert code == 0 and "BLEU|" in out and "chrF" in out and "tokenised BLEU" in out
+
+
+@needs_diatheke
+def test_interrupted_and_resumed_training_equals_uninterrupted(bible_slice, tmp_path, capsys):
+    cfg = write_config(tmp_path / "tiny.yaml", bible_slice, tmp_path / "unused")
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    assert run(["train", cfg, "--quiet", "--set", f"model_dir={straight}"], capsys)[0] == 0
+    assert run(["train", cfg, "--quiet", "--set", f"model_dir={interrupted}",
+                "--set", "training.max_updates=13"], capsys)[0] == 0
+    code, out, _ = run(["train", cfg, "--quiet", "--resume", "--set", f"model_dir={interrupted}"], capsys)
+    assert code == 0 and "40 updates" in out
+    a = torch.load(straight / "checkpoints/last.pt", weights_only=True)
+    b = torch.load(interrupted / "checkpoints/last.pt", weights_only=True)
+    assert a["progress"]["update"] == b["progress"]["update"] == 40
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert a["schedule"] == b["schedule"]
+
+
+# -- bad input: one clear line, exit status 2, nothing half-written ---------------------
+
+def small_corpus(tmp_path: Path, src_lines: int = 12, tgt_lines: int = 12) -> Path:
+    data = tmp_path / "data"
+    data.mkdir()
+    words = "the cat sat on a mat and dog ran".split()
+    for split in ("train", "dev"):
+        (data / f"{split}.es").write_text("".join(f"el gato {i} .\n" for i in range(src_lines)), encoding="utf-8")
+        (data / f"{split}.en").write_text("".join(f"{words[i % 9]} cat {i} .\n" for i in range(tgt_lines)),
+                                          encoding="utf-8")
+    return data
+
+
+def test_mismatched_parallel_files(tmp_path, capsys):
+    data = small_corpus(tmp_path, 12, 11)
+    cfg = write_config(tmp_path / "c.yaml", data, tmp_path / "m")
+    code, _, err = run(["prepare", cfg], capsys)
+    assert code == 2
+    assert re.search(r"train\.es has 12 lines but .*train\.en has 11", err)
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "m" / "prep" / "fingerprint.json").exists()
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path, capsys):
+    data = small_corpus(tmp_path)
+    raw = (data / "train.en").read_bytes().split(b"\n")
+    raw[4] = b"caf\xe9 au lait"
+    (data / "train.en").write_bytes(b"\n".join(raw))
+    code, _, err = run(["prepare", write_config(tmp_path / "c.yaml", data, tmp_path / "m")], capsys)
+    assert code == 2 and re.search(r"train\.en:5: invalid UTF-8", err)
+
+
+def test_empty_training_file(tmp_path, capsys):
+    data = small_corpus(tmp_path)
+    (data / "train.es").write_text("")
+    code, _, err = run(["prepare", write_config(tmp_path / "c.yaml", data, tmp_path / "m")], capsys)
+    assert code == 2 and "train.es: file is empty" in err
+
+
+def test_bad_config_key(tmp_path, capsys):
+    data = small_corpus(tmp_path)
+    cfg = write_config(tmp_path / "c.yaml", data, tmp_path / "m")
+    code, _, err = run(["train", cfg, "--set", "model.hiden_dim=3"], capsys)
+    assert code == 2 and "model.hiden_dim" in err and "hidden_dim" in err
+
+
+def test_corrupt_and_foreign_checkpoints(tmp_path, capsys):
+    data = small_corpus(tmp_path)
+    cfg = write_config(tmp_path / "c.yaml", data, tmp_path / "m")
+    assert run(["train", cfg, "--quiet", "--set", "training.max_updates=2", "--set", "training.valid_bleu=false"],
+               capsys)[0] == 0
+    best = tmp_path / "m" / "checkpoints" / "last.pt"
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(best.read_bytes()[:1000])
+    (tmp_path / "in.es").write_text("el gato 3 .\n")
+    code, _, err = run(["translate", tmp_path / "m", "-i", tmp_path / "in.es", "--checkpoint", truncated], capsys)
+    assert code == 2 and "truncated.pt: corrupt, truncated or not a ctxnmt checkpoint" in err
+    # A checkpoint of a model with another vocabulary is refused by name.
+    other = write_config(tmp_path / "o.yaml", data, tmp_path / "other")
+    assert run(["train", other, "--quiet", "--set", "training.max_updates=1", "--set", "data.bpe_merges=5",
+                "--set", "training.valid_bleu=false"], capsys)[0] == 0
+    code, _, err = run(["translate", tmp_path / "m", "-i", tmp_path / "in.es", "--checkpoint",
+                        tmp_path / "other" / "checkpoints" / "last.pt"], capsys)
+    assert code == 2 and "different vocabulary" in err
+    out = tmp_path / "out.en"
+    code, _, _ = run(["translate", tmp_path / "m", "-i", tmp_path / "in.es", "-o", out, "--checkpoint", truncated],
+                     capsys)
+    assert code == 2 and not out.exists()
+
+
+def test_translate_missing_model_dir(tmp_path, capsys):
+    code, _, err = run(["translate", tmp_path / "nothing"], capsys)
+    assert code == 2 and "not a model directory" in err

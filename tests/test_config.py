@@ -1,0 +1,62 @@
+"""Config loading: overrides, type checks, and errors that name the key."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctxnmt.config import load_config
+from ctxnmt.errors import ConfigError
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_loads(path):
+    config = load_config(path)
+    assert config.model_dir
+
+
+def test_overrides_are_typed(tmp_path):
+    cfg = load_config(None, ["training.lr=0.002", "model.tie_embeddings=true", "model.hidden_dim=64",
+                             "training.max_minutes=1.5"])
+    assert cfg.training.lr == 0.002 and cfg.model.tie_embeddings is True
+    assert cfg.model.hidden_dim == 64 and cfg.training.max_minutes == 1.5
+
+
+def test_unknown_key_names_key_and_closest_match(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  hiden_dim: 10\n")
+    with pytest.raises(ConfigError, match=r"unknown config key 'model.hiden_dim'; did you mean 'hidden_dim'"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"'traning'.*did you mean 'training'"):
+        load_config(None, ["traning.lr=1"])
+
+
+def test_wrong_type_names_key():
+    with pytest.raises(ConfigError, match=r"config key 'model.hidden_dim' must be of type int"):
+        load_config(None, ["model.hidden_dim=big"])
+
+
+def test_cross_field_checks():
+    with pytest.raises(ConfigError, match="tie_embeddings"):
+        load_config(None, ["model.tie_embeddings=true", "model.out_dim=7"])
+    with pytest.raises(ConfigError, match="optimizer"):
+        load_config(None, ["training.optimizer=sgd"])
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_unknown_component_name_lists_known_ones():
+    from ctxnmt.models.nmt import build_model
+
+    cfg = load_config(None, ["model.encoder=birn"])
+    with pytest.raises(ConfigError, match=r"unknown encoder 'birn' \(did you mean 'birnn'\?\)"):
+        build_model(cfg.model, 10, 10)
