@@ -78,13 +78,16 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5,
             break
         keep_t = torch.tensor(keep, device=src.device)
         row_index = (keep_t.view(-1, 1) * K + beam_of.index_select(0, keep_t)).view(-1)
+        if len(keep) < n:
+            # The K rows of a sentence share one encoder output, so the encoder side
+            # is gathered only when sentences leave, never for a beam reorder.
+            enc = select_rows(enc, (keep_t.view(-1, 1) * K + torch.arange(K, device=src.device)).view(-1))
         active = [active[j] for j in keep]
         scores = alive_scores.index_select(0, keep_t)
         prev = tok_of.index_select(0, keep_t).view(-1)
         history = torch.cat([history.index_select(0, row_index), prev.view(-1, 1)], dim=1)
         if att_history is not None:
             att_history = att_history.index_select(0, row_index)
-        enc = select_rows(enc, row_index)
         state = select_rows(state, row_index)
     return [sorted(s.finished, key=lambda h: -h.score)[:nbest] for s in sentences]
 

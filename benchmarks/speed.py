@@ -1,0 +1,196 @@
+"""Training and decoding speed, memory, and the share of this machine's compute used.
+
+    python benchmarks/speed.py configs/bench.yaml [configs/other.yaml ...] [--json out.json]
+
+Each config is measured in a fresh subprocess (so peak resident memory belongs to
+that config alone), one after the other in this one script run; ratios are
+against the first config.  For each it reports:
+  - training target tokens/s after warm-up, on the first batches of epoch 1
+    (the same batches for every config with the same data settings);
+  - peak resident memory of the process;
+  - decoding sentences/s and generated tokens/s for greedy, beam 5 and beam 10
+    on the first --decode-sents test sentences (batched beam search);
+  - the analytic FLOPs per target token of training (forward + backward ≈ 3×
+    forward) and the measured float32 matmul throughput of this machine, so that
+    the fraction of the compute limit reached can be printed.
+Decoding speed depends on output lengths, so use --checkpoint with a trained
+model for meaningful sentences/s (a random model often runs to the length limit).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def matmul_gflops(device, size: int = 2048, reps: int = 10) -> float:
+    import torch
+
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+    for _ in range(2):
+        a @ b
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    sync(device)
+    return 2 * size ** 3 * reps / (time.perf_counter() - start) / 1e9
+
+
+def sync(device) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def forward_flops_per_target_token(cfg, vocab: int, src_len: float, tgt_len: float) -> float:
+    """Multiply-adds ×2 of one forward pass of the RNNsearch family, per target token."""
+    m = cfg.model
+    E, H, A, O = m.emb_dim, m.hidden_dim, m.att_dim, (m.out_dim or m.emb_dim)
+    C = 2 * H
+    per_src = 2 * 3 * H * (E + H)  # two GRU directions: input and recurrent products
+    per_sentence_src = src_len * (C * A + C * 3 * H)  # attention keys and GRU_2 input terms, once per sentence
+    per_tgt = (3 * H * (E + H)  # GRU_1
+               + H * (A + 3 * H)  # W_d and U of GRU_2 in one product
+               + src_len * (A + A + 3 * H + C)  # energies, α-mix of GRU_2 inputs, context vector
+               + O * (H + E + C)  # deep output
+               + O * vocab)  # softmax layer
+    return 2 * (per_tgt + (src_len * per_src + per_sentence_src) / tgt_len)
+
+
+def measure(config_path: str, overrides: list[str], args) -> dict:
+    import torch
+
+    from ctxnmt.config import load_config
+    from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
+    from ctxnmt.data.prepare import data_fingerprint, encode_split, prepare, read_split
+    from ctxnmt.decoding.translator import search_ids
+    from ctxnmt.models.nmt import build_model, count_parameters
+    from ctxnmt.training.checkpoint import load_checkpoint, load_model_state
+
+    torch.set_num_threads(args.threads or os.cpu_count())
+    torch.manual_seed(0)
+    cfg = load_config(config_path, overrides)
+    device = torch.device(args.device)
+    # Every config with the same data settings shares one prepared directory.
+    cfg.model_dir = str(ROOT / "runs" / "bench-prep" / data_fingerprint(cfg.data))
+    data = prepare(cfg, log=lambda message: print(message, file=sys.stderr))
+    model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
+    if args.checkpoint:
+        load_model_state(model, load_checkpoint(args.checkpoint), args.checkpoint)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    t = cfg.training
+    train = data.train
+    src_lens, tgt_lens = [len(s) for s in train.src], [len(s) for s in train.tgt]
+    batches = epoch_batches(src_lens, tgt_lens, t.batch_tokens, t.batch_sents, t.seed, 0)
+    batches = batches[: args.warmup + args.train_batches]
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    model.train()
+    tokens, elapsed = 0, 0.0
+    for i, index in enumerate(batches):
+        batch = make_batch(index, train.src, train.tgt).to(device)
+        sync(device)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        nll, n = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
+        (nll / batch.n_sents).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        sync(device)
+        if i >= args.warmup:
+            elapsed += time.perf_counter() - start
+            tokens += n
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    timed = batches[args.warmup:]
+    mean_src = sum(src_lens[i] for b in timed for i in b) / sum(len(b) for b in timed)
+    mean_tgt = sum(tgt_lens[i] for b in timed for i in b) / sum(len(b) for b in timed)
+    flops = 3 * forward_flops_per_target_token(cfg, len(data.tgt_vocab), mean_src, mean_tgt)
+    gflops = matmul_gflops(device)
+    result = {
+        "config": config_path, "overrides": overrides, "device": str(device), "threads": torch.get_num_threads(),
+        "parameters": count_parameters(model), "train_tok_s": tokens / elapsed,
+        "train_sents_per_batch": sum(len(b) for b in timed) / len(timed), "train_tokens_per_batch": tokens / len(timed),
+        "padding_src_tgt": padding_ratio(timed, src_lens, tgt_lens),
+        "peak_rss_mb": peak_rss, "rss_before_training_mb": rss_before,
+        "train_flops_per_token": flops, "matmul_gflops": gflops,
+        "compute_fraction": tokens / elapsed * flops / (gflops * 1e9),
+    }
+    test = read_split(cfg.data, "test")
+    n = min(args.decode_sents, len(test.src))
+    split = encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:n], test.tgt[:n])
+    model.eval()
+    for beam in (1, 5, 10):
+        sync(device)
+        start = time.perf_counter()
+        hyps = search_ids(model, split.src, cfg.decoding, beam=beam, batch_size=args.decode_batch, device=device)
+        sync(device)
+        seconds = time.perf_counter() - start
+        generated = sum(len(h[0].tokens) + 1 for h in hyps)  # with EOS
+        result[f"beam{beam}_sents_s"] = n / seconds
+        result[f"beam{beam}_tok_s"] = generated / seconds
+    result["decode_sents"] = n
+    return result
+
+
+def print_table(results: list[dict]) -> None:
+    base = results[0]
+    head = (f"{'config':<34} {'params':>9} {'train tok/s':>12} {'ratio':>6} {'compute':>8} {'peak RSS':>9} "
+            f"{'greedy tok/s':>13} {'beam5 tok/s':>12} {'beam5 sent/s':>13} {'beam10 tok/s':>13} {'ratio b5':>9}")
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        name = Path(r["config"]).stem + ("" if not r["overrides"] else " " + " ".join(r["overrides"]))
+        print(f"{name[:34]:<34} {r['parameters'] / 1e6:>8.1f}M {r['train_tok_s']:>12.0f} "
+              f"{r['train_tok_s'] / base['train_tok_s']:>6.2f} {r['compute_fraction']:>8.0%} "
+              f"{r['peak_rss_mb'] / 1024:>8.2f}G {r['beam1_tok_s']:>13.0f} {r['beam5_tok_s']:>12.0f} "
+              f"{r['beam5_sents_s']:>13.1f} {r['beam10_tok_s']:>13.0f} "
+              f"{r['beam5_tok_s'] / base['beam5_tok_s']:>9.2f}")
+    r = base
+    print(f"\nmatmul {r['matmul_gflops']:.0f} GFLOP/s (float32, 2048²), {r['threads']} threads on {r['device']}; "
+          f"training ≈ {r['train_flops_per_token'] / 1e6:.0f} MFLOP per target token; "
+          f"{r['train_sents_per_batch']:.0f} sentences ≈ {r['train_tokens_per_batch']:.0f} target tokens per batch, "
+          f"padding {r['padding_src_tgt'][0]:.1%} source / {r['padding_src_tgt'][1]:.1%} target; "
+          f"decoding {r['decode_sents']} test sentences")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("configs", nargs="+", help="config files; 'FILE::key=value,key=value' adds overrides")
+    parser.add_argument("--train-batches", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--decode-sents", type=int, default=500)
+    parser.add_argument("--decode-batch", type=int, default=64)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--checkpoint", help="trained weights to decode with (must fit every config)")
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one config, print JSON
+    args = parser.parse_args()
+    if args.one:
+        path, _, sets = args.one.partition("::")
+        print("RESULT " + json.dumps(measure(path, [s for s in sets.split(",") if s], args)))
+        return
+    results = []
+    for spec in args.configs:
+        cmd = [sys.executable, __file__, spec, "--one", spec] + [
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+            if k not in ("configs", "one", "json") and v is not None]
+        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+        results.append(json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:]))
+        print(f"measured {spec}", file=sys.stderr)
+    print_table(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
