@@ -19,16 +19,19 @@ from pathlib import Path
 
 BASE = "configs/bench.yaml"
 # name -> overrides of the bench config (bench: emb 256, hidden 512, att 512, joint BPE 8k, 80 sents/batch)
+PT = "model.init=pytorch"
 CANDIDATES = {
-    "h512-lr1e-3-do0.5": [],
-    "h512-lr2e-3-do0.5": ["training.lr=0.002"],
-    "h512-lr1e-3-do0.2": ["model.dropout_out=0.2"],
-    "h512-lr2e-3-do0.2": ["training.lr=0.002", "model.dropout_out=0.2"],
-    "h512-lr2e-3-do0.2-tie-ls": ["training.lr=0.002", "model.dropout_out=0.2", "model.tie_embeddings=true",
+    "h512-lr1e-3-do0.5": [PT],
+    "h512-lr1e-3-do0.2": [PT, "model.dropout_out=0.2"],
+    "h512-lr2e-3-do0.2": [PT, "training.lr=0.002", "model.dropout_out=0.2"],
+    "h512-lr2e-3-do0.2-tie-ls": [PT, "training.lr=0.002", "model.dropout_out=0.2", "model.tie_embeddings=true",
                                  "training.label_smoothing=0.1"],
-    "h256-lr2e-3-do0.2": ["model.hidden_dim=256", "model.att_dim=256", "training.lr=0.002", "model.dropout_out=0.2"],
-    "h384-lr2e-3-do0.2": ["model.hidden_dim=384", "model.att_dim=384", "training.lr=0.002", "model.dropout_out=0.2"],
-    "h512-lr2e-3-do0.2-b40": ["training.lr=0.002", "model.dropout_out=0.2", "training.batch_sents=40"],
+    "h256-lr2e-3-do0.2": [PT, "model.hidden_dim=256", "model.att_dim=256", "training.lr=0.002",
+                          "model.dropout_out=0.2"],
+    "h384-lr2e-3-do0.2": [PT, "model.hidden_dim=384", "model.att_dim=384", "training.lr=0.002",
+                          "model.dropout_out=0.2"],
+    "h512-lr2e-3-do0.2-b40": [PT, "training.lr=0.002", "model.dropout_out=0.2", "training.batch_sents=40"],
+    "h512-lr1e-3-do0.5-papers-init": [],
 }
 
 
@@ -41,7 +44,7 @@ def run(args) -> None:
             f"model_dir={out}", f"training.device={args.device}", f"training.max_minutes={args.max_minutes}",
             f"training.max_updates={args.tokens // 2600 * (2 if 'b40' in name else 1)}",
             f"training.valid_every={args.valid_tokens // 2600 * (2 if 'b40' in name else 1)}",
-            "training.patience=0", "training.threads=2", "training.log_every=100",
+            "training.patience=0", "training.lr_decay=1.0", "training.threads=2", "training.log_every=100",
         ]
         if args.prep:
             out.mkdir(parents=True, exist_ok=True)
@@ -52,8 +55,9 @@ def run(args) -> None:
         proc.wait()
     summary = {name: curve(Path(args.out) / name / "train.log") for name in names}
     Path(args.out, "sweep.json").write_text(json.dumps(summary, indent=1))
+    print("SWEEP " + json.dumps(summary))
     for name, points in summary.items():
-        print(name, " ".join(f"{t / 1e6:.2f}M:{b:.1f}" for t, b in points))
+        print(name, " ".join(f"{t / 1e6:.2f}M:{b:.2f}" for t, b in points))
 
 
 def curve(log: Path) -> list[tuple[int, float]]:
