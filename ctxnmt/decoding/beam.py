@@ -1,7 +1,7 @@
 """Batched beam search over many sentences at once.
 
 Each row of the decoder state is one hypothesis (sentence-major, K rows per
-sentence).  After every step one index vector both reorders the beams and drops
+sentence); the encoder side is kept once per sentence and shared by its rows.  After every step one index vector both reorders the beams and drops
 the sentences that are finished, and that one gather is applied to every state
 tensor.  Greedy search is beam search with K = 1.
 """
@@ -45,10 +45,8 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5,
     B, K = src.size(0), beam
     src_len = src_mask.sum(1).tolist()
     sentences = [_Sentence(max_len=int(max_len_ratio * n) + max_len_extra) for n in src_len]
-    enc = model.encode(src, src_mask)
-    rows = torch.arange(B, device=src.device).repeat_interleave(K)
-    enc = select_rows(enc, rows)
-    state = model.init_state(enc)
+    enc = model.encode(src, src_mask)  # one copy per sentence, shared by its K rows
+    state = model.init_state(enc, K)
     active = list(range(B))  # original index of each sentence still searched
     scores = torch.full((B, K), float("-inf"), device=src.device)
     scores[:, 0] = 0.0  # all K rows start identical: let only the first one expand
@@ -79,9 +77,9 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5,
         keep_t = torch.tensor(keep, device=src.device)
         row_index = (keep_t.view(-1, 1) * K + beam_of.index_select(0, keep_t)).view(-1)
         if len(keep) < n:
-            # The K rows of a sentence share one encoder output, so the encoder side
+            # The K rows of a sentence share its encoder output, so the encoder side
             # is gathered only when sentences leave, never for a beam reorder.
-            enc = select_rows(enc, (keep_t.view(-1, 1) * K + torch.arange(K, device=src.device)).view(-1))
+            enc = select_rows(enc, keep_t)
         active = [active[j] for j in keep]
         scores = alive_scores.index_select(0, keep_t)
         prev = tok_of.index_select(0, keep_t).view(-1)

@@ -22,6 +22,19 @@ class AdditiveAttention(nn.Module):
         return self.key_proj(annotations)
 
     def weights(self, query_att: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """α_t from an already projected query (B, A) and precomputed keys (B, S, A)."""
-        energy = self.v(torch.tanh(keys + query_att.unsqueeze(1))).squeeze(-1)
+        """α_t (R, S) from projected queries (R, A) and precomputed keys (N, S, A).
+
+        R may be a multiple K of N: rows k·K … k·K+K−1 are hypotheses of sentence
+        k (beam search), which then share one copy of that sentence's keys."""
+        N, S, A = keys.shape
+        K = query_att.size(0) // N
+        energy = self.v(torch.tanh(keys.unsqueeze(1) + query_att.view(N, K, 1, A))).view(N * K, S)
+        if K > 1:
+            mask = mask.unsqueeze(1).expand(N, K, S).reshape(N * K, S)
         return masked_softmax(energy, mask)
+
+
+def mix(alpha: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Σ_i α_ti v_i for rows (R, S) of weights over values (N, S, D) shared by R/N rows each."""
+    N, S, D = values.shape
+    return torch.bmm(alpha.view(N, -1, S), values).view(-1, D)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.models.attention import AdditiveAttention
+from ctxnmt.models.attention import AdditiveAttention, mix
 from ctxnmt.models.output import DeepOutput
 from ctxnmt.models.registry import CELLS, DECODERS, TARGET_CONTEXTS
 
@@ -70,7 +70,7 @@ class ConditionalGRUDecoder(nn.Module):
         s1 = self.gru1.combine(xp1_t, s @ enc["_U1"], s)
         q = s1 @ enc["_Wq"]
         alpha = self.attention.weights(q[:, : self.att_dim], enc["keys"], enc["src_mask"])
-        xp2 = torch.bmm(alpha.unsqueeze(1), enc["values"]).squeeze(1)
+        xp2 = mix(alpha, enc["values"])
         s = self.gru2.combine(xp2, q[:, self.att_dim:], s1)
         return s, alpha
 
@@ -91,14 +91,15 @@ class ConditionalGRUDecoder(nn.Module):
         return self.output(self.dropout_hidden(S), D, C), A
 
     # -- incremental decoding ----------------------------------------------------
-    def init_state(self, enc) -> dict[str, torch.Tensor]:
-        s = self.initial_state(enc)
+    def init_state(self, enc, beam: int = 1) -> dict[str, torch.Tensor]:
+        """State rows for `beam` hypotheses per sentence (sentence-major)."""
+        s = self.initial_state(enc).repeat_interleave(beam, dim=0)
         return {"s": s, **self.summary.init_state(s.size(0), s)}
 
     def step(self, enc, state: dict[str, torch.Tensor], prev_emb_t: torch.Tensor):
-        """One step: readout (B, out_dim), new state, α_t (B, S)."""
+        """One step: readout (R, out_dim), new state, α_t (R, S); R = beam × sentences."""
         s, alpha = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t))
-        c = torch.bmm(alpha.unsqueeze(1), enc["annotations"]).squeeze(1)
+        c = mix(alpha, enc["annotations"])
         summary_state = {k: v for k, v in state.items() if k != "s"}
         d, summary_state = self.summary.step(summary_state, prev_emb_t)
         return self.output(s, d, c), {"s": s, **summary_state}, alpha

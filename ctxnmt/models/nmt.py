@@ -73,15 +73,15 @@ class NMTModel(nn.Module):
         return nll, int(keep.sum())
 
     # -- incremental decoding ----------------------------------------------------
-    def init_state(self, enc):
-        return self.decoder.init_state(enc)
+    def init_state(self, enc, beam: int = 1):
+        return self.decoder.init_state(enc, beam)
 
     def step(self, enc, state, prev_tokens: torch.Tensor | None):
         """Log-probabilities (B, V) of the next word, the new state, and α_t (B, S).
 
         prev_tokens is None at the first step (y_0)."""
         if prev_tokens is None:
-            prev_emb = self.start.expand(enc["src_mask"].size(0), -1)
+            prev_emb = self.start.expand(state["s"].size(0), -1)
         else:
             prev_emb = self.tgt_emb(prev_tokens)
         readout, state, alpha = self.decoder.step(enc, state, prev_emb)
