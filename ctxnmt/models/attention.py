@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ctxnmt.models.functional import additive_energy
+
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax that gives exactly zero weight where mask == 0."""
@@ -28,13 +30,8 @@ class AdditiveAttention(nn.Module):
         k (beam search), which then share one copy of that sentence's keys."""
         N, S, A = keys.shape
         K = query_att.size(0) // N
-        energy = self.v(torch.tanh(keys.unsqueeze(1) + query_att.view(N, K, 1, A))).view(N * K, S)
+        energy = additive_energy(keys, query_att.view(N, K, A), self.v.weight[0]).view(N * K, S)
         if K > 1:
             mask = mask.unsqueeze(1).expand(N, K, S).reshape(N * K, S)
         return masked_softmax(energy, mask)
 
-
-def mix(alpha: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """Σ_i α_ti v_i for rows (R, S) of weights over values (N, S, D) shared by R/N rows each."""
-    N, S, D = values.shape
-    return torch.bmm(alpha.view(N, -1, S), values).view(-1, D)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.models.attention import AdditiveAttention, mix
+from ctxnmt.models.attention import AdditiveAttention
+from ctxnmt.models.functional import mix
 from ctxnmt.models.output import DeepOutput
 from ctxnmt.models.registry import CELLS, DECODERS, TARGET_CONTEXTS
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.vocab import PAD
+from ctxnmt.models.functional import linear_cross_entropy
 from ctxnmt.models.registry import DECODERS, ENCODERS
 
 
@@ -68,8 +68,8 @@ class NMTModel(nn.Module):
         """
         readout, _ = self(src, src_mask, tgt, tgt_mask)
         keep = tgt_mask.bool()
-        logits = self.logits(readout[keep])
-        nll = F.cross_entropy(logits, tgt[keep], reduction="sum", label_smoothing=label_smoothing)
+        nll = linear_cross_entropy(self.dropout_out(readout[keep]), self.generator.weight, self.generator.bias,
+                                   tgt[keep], label_smoothing)
         return nll, int(keep.sum())
 
     # -- incremental decoding ----------------------------------------------------

@@ -1,0 +1,124 @@
+"""Autograd functions whose backward passes PyTorch's generic ones do slowly on CPU.
+
+They change no arithmetic of the forward pass; tests compare them with the plain
+operations, gradients included.
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+
+class _Mix(torch.autograd.Function):
+    """out = Σ_i α_i v_i for α (N, K, S) and v (N, S, D).
+
+    The generic bmm backward forms ∂v as a batch of rank-1 products (a bmm with
+    inner size K = 1 during training), which CPU BLAS runs at a few GFLOP/s; a
+    broadcast multiply gives the same numbers an order of magnitude faster."""
+
+    @staticmethod
+    def forward(ctx, alpha, values):
+        ctx.save_for_backward(alpha, values)
+        return torch.bmm(alpha, values)
+
+    @staticmethod
+    def backward(ctx, grad):
+        alpha, values = ctx.saved_tensors
+        grad_alpha = torch.bmm(grad, values.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        grad_values = None
+        if ctx.needs_input_grad[1]:
+            if alpha.size(1) == 1:
+                grad_values = alpha.transpose(1, 2) * grad  # (N, S, 1) * (N, 1, D)
+            else:
+                grad_values = torch.bmm(alpha.transpose(1, 2), grad)
+        return grad_alpha, grad_values
+
+
+def mix(alpha: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Σ_i α_ti v_i for rows (R, S) of weights over values (N, S, D) shared by R/N rows each."""
+    N, S, D = values.shape
+    alpha = alpha.view(N, -1, S)
+    if torch.is_grad_enabled() and (alpha.requires_grad or values.requires_grad):
+        return _Mix.apply(alpha, values).view(-1, D)
+    return torch.bmm(alpha, values).view(-1, D)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of softmax(x Wᵀ + b) against targets, in row chunks.
+
+    The full (tokens × vocabulary) logits are never stored: each chunk's logits
+    are recomputed in the backward pass.  That costs one extra matrix product but
+    saves three tokens × vocabulary tensors (logits, log-probabilities and their
+    gradient), the largest allocations of a training step."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, target, smoothing, chunk):
+        total = x.new_zeros(())
+        for start in range(0, x.size(0), chunk):
+            logits = F.linear(x[start: start + chunk], weight, bias)
+            total += F.cross_entropy(logits, target[start: start + chunk], reduction="sum",
+                                     label_smoothing=smoothing)
+        ctx.save_for_backward(x, weight, bias, target)
+        ctx.smoothing, ctx.chunk = smoothing, chunk
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, bias, target = ctx.saved_tensors
+        eps, V = ctx.smoothing, weight.size(0)
+        grad_x = torch.empty_like(x)
+        grad_w = torch.zeros_like(weight)
+        grad_b = torch.zeros_like(bias)
+        for start in range(0, x.size(0), ctx.chunk):
+            xs, ts = x[start: start + ctx.chunk], target[start: start + ctx.chunk]
+            # ∂loss/∂logits = softmax − ((1 − ε)·onehot + ε/V)
+            g = torch.softmax(F.linear(xs, weight, bias), dim=-1)
+            if eps:
+                g -= eps / V
+            g[torch.arange(ts.size(0), device=ts.device), ts] -= 1.0 - eps
+            g *= grad_out
+            grad_x[start: start + ctx.chunk] = g @ weight
+            grad_w.addmm_(g.t(), xs)
+            grad_b += g.sum(0)
+        return grad_x, grad_w, grad_b, None, None, None
+
+
+def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor,
+                         label_smoothing: float = 0.0, chunk: int = 512) -> torch.Tensor:
+    if not torch.is_grad_enabled():
+        return F.cross_entropy(F.linear(x, weight, bias), target, reduction="sum", label_smoothing=label_smoothing)
+    return _LinearCrossEntropy.apply(x, weight, bias, target, label_smoothing, chunk)
+
+
+class _AdditiveEnergy(torch.autograd.Function):
+    """e_i = vᵀ tanh(k_i + q) for keys (N, S, A), queries (N, K, A), v (A,).
+
+    Autograd would keep tanh(k_i + q), an (N, K, S, A) tensor, for every decoder
+    step: the bulk of a training step's memory.  Here only q is kept per step
+    and the tanh is recomputed in the backward pass (one extra element-wise
+    pass, against hundreds of megabytes at the bench size)."""
+
+    @staticmethod
+    def forward(ctx, keys, query, v):
+        hidden = torch.tanh(keys.unsqueeze(1) + query.unsqueeze(2))  # (N, K, S, A)
+        ctx.save_for_backward(keys, query, v)
+        return hidden @ v
+
+    @staticmethod
+    def backward(ctx, grad):  # grad: (N, K, S)
+        keys, query, v = ctx.saved_tensors
+        hidden = torch.tanh(keys.unsqueeze(1) + query.unsqueeze(2))
+        grad_v = torch.einsum("nks,nksa->a", grad, hidden) if ctx.needs_input_grad[2] else None
+        # ∂e/∂pre = v ⊙ (1 − tanh²), scaled by the incoming gradient
+        grad_pre = hidden.square_().neg_().add_(1.0).mul_(v).mul_(grad.unsqueeze(-1))
+        grad_query = grad_pre.sum(2) if ctx.needs_input_grad[1] else None
+        grad_keys = grad_pre.sum(1) if ctx.needs_input_grad[0] else None
+        return grad_keys, grad_query, grad_v
+
+
+def additive_energy(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """vᵀ tanh(k_i + q) as (N, K, S) for keys (N, S, A), queries (N, K, A) and v (A,)."""
+    if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
+        return _AdditiveEnergy.apply(keys, query, v)
+    hidden = keys.unsqueeze(1) + query.unsqueeze(2)
+    return torch.tanh_(hidden) @ v  # in place: nothing is kept for a backward pass

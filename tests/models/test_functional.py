@@ -1,0 +1,45 @@
+"""The speed-motivated autograd functions give the plain operations' values and gradients."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from ctxnmt.models.functional import linear_cross_entropy, mix
+
+
+@pytest.mark.parametrize("rows_per_sentence", [1, 3])
+def test_mix_matches_bmm_with_gradients(rows_per_sentence):
+    torch.manual_seed(0)
+    alpha = torch.softmax(torch.randn(4 * rows_per_sentence, 6), -1).double().requires_grad_()
+    values = torch.randn(4, 6, 5, dtype=torch.double, requires_grad=True)
+    torch.autograd.gradcheck(mix, (alpha, values))
+    expected = torch.bmm(alpha.view(4, rows_per_sentence, 6), values).view(-1, 5)
+    torch.testing.assert_close(mix(alpha, values), expected)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_chunked_linear_cross_entropy_matches_plain(smoothing):
+    torch.manual_seed(1)
+    x = torch.randn(37, 8, dtype=torch.double, requires_grad=True)
+    w = torch.randn(11, 8, dtype=torch.double, requires_grad=True)
+    b = torch.randn(11, dtype=torch.double, requires_grad=True)
+    t = torch.randint(0, 11, (37,))
+    fast = linear_cross_entropy(x, w, b, t, smoothing, chunk=10)
+    plain = F.cross_entropy(F.linear(x, w, b), t, reduction="sum", label_smoothing=smoothing)
+    torch.testing.assert_close(fast, plain)
+    torch.autograd.gradcheck(lambda x, w, b: linear_cross_entropy(x, w, b, t, smoothing, 10), (x, w, b))
+
+
+def test_additive_energy_matches_plain_with_gradients():
+    from ctxnmt.models.functional import additive_energy
+
+    torch.manual_seed(2)
+    keys = torch.randn(3, 5, 4, dtype=torch.double, requires_grad=True)
+    query = torch.randn(3, 2, 4, dtype=torch.double, requires_grad=True)
+    v = torch.randn(4, dtype=torch.double, requires_grad=True)
+    plain = torch.tanh(keys.unsqueeze(1) + query.unsqueeze(2)) @ v
+    torch.testing.assert_close(additive_energy(keys, query, v), plain)
+    torch.autograd.gradcheck(additive_energy, (keys, query, v))
+    with torch.no_grad():
+        torch.testing.assert_close(additive_energy(keys, query, v), plain)
