@@ -88,7 +88,7 @@ class ConditionalGRUDecoder(nn.Module):
         S = torch.stack(states, dim=1)
         A = torch.stack(alphas, dim=1)
         C = torch.bmm(A, enc["annotations"])
-        D = self.summary.full(prev_emb, tgt_mask)
+        D = self.summary.full(prev_emb, tgt_mask, S, C)
         return self.output(self.dropout_hidden(S), D, C), A
 
     # -- incremental decoding ----------------------------------------------------
@@ -102,5 +102,5 @@ class ConditionalGRUDecoder(nn.Module):
         s, alpha = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t))
         c = mix(alpha, enc["annotations"])
         summary_state = {k: v for k, v in state.items() if k != "s"}
-        d, summary_state = self.summary.step(summary_state, prev_emb_t)
+        d, summary_state = self.summary.step(summary_state, prev_emb_t, s, c)
         return self.output(s, d, c), {"s": s, **summary_state}, alpha

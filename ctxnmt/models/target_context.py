@@ -1,11 +1,18 @@
-"""Target-context summaries d_t: what the deep output sees of the words
-generated so far.  Each summary works in two modes with the same numbers:
+"""Target-context summaries d_t: what the deep output sees of the words generated
+so far (Miculicich Werlen et al.: target-side attentive residual connections).
 
-  full(Y, mask)          all steps at once for teacher forcing; Y holds the
-                         shifted target embeddings [y_0, E y_1, …, E y_{T-1}]
+Each summary works in two modes that give the same numbers (tests check it):
+
+  full(Y, mask, S, C)    all steps at once for teacher forcing, after the
+                         decoder recurrence; Y holds the shifted target
+                         embeddings [y_0, E y_1, …, E y_{T-1}], S and C the
+                         decoder states s_t and context vectors c_t
   init_state / step      one step at a time for beam search, carrying a state
-                         dict whose tensors have the batch first (reordered by
-                         index_select with the beam)
+                         dict of batch-first tensors (reordered with the beam)
+
+Position 0 is the start symbol y_0: a zero vector by default (the authors'
+released code), a learned vector with model.learned_start.  So d_1 is y_0 for
+every summary, and the start slot stays in every later sum or softmax.
 """
 from __future__ import annotations
 
@@ -20,13 +27,13 @@ class TargetContext(nn.Module):
         super().__init__()
         self.out_dim = emb_dim
 
-    def full(self, prev_emb: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+    def full(self, prev_emb, mask, states=None, contexts=None):  # pragma: no cover
         raise NotImplementedError
 
-    def init_state(self, batch: int, like: torch.Tensor) -> dict[str, torch.Tensor]:
+    def init_state(self, rows: int, like: torch.Tensor) -> dict[str, torch.Tensor]:
         return {}
 
-    def step(self, state: dict[str, torch.Tensor], prev_emb: torch.Tensor):  # pragma: no cover
+    def step(self, state, prev_emb, s=None, c=None):  # pragma: no cover
         raise NotImplementedError
 
 
@@ -34,8 +41,79 @@ class TargetContext(nn.Module):
 class PreviousWord(TargetContext):
     """The baseline: d_t = E y_{t-1}."""
 
-    def full(self, prev_emb: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def full(self, prev_emb, mask, states=None, contexts=None):
         return prev_emb
 
-    def step(self, state, prev_emb):
+    def step(self, state, prev_emb, s=None, c=None):
         return prev_emb, state
+
+
+@TARGET_CONTEXTS.register("mean")
+class MeanResidual(TargetContext):
+    """d_t = (1/t) Σ_{i<t} E y_i: no parameters; a running sum while decoding."""
+
+    def full(self, prev_emb, mask, states=None, contexts=None):
+        steps = torch.arange(1, prev_emb.size(1) + 1, device=prev_emb.device, dtype=prev_emb.dtype)
+        return prev_emb.cumsum(1) / steps.view(1, -1, 1)
+
+    def init_state(self, rows, like):
+        return {"mean_sum": like.new_zeros(rows, self.out_dim), "mean_count": like.new_zeros(rows, 1)}
+
+    def step(self, state, prev_emb, s=None, c=None):
+        total, count = state["mean_sum"] + prev_emb, state["mean_count"] + 1
+        return total / count, {"mean_sum": total, "mean_count": count}
+
+
+@TARGET_CONTEXTS.register("self-attentive")
+class ContentSelfAttentiveResidual(TargetContext):
+    """d_t = Σ_{i<t} α_ti E y_i with α_t = softmax_i(vᵀ tanh(W_y E y_i)) (the papers'
+    "simple"/content scoring, their best).
+
+    The scores do not depend on t, so d_t is a causal weighted prefix average,
+    computed in O(n·L) per sentence (blocks of L = 16 positions, never an n×n
+    matrix): within a block a small L×L causal weight matrix, across blocks
+    carried sums rescaled to the running maximum score (a numerically stable
+    log-sum-exp).  While decoding, O(1) per step from the same carried sums."""
+
+    block = 16
+
+    def __init__(self, emb_dim: int, **_):
+        super().__init__(emb_dim)
+        self.W_y = nn.Linear(emb_dim, emb_dim)
+        self.v = nn.Linear(emb_dim, 1, bias=False)
+
+    def scores(self, prev_emb: torch.Tensor) -> torch.Tensor:
+        return self.v(torch.tanh(self.W_y(prev_emb))).squeeze(-1)
+
+    def full(self, prev_emb, mask, states=None, contexts=None):
+        e = self.scores(prev_emb)  # (B, T); padding lies after every real position: causality excludes it
+        B, T, E = prev_emb.shape
+        out = []
+        num, den = prev_emb.new_zeros(B, E), prev_emb.new_zeros(B)
+        run_max = prev_emb.new_full((B,), float("-inf"))
+        for start in range(0, T, self.block):
+            e_b, x_b = e[:, start: start + self.block], prev_emb[:, start: start + self.block]
+            L = e_b.size(1)
+            # Each position's reference is the maximum score of its own prefix, so the
+            # largest weight is exactly 1 and nothing under- or overflows.
+            ref = torch.maximum(run_max.unsqueeze(1), e_b.detach().cummax(1).values)  # (B, L)
+            causal = torch.ones(L, L, dtype=torch.bool, device=e.device).tril()
+            w = torch.exp((e_b.unsqueeze(1) - ref.unsqueeze(2)).masked_fill(~causal, float("-inf")))  # (B, L, L)
+            carry = torch.exp(run_max.unsqueeze(1) - ref)  # earlier blocks, rescaled to each reference
+            num_b = carry.unsqueeze(-1) * num.unsqueeze(1) + torch.bmm(w, x_b)
+            den_b = carry * den.unsqueeze(1) + w.sum(-1)
+            out.append(num_b / den_b.unsqueeze(-1))
+            num, den, run_max = num_b[:, -1], den_b[:, -1], ref[:, -1]
+        return torch.cat(out, dim=1)
+
+    def init_state(self, rows, like):
+        return {"sa_num": like.new_zeros(rows, self.out_dim), "sa_den": like.new_zeros(rows, 1),
+                "sa_max": like.new_full((rows, 1), float("-inf"))}
+
+    def step(self, state, prev_emb, s=None, c=None):
+        e = self.scores(prev_emb).unsqueeze(-1)  # (R, 1)
+        new_max = torch.maximum(state["sa_max"], e)
+        carry, w = torch.exp(state["sa_max"] - new_max), torch.exp(e - new_max)
+        num = state["sa_num"] * carry + w * prev_emb
+        den = state["sa_den"] * carry + w
+        return num / den, {"sa_num": num, "sa_den": den, "sa_max": new_max}

@@ -1,0 +1,108 @@
+"""Target-side summaries d_t against literal per-step implementations of their
+equations, incremental decoding against teacher forcing, and parameter growth."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ctxnmt.config import ModelConfig
+from ctxnmt.data.batching import pad
+from ctxnmt.models.nmt import build_model, count_parameters
+
+from tests.models import reference as ref
+from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
+
+SUMMARIES = ["previous", "mean", "self-attentive"]
+
+
+def literal_mean(t, prev):
+    return torch.stack(prev).mean(0)  # (1/t) Σ_{i<t} E y_i, y_0 included
+
+
+def literal_content(model):
+    sa = model.decoder.summary
+
+    def summary(t, prev):
+        scores = torch.stack([(sa.v.weight[0] * torch.tanh(sa.W_y.weight @ y + sa.W_y.bias)).sum() for y in prev])
+        alpha = torch.softmax(scores, 0)
+        return sum(a * y for a, y in zip(alpha, prev))
+
+    return summary
+
+
+@pytest.mark.parametrize("name", ["mean", "self-attentive"])
+def test_summary_matches_literal_equation(name):
+    model = small_model(target_context=name, learned_start=True)
+    summary = literal_mean if name == "mean" else literal_content(model)
+    logp, _ = batch_logprobs(model, SRC, TGT)
+    for b, (s, t) in enumerate(zip(SRC, TGT)):
+        ref_logp, _ = ref.rnnsearch_logprobs(model, s, t, summary)
+        torch.testing.assert_close(logp[b, : len(t)], ref_logp, atol=1e-5, rtol=0)
+
+
+def test_first_summary_is_the_start_vector():
+    model = small_model(target_context="self-attentive")
+    prev = torch.randn(2, 5, 8)
+    prev[:, 0] = 0.0
+    d = model.decoder.summary.full(prev, torch.ones(2, 5))
+    assert float(d[:, 0].abs().max()) == 0.0
+
+
+def test_content_summary_is_stable_for_extreme_scores():
+    model = small_model(target_context="self-attentive")
+    sa = model.decoder.summary
+    with torch.no_grad():
+        sa.v.weight.fill_(200.0)  # scores span about ±1600: exp() alone would overflow
+    prev = torch.randn(1, 40, 8)
+    d = sa.full(prev, torch.ones(1, 40))
+    assert torch.isfinite(d).all()
+    e = sa.scores(prev)[0]
+    for t in (0, 17, 39):  # the literal softmax agrees
+        alpha = torch.softmax(e[: t + 1], 0)
+        torch.testing.assert_close(d[0, t], (alpha.unsqueeze(1) * prev[0, : t + 1]).sum(0), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", SUMMARIES)
+def test_incremental_decoding_matches_teacher_forcing(name):
+    model = small_model(target_context=name)
+    logp_full, _ = batch_logprobs(model, SRC, TGT)
+    src, src_mask = pad(SRC)
+    tgt, _ = pad(TGT)
+    with torch.no_grad():
+        enc = model.encode(src, src_mask)
+        state = model.init_state(enc)
+        prev = None
+        for t in range(tgt.size(1)):
+            logp, state, _ = model.step(enc, state, prev)
+            for b, ids in enumerate(TGT):
+                if t < len(ids):
+                    torch.testing.assert_close(logp[b], logp_full[b, t], atol=1e-5, rtol=0)
+            prev = tgt[:, t]
+
+
+@pytest.mark.parametrize("name", ["mean", "self-attentive"])
+def test_beam_reorder_keeps_summary_states_consistent(name):
+    """Reordered rows continue exactly as the rows they were copied from."""
+    from ctxnmt.decoding.beam import select_rows
+
+    model = small_model(target_context=name)
+    src, src_mask = pad(SRC)
+    tgt, _ = pad(TGT)
+    perm = torch.tensor([1, 2, 0])
+    with torch.no_grad():
+        enc = model.encode(src, src_mask)
+        state = model.init_state(enc)
+        _, state, _ = model.step(enc, state, None)
+        _, state, _ = model.step(enc, state, tgt[:, 0])
+        logp_ref, _, _ = model.step(enc, state, tgt[:, 1])
+        logp_perm, _, _ = model.step(select_rows(enc, perm), select_rows(state, perm), tgt[perm, 1])
+    torch.testing.assert_close(logp_perm, logp_ref[perm], atol=1e-6, rtol=0)
+
+
+def test_parameter_growth_is_W_y_and_v_only():
+    e = 8
+    counts = {name: count_parameters(build_model(ModelConfig(emb_dim=e, hidden_dim=10, att_dim=9,
+                                                             target_context=name), 16, 16))
+              for name in SUMMARIES}
+    assert counts["mean"] == counts["previous"]
+    assert counts["self-attentive"] - counts["previous"] == e * e + e + e  # W_y, its bias, v
