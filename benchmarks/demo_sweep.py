@@ -21,7 +21,8 @@ BASE = "configs/bench.yaml"
 # name -> overrides of the bench config (bench: emb 256, hidden 512, att 512, joint BPE 8k, 80 sents/batch)
 PT = "model.init=pytorch"
 CANDIDATES = {
-    "h512-lr1e-3-do0.5": [PT],
+    "h512-lr1e-3-do0.2-tie-ls": [PT, "model.dropout_out=0.2", "model.tie_embeddings=true",
+                                 "training.label_smoothing=0.1"],
     "h512-lr1e-3-do0.2": [PT, "model.dropout_out=0.2"],
     "h512-lr2e-3-do0.2": [PT, "training.lr=0.002", "model.dropout_out=0.2"],
     "h512-lr2e-3-do0.2-tie-ls": [PT, "training.lr=0.002", "model.dropout_out=0.2", "model.tie_embeddings=true",

@@ -75,7 +75,7 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     from ctxnmt.data.prepare import data_fingerprint, encode_split, prepare, read_split
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.models.nmt import build_model, count_parameters
-    from ctxnmt.training.checkpoint import load_checkpoint, load_model_state
+    from ctxnmt.training.checkpoint import load_checkpoint
 
     torch.set_num_threads(args.threads or os.cpu_count())
     torch.manual_seed(0)
@@ -86,7 +86,11 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     data = prepare(cfg, log=lambda message: print(message, file=sys.stderr))
     model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
     if args.checkpoint:
-        load_model_state(model, load_checkpoint(args.checkpoint), args.checkpoint)
+        # Not strict: a variant keeps its extra parameters (e.g. W_y, v) at their initial values
+        # and otherwise decodes with the trained baseline's weights, so output lengths are alike.
+        missing, _ = model.load_state_dict(load_checkpoint(args.checkpoint)["model"], strict=False)
+        if missing:
+            print(f"not in the checkpoint, left initialised: {', '.join(missing)}", file=sys.stderr)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     t = cfg.training
     train = data.train
@@ -101,7 +105,8 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
         sync(device)
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        nll, n = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            nll, n = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
         (nll / batch.n_sents).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -117,6 +122,7 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     gflops = matmul_gflops(device)
     result = {
         "config": config_path, "overrides": overrides, "device": str(device), "threads": torch.get_num_threads(),
+        "bf16": args.bf16,
         "parameters": count_parameters(model), "train_tok_s": tokens / elapsed,
         "train_sents_per_batch": sum(len(b) for b in timed) / len(timed), "train_tokens_per_batch": tokens / len(timed),
         "padding_src_tgt": padding_ratio(timed, src_lens, tgt_lens),
@@ -131,7 +137,9 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     for beam in (1, 5, 10):
         sync(device)
         start = time.perf_counter()
-        hyps = search_ids(model, split.src, cfg.decoding, beam=beam, batch_size=args.decode_batch, device=device)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            hyps = search_ids(model, split.src, cfg.decoding, beam=beam, batch_size=args.decode_batch,
+                              device=device)
         sync(device)
         seconds = time.perf_counter() - start
         generated = sum(len(h[0].tokens) + 1 for h in hyps)  # with EOS
@@ -171,7 +179,8 @@ def main() -> None:
     parser.add_argument("--decode-batch", type=int, default=64)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--checkpoint", help="trained weights to decode with (must fit every config)")
+    parser.add_argument("--checkpoint", help="trained weights to decode with (loaded non-strictly into each config)")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one config, print JSON
     args = parser.parse_args()
@@ -183,7 +192,7 @@ def main() -> None:
     for spec in args.configs:
         cmd = [sys.executable, __file__, spec, "--one", spec] + [
             f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-            if k not in ("configs", "one", "json") and v is not None]
+            if k not in ("configs", "one", "json", "bf16") and v is not None] + (["--bf16"] if args.bf16 else [])
         out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
         results.append(json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:]))
         print(f"measured {spec}", file=sys.stderr)

@@ -5,8 +5,14 @@ operations, gradients included.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.nn import functional as F
+
+# Under CUDA autocast (bf16), run each backward under the autocast state of its forward.
+_custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")
+_custom_bwd = functools.partial(torch.amp.custom_bwd, device_type="cuda")
 
 
 class _Mix(torch.autograd.Function):
@@ -17,11 +23,13 @@ class _Mix(torch.autograd.Function):
     broadcast multiply gives the same numbers an order of magnitude faster."""
 
     @staticmethod
+    @_custom_fwd
     def forward(ctx, alpha, values):
         ctx.save_for_backward(alpha, values)
         return torch.bmm(alpha, values)
 
     @staticmethod
+    @_custom_bwd
     def backward(ctx, grad):
         alpha, values = ctx.saved_tensors
         grad_alpha = torch.bmm(grad, values.transpose(1, 2)) if ctx.needs_input_grad[0] else None
@@ -52,6 +60,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     gradient), the largest allocations of a training step."""
 
     @staticmethod
+    @_custom_fwd
     def forward(ctx, x, weight, bias, target, smoothing, chunk):
         total = x.new_zeros(())
         for start in range(0, x.size(0), chunk):
@@ -63,6 +72,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return total
 
     @staticmethod
+    @_custom_bwd
     def backward(ctx, grad_out):
         x, weight, bias, target = ctx.saved_tensors
         eps, V = ctx.smoothing, weight.size(0)
@@ -99,12 +109,14 @@ class _AdditiveEnergy(torch.autograd.Function):
     pass, against hundreds of megabytes at the bench size)."""
 
     @staticmethod
+    @_custom_fwd
     def forward(ctx, keys, query, v):
         hidden = torch.tanh(keys.unsqueeze(1) + query.unsqueeze(2))  # (N, K, S, A)
         ctx.save_for_backward(keys, query, v)
         return hidden @ v
 
     @staticmethod
+    @_custom_bwd
     def backward(ctx, grad):  # grad: (N, K, S)
         keys, query, v = ctx.saved_tensors
         hidden = torch.tanh(keys.unsqueeze(1) + query.unsqueeze(2))

@@ -92,6 +92,12 @@ def init_weights(model: nn.Module, scheme: str) -> None:
     """'normal' is the papers' setting: N(0, 0.01) weights, orthogonal square blocks
     in recurrent matrices, zero biases.  'pytorch' keeps torch's defaults."""
     if scheme == "pytorch":
+        if model.cfg.tie_embeddings:
+            # N(0, 1) embeddings would start a shared softmax layer with logits of
+            # standard deviation √e; scale as for a linear layer of fan-in e.
+            with torch.no_grad():
+                model.tgt_emb.weight.normal_(0.0, model.cfg.emb_dim ** -0.5)
+                model.tgt_emb.weight[PAD].zero_()
         return
     with torch.no_grad():
         for module in model.modules():
