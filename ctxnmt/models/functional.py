@@ -60,7 +60,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     gradient), the largest allocations of a training step."""
 
     @staticmethod
-    @_custom_fwd
+    @functools.partial(torch.amp.custom_fwd, device_type="cuda", cast_inputs=torch.float32)  # softmax in fp32
     def forward(ctx, x, weight, bias, target, smoothing, chunk):
         total = x.new_zeros(())
         for start in range(0, x.size(0), chunk):
