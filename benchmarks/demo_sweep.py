@@ -52,7 +52,7 @@ def run(args) -> None:
             subprocess.run(["cp", "-r", args.prep, str(out / "prep")], check=True)
         cmd = [sys.executable, "-m", "ctxnmt.cli", "train", BASE, "--quiet"] + [a for s in sets for a in ("--set", s)]
         procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(f"{out}.err", "w"))
-    for name, proc in procs.items():
+    for proc in procs.values():
         proc.wait()
     summary = {name: curve(Path(args.out) / name / "train.log") for name in names}
     Path(args.out, "sweep.json").write_text(json.dumps(summary, indent=1))

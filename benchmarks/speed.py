@@ -55,15 +55,15 @@ def sync(device) -> None:
 def forward_flops_per_target_token(cfg, vocab: int, src_len: float, tgt_len: float) -> float:
     """Multiply-adds ×2 of one forward pass of the RNNsearch family, per target token."""
     m = cfg.model
-    E, H, A, O = m.emb_dim, m.hidden_dim, m.att_dim, (m.out_dim or m.emb_dim)
+    E, H, A, R = m.emb_dim, m.hidden_dim, m.att_dim, (m.out_dim or m.emb_dim)  # R: readout size
     C = 2 * H
     per_src = 2 * 3 * H * (E + H)  # two GRU directions: input and recurrent products
     per_sentence_src = src_len * (C * A + C * 3 * H)  # attention keys and GRU_2 input terms, once per sentence
     per_tgt = (3 * H * (E + H)  # GRU_1
                + H * (A + 3 * H)  # W_d and U of GRU_2 in one product
                + src_len * (A + A + 3 * H + C)  # energies, α-mix of GRU_2 inputs, context vector
-               + O * (H + E + C)  # deep output
-               + O * vocab)  # softmax layer
+               + R * (H + E + C)  # deep output
+               + R * vocab)  # softmax layer
     return 2 * (per_tgt + (src_len * per_src + per_sentence_src) / tgt_len)
 
 

@@ -30,7 +30,7 @@ class Batch:
     def n_tgt_tokens(self) -> int:
         return int(self.tgt_mask.sum())
 
-    def to(self, device) -> "Batch":
+    def to(self, device) -> Batch:
         return Batch(self.indices, self.src.to(device), self.src_mask.to(device), self.tgt.to(device),
                      self.tgt_mask.to(device))
 

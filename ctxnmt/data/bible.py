@@ -18,8 +18,8 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable
 
 from ctxnmt.data.corpus import write_lines_atomic
 from ctxnmt.errors import DataError
@@ -221,7 +221,8 @@ def build_bible(out_dir: str | os.PathLike, log: Callable[[str], None] = print) 
     titles = _psalm_titles(tgt)
     n_titles = add_psalm_titles(tgt, titles)
     keys, dropped = align(src, tgt)
-    log(f"aligned {len(keys)} verses; dropped {sum(dropped.values())} empty or missing on one side ({_describe(dropped)})")
+    n_dropped = sum(dropped.values())
+    log(f"aligned {len(keys)} verses; dropped {n_dropped} empty or missing on one side ({_describe(dropped)})")
     suspects = suspect_chapters(src, tgt)
     log(f"{len(suspects)} chapters may be misaligned by differing verse divisions (listed in stats.json)")
     splits = _split_keys(src, keys)

@@ -7,8 +7,8 @@ usually large and hand-assembled, and "somewhere in train.es" is no help.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write

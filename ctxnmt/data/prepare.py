@@ -115,7 +115,8 @@ def encode_split(pre: Preprocessor, src_vocab: Vocab, tgt_vocab: Vocab, src: lis
 def load_pipeline(prep_dir: Path) -> tuple[Preprocessor, Vocab, Vocab]:
     if not (prep_dir / "vocab.tgt").is_file():
         raise DataError(f"{prep_dir}: no prepared pipeline here; run 'ctxnmt prepare CONFIG' first")
-    return Preprocessor.load(prep_dir / "preprocess"), Vocab.load(prep_dir / "vocab.src"), Vocab.load(prep_dir / "vocab.tgt")
+    vocabs = Vocab.load(prep_dir / "vocab.src"), Vocab.load(prep_dir / "vocab.tgt")
+    return Preprocessor.load(prep_dir / "preprocess"), *vocabs
 
 
 def load_prepared(prep_dir: Path) -> Prepared:

@@ -17,8 +17,8 @@ import json
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Iterable, Sequence
 from unittest import mock
 
 from sacremoses import MosesDetokenizer, MosesDetruecaser, MosesTokenizer, MosesTruecaser
@@ -170,7 +170,8 @@ def _truecase(truecaser: MosesTruecaser, tokens: list[str]) -> list[str]:
 class Preprocessor:
     """Tokenise, truecase and BPE-segment text; built by :meth:`fit` or :meth:`load`."""
 
-    def __init__(self, options: PreprocessOptions, truecase_models: dict[str, MosesTruecaser], bpe_codes: dict[str, str]):
+    def __init__(self, options: PreprocessOptions, truecase_models: dict[str, MosesTruecaser],
+                 bpe_codes: dict[str, str]):
         """Use :meth:`fit` or :meth:`load` rather than calling this directly.
 
         ``truecase_models`` maps each side to its model (empty without truecasing);
@@ -195,7 +196,7 @@ class Preprocessor:
     # --- learning ---------------------------------------------------------------
 
     @classmethod
-    def fit(cls, src_lines: Sequence[str], tgt_lines: Sequence[str], **options) -> "Preprocessor":
+    def fit(cls, src_lines: Sequence[str], tgt_lines: Sequence[str], **options) -> Preprocessor:
         """Learn the truecasing and BPE models from training text.
 
         ``options`` are the fields of :class:`PreprocessOptions`: ``src_lang``,
@@ -275,7 +276,7 @@ class Preprocessor:
             handle.write("\n")
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> "Preprocessor":
+    def load(cls, directory: str | os.PathLike) -> Preprocessor:
         """Read a preprocessor written by :meth:`save`; raises CheckpointError naming the bad file."""
         directory = os.fspath(directory)
         record = _read_record(os.path.join(directory, OPTIONS_FILE))
@@ -374,7 +375,8 @@ def _read_record(path: str) -> dict:
         raise CheckpointError(f"{path}: no such file (was the model directory created by ctxnmt train?)") from None
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path}: cannot read preprocessing settings ({err})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("options"), dict) or not isinstance(record.get("files"), dict):
+    if not (isinstance(record, dict) and isinstance(record.get("options"), dict)
+            and isinstance(record.get("files"), dict)):
         raise CheckpointError(f"{path}: not a preprocessing settings file")
     if record.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"{path}: format {record.get('format')!r} is not supported (expected {FORMAT_VERSION})")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ctxnmt.data.corpus import read_lines, write_lines_atomic
 from ctxnmt.errors import DataError
@@ -29,7 +29,7 @@ class Vocab:
             self._tokens.append(token)
 
     @classmethod
-    def build(cls, token_lists: Iterable[Iterable[str]], max_size: int | None = None, min_freq: int = 1) -> "Vocab":
+    def build(cls, token_lists: Iterable[Iterable[str]], max_size: int | None = None, min_freq: int = 1) -> Vocab:
         """Count tokens and keep the most frequent.
 
         Order is by decreasing frequency, ties alphabetical, so the same data
@@ -51,7 +51,7 @@ class Vocab:
         write_lines_atomic(path, self._tokens)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Vocab":
+    def load(cls, path: str | os.PathLike) -> Vocab:
         """Read a file written by :meth:`save`; raises DataError naming the file and line at fault."""
         lines = read_lines(path)
         path = os.fspath(path)

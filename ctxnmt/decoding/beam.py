@@ -1,8 +1,9 @@
 """Batched beam search over many sentences at once.
 
 Each row of the decoder state is one hypothesis (sentence-major, K rows per
-sentence); the encoder side is kept once per sentence and shared by its rows.  After every step one index vector both reorders the beams and drops
-the sentences that are finished, and that one gather is applied to every state
+sentence); the encoder side is kept once per sentence and shared by its rows.
+After every step one index vector both reorders the beams and drops the
+sentences that are finished, and that one gather is applied to every state
 tensor.  Greedy search is beam search with K = 1.
 """
 from __future__ import annotations

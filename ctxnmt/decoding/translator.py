@@ -32,7 +32,7 @@ class Translation:
     src_tokens: list[str] = field(default_factory=list)
     tokens: list[str] = field(default_factory=list)  # output subwords, without EOS
     attention: torch.Tensor | None = None  # (len(tokens) + 1, len(src_tokens))
-    nbest: list["Translation"] = field(default_factory=list)  # includes the best one first
+    nbest: list[Translation] = field(default_factory=list)  # includes the best one first
 
 
 def _sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -83,7 +83,7 @@ class Translator:
         self.warn = lambda msg: print(f"warning: {msg}", file=sys.stderr)
 
     @classmethod
-    def load(cls, model_dir: str | Path, checkpoint: str | None = None, device: str = "cpu") -> "Translator":
+    def load(cls, model_dir: str | Path, checkpoint: str | None = None, device: str = "cpu") -> Translator:
         model_dir = Path(model_dir)
         config_path = model_dir / "config.yaml"
         if not config_path.is_file():

@@ -8,8 +8,14 @@ from pathlib import Path
 
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.errors import CtxnmtError, DataError
-from ctxnmt.evaluation.metrics import (METRICS, TOKENISED_BLEU_KEY, check_metrics,
-                                       length_buckets, plot_length_buckets, score_all)
+from ctxnmt.evaluation.metrics import (
+    METRICS,
+    TOKENISED_BLEU_KEY,
+    check_metrics,
+    length_buckets,
+    plot_length_buckets,
+    score_all,
+)
 from ctxnmt.evaluation.significance import TESTS, compare
 
 

@@ -8,8 +8,9 @@ tokenisation, which is what ``multi-bleu.perl`` computed in older papers.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 

@@ -7,17 +7,17 @@ are delegated to sacreBLEU's own implementation; the sentence-level tests
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
-from scipy import stats
 from sacrebleu.significance import PairedTest
+from scipy import stats
 
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.evaluation.metrics import (HIGHER_IS_BETTER, check_pair, check_metrics,
-                                       sentence_metric, sentence_scores)
+from ctxnmt.evaluation.metrics import HIGHER_IS_BETTER, check_metrics, check_pair, sentence_metric, sentence_scores
 
 TESTS = ("bootstrap", "ar", "ttest", "sign")
 DEFAULT_SAMPLES = {"bootstrap": 1000, "ar": 10000}

@@ -2,7 +2,6 @@
 the softmax layer W_o.  Built from a ModelConfig by `build_model`."""
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 

@@ -6,7 +6,8 @@ here, and an unknown name is a ConfigError listing the known ones.
 from __future__ import annotations
 
 import difflib
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from ctxnmt.errors import ConfigError
 

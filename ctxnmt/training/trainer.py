@@ -226,7 +226,8 @@ class Trainer:
             return ""
         self._validated_at = p.update
         result = validate(self.model, self.data, self.config, self.device)
-        self.log(f"validation at update {p.update} ({p.tokens} target tokens): " + ", ".join(f"{k} {v:.2f}" for k, v in result.items()))
+        scores = ", ".join(f"{k} {v:.2f}" for k, v in result.items())
+        self.log(f"validation at update {p.update} ({p.tokens} target tokens): {scores}")
         for k, v in result.items():
             self.log.scalar(f"dev/{k}", v, p.update)
         metric = result.get(t.early_stop_metric, result["ppl"])

@@ -13,7 +13,7 @@ def write(path, data: bytes):
 
 
 def test_read_lines_strips_newlines_and_carriage_returns(tmp_path):
-    path = write(tmp_path / "a.txt", "uno\r\ndos\n\ntrés".encode("utf-8"))
+    path = write(tmp_path / "a.txt", "uno\r\ndos\n\ntrés".encode())
     assert read_lines(path) == ["uno", "dos", "", "trés"]
 
 
@@ -71,7 +71,7 @@ def test_filter_by_length_reports_what_it_drops():
 def test_write_lines_atomic_round_trip(tmp_path):
     path = tmp_path / "out.txt"
     write_lines_atomic(path, ["é", "", "z"])
-    assert path.read_bytes() == "é\n\nz\n".encode("utf-8")
+    assert path.read_bytes() == "é\n\nz\n".encode()
     assert read_lines(path) == ["é", "", "z"]
 
 

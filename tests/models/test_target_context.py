@@ -8,7 +8,6 @@ import torch
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.models.nmt import build_model, count_parameters
-
 from tests.models import reference as ref
 from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
 
