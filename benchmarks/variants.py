@@ -1,0 +1,95 @@
+"""Speed of model variants as ratios to the baseline, interleaved in one process.
+
+    python benchmarks/variants.py configs/bench.yaml model.target_context=mean model.target_context=self-attentive
+
+On a shared, noisy machine, configs measured one after the other drift by ±10%;
+here every variant's training step and decoding batch alternate with the
+baseline's on the same batches, so slow spells hit all of them alike.  Reports
+parameters, training target tokens/s and beam-5 decoding sentences/s, each with
+its ratio to the baseline (the config without overrides).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("config")
+    parser.add_argument("variants", nargs="+", help="comma-separated overrides per variant, e.g. model.cell=gru")
+    parser.add_argument("--rounds", type=int, default=8, help="training steps per variant (after 2 warm-up)")
+    parser.add_argument("--decode-sents", type=int, default=200)
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--checkpoint", help="baseline weights to decode with (loaded non-strictly)")
+    args = parser.parse_args()
+
+    import torch
+
+    from ctxnmt.config import load_config
+    from ctxnmt.data.batching import epoch_batches, make_batch
+    from ctxnmt.data.prepare import data_fingerprint, encode_split, prepare, read_split
+    from ctxnmt.decoding.translator import search_ids
+    from ctxnmt.models.nmt import build_model, count_parameters
+    from ctxnmt.training.checkpoint import load_checkpoint
+
+    torch.set_num_threads(os.cpu_count())
+    names = ["baseline"] + args.variants
+    configs = [load_config(args.config, [] if n == "baseline" else n.split(",")) for n in names]
+    base = configs[0]
+    base.model_dir = str(ROOT / "runs" / "bench-prep" / data_fingerprint(base.data))
+    data = prepare(base, log=lambda message: print(message, file=sys.stderr))
+    models, optimizers = [], []
+    for cfg in configs:
+        torch.manual_seed(0)
+        model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
+        if args.checkpoint:
+            model.load_state_dict(load_checkpoint(args.checkpoint)["model"], strict=False)
+        models.append(model)
+        optimizers.append(torch.optim.Adam(model.parameters(), lr=1e-5))
+    train = data.train
+    t = base.training
+    batches = epoch_batches([len(s) for s in train.src], [len(s) for s in train.tgt], t.batch_tokens, t.batch_sents,
+                            t.seed, 0)[: args.rounds + 2]
+    train_rate = {n: [] for n in names}
+    for r, index in enumerate(batches):
+        batch = make_batch(index, train.src, train.tgt)
+        for name, model, opt in zip(names, models, optimizers):
+            model.train()
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            nll, n = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
+            (nll / batch.n_sents).backward()
+            opt.step()
+            if r >= 2:
+                train_rate[name].append(n / (time.perf_counter() - start))
+    test = read_split(base.data, "test")
+    k = min(args.decode_sents, len(test.src))
+    src = encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:k], test.tgt[:k]).src
+    decode_rate = {n: [] for n in names}
+    for chunk in range(0, k, 50):
+        for name, model in zip(names, models):
+            start = time.perf_counter()
+            search_ids(model, src[chunk: chunk + 50], base.decoding, beam=args.beam, batch_size=50)
+            decode_rate[name].append(len(src[chunk: chunk + 50]) / (time.perf_counter() - start))
+    train_base = statistics.mean(train_rate["baseline"])
+    decode_base = statistics.mean(decode_rate["baseline"])
+    print(f"{'variant':<40} {'params':>11} {'train tok/s':>12} {'ratio':>6} {'beam sent/s':>12} {'ratio':>6}")
+    for name, model in zip(names, models):
+        tr, de = statistics.mean(train_rate[name]), statistics.mean(decode_rate[name])
+        print(f"{name:<40} {count_parameters(model):>11,} {tr:>12.0f} {tr / train_base:>6.3f} "
+              f"{de:>12.1f} {de / decode_base:>6.3f}")
+    print(f"\n{args.rounds} interleaved training steps per variant on the first batches of epoch 1; "
+          f"beam {args.beam} over {k} test sentences in interleaved chunks of 50; "
+          f"{'trained baseline weights' if args.checkpoint else 'random weights'}")
+
+
+if __name__ == "__main__":
+    main()
