@@ -168,3 +168,21 @@ def test_corrupt_and_foreign_checkpoints(tmp_path, capsys):
 def test_translate_missing_model_dir(tmp_path, capsys):
     code, _, err = run(["translate", tmp_path / "nothing"], capsys)
     assert code == 2 and "not a model directory" in err
+
+
+def test_overlong_input_is_translated_in_pieces_with_a_warning(tmp_path, capsys):
+    from ctxnmt.decoding.translator import Translator
+
+    data = small_corpus(tmp_path)
+    cfg = write_config(tmp_path / "c.yaml", data, tmp_path / "m")
+    assert run(["train", cfg, "--quiet", "--set", "training.max_updates=2", "--set", "training.valid_bleu=false"],
+               capsys)[0] == 0
+    translator = Translator.load(tmp_path / "m")
+    translator.config.decoding.max_src_len = 4
+    warnings = []
+    translator.warn = warnings.append
+    lines = ["el gato 1 .", "", "el gato 2 . el gato 3 . el gato 4 . el gato 5 ."]
+    out = translator.translate(lines, beam=2)
+    assert len(out) == 3 and out[1].text == ""
+    assert len(warnings) == 1 and warnings[0].startswith("input line 3 ")
+    assert "pieces" in warnings[0]
