@@ -8,7 +8,6 @@ import torch
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
-from ctxnmt.decoding.beam import select_rows
 from ctxnmt.models.cells import GRUCell, scan
 from ctxnmt.models.nmt import build_model
 from tests.models import reference as ref
@@ -73,40 +72,6 @@ def test_teacher_forced_logprobs_match_reference(learned_start):
 def test_zero_start_embedding_is_default():
     model = build_model(ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9), 16, 16)
     assert not model.start.requires_grad and float(model.start.abs().sum()) == 0.0
-
-
-def test_incremental_decoding_matches_teacher_forcing():
-    model = small_model()
-    logp_full, alpha_full = batch_logprobs(model, SRC, TGT)
-    src, src_mask = pad(SRC)
-    tgt, _ = pad(TGT)
-    with torch.no_grad():
-        enc = model.encode(src, src_mask)
-        state = model.init_state(enc)
-        prev = None
-        for t in range(tgt.size(1)):
-            logp, state, alpha = model.step(enc, state, prev)
-            for b, ids in enumerate(TGT):
-                if t < len(ids):
-                    torch.testing.assert_close(logp[b], logp_full[b, t], atol=1e-5, rtol=0)
-                    torch.testing.assert_close(alpha[b], alpha_full[b, t], atol=1e-5, rtol=0)
-            prev = tgt[:, t]
-
-
-def test_reordering_rows_keeps_states_consistent():
-    """Decoding a permuted batch after a reorder equals decoding the original rows."""
-    model = small_model()
-    src, src_mask = pad(SRC)
-    tgt, _ = pad(TGT)
-    perm = torch.tensor([2, 0, 1])
-    with torch.no_grad():
-        enc = model.encode(src, src_mask)
-        state = model.init_state(enc)
-        _, state, _ = model.step(enc, state, None)
-        logp_ref, _, _ = model.step(enc, state, tgt[:, 0])
-        enc_p, state_p = select_rows(enc, perm), select_rows(state, perm)
-        logp_perm, _, _ = model.step(enc_p, state_p, tgt[perm, 0])
-    torch.testing.assert_close(logp_perm, logp_ref[perm], atol=1e-6, rtol=0)
 
 
 def test_loss_is_summed_negative_log_likelihood():

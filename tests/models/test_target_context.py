@@ -79,8 +79,8 @@ def test_incremental_decoding_matches_teacher_forcing(name):
             prev = tgt[:, t]
 
 
-@pytest.mark.parametrize("name", ["mean", "self-attentive"])
-def test_beam_reorder_keeps_summary_states_consistent(name):
+@pytest.mark.parametrize("name", SUMMARIES)
+def test_beam_reorder_keeps_states_consistent(name):
     """Reordered rows continue exactly as the rows they were copied from."""
     from ctxnmt.decoding.beam import select_rows
 
