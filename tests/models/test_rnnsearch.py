@@ -93,7 +93,7 @@ def test_papers_initialisation():
         torch.testing.assert_close(block @ block.t(), torch.eye(10), atol=1e-5, rtol=0)
     W = model.encoder.fwd.W.weight.detach()
     assert 0.005 < float(W.std()) < 0.015
-    assert float(model.encoder.fwd.W.bias.abs().sum()) == 0.0
+    assert float(model.encoder.fwd.W.bias.detach().abs().sum()) == 0.0
 
 
 def test_tied_output_embeddings_share_storage():
