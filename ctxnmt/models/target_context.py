@@ -117,3 +117,88 @@ class ContentSelfAttentiveResidual(TargetContext):
         num = state["sa_num"] * carry + w * prev_emb
         den = state["sa_den"] * carry + w
         return num / den, {"sa_num": num, "sa_den": den, "sa_max": new_max}
+
+
+class QuerySelfAttentiveResidual(TargetContext):
+    """Self-attentive residual whose scores depend on the current step through a
+    query (the context vector c_t or the decoder state s_t), so α_t is recomputed
+    over all previous words at every step: O(t) per decoding step, a causal
+    (T × T) score matrix under teacher forcing.  Subclasses define `energy`."""
+
+    query = "context"  # which decoder quantity the scores read: "context" (c_t) or "state" (s_t)
+    additive = True  # vᵀ tanh(…) of W_y E y_i and the query; False: the keys are E y_i themselves
+
+    def __init__(self, emb_dim: int, hidden_dim: int = 0, ctx_dim: int = 0, **_):
+        super().__init__(emb_dim)
+        query_dim = ctx_dim if self.query == "context" else hidden_dim
+        self.W_q = nn.Linear(query_dim, emb_dim, bias=False)  # the papers' W_c (or W_s for the scope)
+        if self.additive:
+            self.W_y = nn.Linear(emb_dim, emb_dim)
+            self.v = nn.Linear(emb_dim, 1, bias=False)
+
+    def keys(self, prev: torch.Tensor) -> torch.Tensor:
+        return self.W_y(prev) if self.additive else prev
+
+    def energy(self, keys: torch.Tensor, prev: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """Scores (B, T_q, T_k) of projected keys W_y E y_i (B, T_k, e), embeddings E y_i
+        (B, T_k, e) and projected queries (B, T_q, e)."""
+        raise NotImplementedError
+
+    def _query(self, s, c):
+        return self.W_q(c if self.query == "context" else s)
+
+    def full(self, prev_emb, mask, states=None, contexts=None):
+        T = prev_emb.size(1)
+        e = self.energy(self.keys(prev_emb), prev_emb, self._query(states, contexts))  # (B, T, T)
+        causal = torch.ones(T, T, dtype=torch.bool, device=prev_emb.device).tril()
+        alpha = torch.softmax(e.masked_fill(~causal, float("-inf")), dim=-1)
+        return torch.bmm(alpha, prev_emb)
+
+    def init_state(self, rows, like):
+        return {"sa_prev": like.new_zeros(rows, 0, self.out_dim)}
+
+    def step(self, state, prev_emb, s=None, c=None):
+        prev = torch.cat([state["sa_prev"], prev_emb.unsqueeze(1)], dim=1)  # (R, t, e)
+        e = self.energy(self.keys(prev), prev, self._query(s, c).unsqueeze(1))  # (R, 1, t)
+        d = torch.bmm(torch.softmax(e, dim=-1), prev).squeeze(1)
+        return d, {"sa_prev": prev}
+
+
+def _additive(v: nn.Linear, keys: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    return v(torch.tanh(keys.unsqueeze(1) + q.unsqueeze(2))).squeeze(-1)
+
+
+@TARGET_CONTEXTS.register("self-attentive-sum")
+class SumSelfAttentiveResidual(QuerySelfAttentiveResidual):
+    """e_ti = vᵀ tanh(W_y E y_i + W_c c_t)."""
+
+    def energy(self, keys, prev, q):
+        return _additive(self.v, keys, q)
+
+
+@TARGET_CONTEXTS.register("self-attentive-product")
+class ProductSelfAttentiveResidual(QuerySelfAttentiveResidual):
+    """e_ti = vᵀ tanh(W_y E y_i ⊙ W_c c_t)."""
+
+    def energy(self, keys, prev, q):
+        return self.v(torch.tanh(keys.unsqueeze(1) * q.unsqueeze(2))).squeeze(-1)
+
+
+@TARGET_CONTEXTS.register("self-attentive-dot")
+class DotSelfAttentiveResidual(QuerySelfAttentiveResidual):
+    """e_ti = (E y_i)ᵀ W_c c_t: no W_y or v."""
+
+    additive = False
+
+    def energy(self, keys, prev, q):
+        return torch.bmm(q, prev.transpose(1, 2))
+
+
+@TARGET_CONTEXTS.register("self-attentive-scope")
+class ScopeSelfAttentiveResidual(QuerySelfAttentiveResidual):
+    """content+scope: e_ti = vᵀ tanh(W_y E y_i + W_s s_t)."""
+
+    query = "state"
+
+    def energy(self, keys, prev, q):
+        return _additive(self.v, keys, q)

@@ -57,9 +57,10 @@ def additive_attention(att, s_prime, annotations):
 def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
     """log p(y_t | y_<t, x) for every target position of one sentence pair.
 
-    `summary(t, prev_embs)` gives d_t from the list of previous embeddings
-    [y_0, E y_1, …, E y_{t-1}]; default: the last one (the baseline)."""
-    summary = summary or (lambda t, prev: prev[-1])
+    `summary(t, prev_embs, s_t, c_t)` gives d_t from the list of previous
+    embeddings [y_0, E y_1, …, E y_{t-1}] and the step's decoder state and
+    context vector; default: the last embedding (the baseline)."""
+    summary = summary or (lambda t, prev, s, c: prev[-1])
     dec = model.decoder
     annotations = birnn_encode(model, src_ids)
     s = torch.tanh(dec.init_proj.weight @ annotations.mean(0) + dec.init_proj.bias)
@@ -70,7 +71,7 @@ def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
         s_prime = gru_step(dec.gru1, y_prev, s)
         alpha, c = additive_attention(dec.attention, s_prime, annotations)
         s = gru_step(dec.gru2, c, s_prime)
-        d = summary(t, prev_embs)
+        d = summary(t, prev_embs, s, c)
         o = dec.output
         readout = torch.tanh(o.from_state.weight @ s + o.from_state.bias + o.from_summary.weight @ d
                              + o.from_context.weight @ c)

@@ -11,28 +11,44 @@ from ctxnmt.models.nmt import build_model, count_parameters
 from tests.models import reference as ref
 from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
 
-SUMMARIES = ["previous", "mean", "self-attentive"]
+SCORED = ["self-attentive", "self-attentive-sum", "self-attentive-product", "self-attentive-dot",
+          "self-attentive-scope"]
+SUMMARIES = ["previous", "mean"] + SCORED
 
 
-def literal_mean(t, prev):
+def literal_mean(t, prev, s, c):
     return torch.stack(prev).mean(0)  # (1/t) Σ_{i<t} E y_i, y_0 included
 
 
-def literal_content(model):
+def literal_scored(model, name):
+    """d_t = Σ_{i<t} softmax_i(e_ti) E y_i with the papers' score functions, one word at a time."""
     sa = model.decoder.summary
 
-    def summary(t, prev):
-        scores = torch.stack([(sa.v.weight[0] * torch.tanh(sa.W_y.weight @ y + sa.W_y.bias)).sum() for y in prev])
-        alpha = torch.softmax(scores, 0)
+    def score(y, s, c):
+        if name == "self-attentive":  # content: vᵀ tanh(W_y E y_i)
+            return (sa.v.weight[0] * torch.tanh(sa.W_y.weight @ y + sa.W_y.bias)).sum()
+        if name == "self-attentive-dot":  # (E y_i)ᵀ W_c c_t
+            return y @ (sa.W_q.weight @ c)
+        wy = sa.W_y.weight @ y + sa.W_y.bias
+        if name == "self-attentive-sum":  # vᵀ tanh(W_y E y_i + W_c c_t)
+            inner = wy + sa.W_q.weight @ c
+        elif name == "self-attentive-product":  # vᵀ tanh(W_y E y_i ⊙ W_c c_t)
+            inner = wy * (sa.W_q.weight @ c)
+        else:  # content+scope: vᵀ tanh(W_y E y_i + W_s s_t)
+            inner = wy + sa.W_q.weight @ s
+        return (sa.v.weight[0] * torch.tanh(inner)).sum()
+
+    def summary(t, prev, s, c):
+        alpha = torch.softmax(torch.stack([score(y, s, c) for y in prev]), 0)
         return sum(a * y for a, y in zip(alpha, prev))
 
     return summary
 
 
-@pytest.mark.parametrize("name", ["mean", "self-attentive"])
+@pytest.mark.parametrize("name", ["mean"] + SCORED)
 def test_summary_matches_literal_equation(name):
     model = small_model(target_context=name, learned_start=True)
-    summary = literal_mean if name == "mean" else literal_content(model)
+    summary = literal_mean if name == "mean" else literal_scored(model, name)
     logp, _ = batch_logprobs(model, SRC, TGT)
     for b, (s, t) in enumerate(zip(SRC, TGT)):
         ref_logp, _ = ref.rnnsearch_logprobs(model, s, t, summary)
@@ -99,9 +115,13 @@ def test_beam_reorder_keeps_states_consistent(name):
 
 
 def test_parameter_growth_is_W_y_and_v_only():
-    e = 8
-    counts = {name: count_parameters(build_model(ModelConfig(emb_dim=e, hidden_dim=10, att_dim=9,
+    e, h, c = 8, 10, 20  # embeddings, decoder state, context vector (2 × encoder hidden)
+    counts = {name: count_parameters(build_model(ModelConfig(emb_dim=e, hidden_dim=h, att_dim=9,
                                                              target_context=name), 16, 16))
               for name in SUMMARIES}
-    assert counts["mean"] == counts["previous"]
-    assert counts["self-attentive"] - counts["previous"] == e * e + e + e  # W_y, its bias, v
+    growth = {name: n - counts["previous"] for name, n in counts.items()}
+    assert growth["mean"] == 0
+    assert growth["self-attentive"] == e * e + e + e  # W_y, its bias, v: the papers' claim
+    assert growth["self-attentive-sum"] == growth["self-attentive-product"] == e * e + e + e + c * e  # + W_c
+    assert growth["self-attentive-dot"] == c * e  # W_c only
+    assert growth["self-attentive-scope"] == e * e + e + e + h * e  # + W_s
