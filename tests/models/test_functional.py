@@ -43,3 +43,32 @@ def test_additive_energy_matches_plain_with_gradients():
     torch.autograd.gradcheck(additive_energy, (keys, query, v))
     with torch.no_grad():
         torch.testing.assert_close(additive_energy(keys, query, v), plain)
+
+
+def test_model_gradients_equal_plain_autograd(monkeypatch):
+    """The whole model's gradients with the custom functions equal plain autograd's."""
+    import ctxnmt.models.attention as attention
+    import ctxnmt.models.functional as functional
+    from ctxnmt.data.batching import pad
+    from tests.models.test_rnnsearch import SRC, TGT, small_model
+
+    model = small_model().double()  # no dropout: small_model sets dropout_out=0
+    src, src_mask = pad(SRC)
+    tgt, tgt_mask = pad(TGT)
+
+    def grads():
+        model.zero_grad()
+        model.loss(src, src_mask.double(), tgt, tgt_mask.double())[0].backward()
+        return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    fast = grads()
+    monkeypatch.setattr(functional, "_Mix", type("M", (), {"apply": staticmethod(
+        lambda a, v: torch.bmm(a, v))}))
+    monkeypatch.setattr(attention, "additive_energy",
+                        lambda k, q, v: torch.tanh(k.unsqueeze(1) + q.unsqueeze(2)) @ v)
+    monkeypatch.setattr("ctxnmt.models.nmt.linear_cross_entropy",
+                        lambda x, w, b, t, s: F.cross_entropy(F.linear(x, w, b), t, reduction="sum"))
+    plain = grads()
+    assert fast.keys() == plain.keys()
+    for name in fast:
+        torch.testing.assert_close(fast[name], plain[name], msg=name)
