@@ -89,7 +89,13 @@ class ConditionalGRUDecoder(nn.Module):
         A = torch.stack(alphas, dim=1)
         C = torch.bmm(A, enc["annotations"])
         D = self.summary.full(prev_emb, tgt_mask, S, C)
-        return self.output(self.dropout_hidden(S), D, C), A
+        return self.output(self.dropout_hidden(S), D, C, self.output_extra(S)), A
+
+    own_state = ("s",)  # state entries of the decoder itself; the rest belong to the summary
+
+    def output_extra(self, S: torch.Tensor) -> torch.Tensor | None:
+        """A variant's extra deep-output term for all steps (None: the plain cGRU)."""
+        return None
 
     # -- incremental decoding ----------------------------------------------------
     def init_state(self, enc, beam: int = 1) -> dict[str, torch.Tensor]:
@@ -101,6 +107,56 @@ class ConditionalGRUDecoder(nn.Module):
         """One step: readout (R, out_dim), new state, α_t (R, S); R = beam × sentences."""
         s, alpha = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t))
         c = mix(alpha, enc["annotations"])
-        summary_state = {k: v for k, v in state.items() if k != "s"}
+        summary_state = {k: v for k, v in state.items() if k not in self.own_state}
         d, summary_state = self.summary.step(summary_state, prev_emb_t, s, c)
-        return self.output(s, d, c), {"s": s, **summary_state}, alpha
+        extra, extra_state = self.output_extra_step(state, s)
+        return self.output(s, d, c, extra), {"s": s, **summary_state, **extra_state}, alpha
+
+    def output_extra_step(self, state, s):
+        return None, {}
+
+
+@DECODERS.register("self-attentive-rnn")
+class SelfAttentiveRNNDecoder(ConditionalGRUDecoder):
+    """The cGRU plus an attention over its own previous states (Daniluk et al.,
+    adapted as in Miculicich Werlen et al.'s comparison): the deep output gets
+    W_mt s̃_t with s̃_t = Σ_{i<t} α_ti s_i, e_ti = vᵀ tanh(W_m s_i + W_s s_t).
+
+    Choices: the query is the current state s_t (the appendix allows s_{t-1} or
+    s_t); the memory holds s_1 … s_{t-1}, so s̃_1 = 0 (nothing to attend to yet)."""
+
+    own_state = ("s", "sar_mem")
+
+    def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
+        super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)
+        self.W_m = nn.Linear(hidden_dim, hidden_dim)
+        self.W_s = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.v_m = nn.Linear(hidden_dim, 1, bias=False)
+        self.from_memory = nn.Linear(hidden_dim, out_dim, bias=False)  # W_mt
+
+    def _scores(self, states: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        """e (B, Q, M) of queries s_t (B, Q, H) over memory states s_i (B, M, H)."""
+        return self.v_m(torch.tanh(self.W_m(states).unsqueeze(1) + self.W_s(queries).unsqueeze(2))).squeeze(-1)
+
+    def output_extra(self, S):
+        T = S.size(1)
+        allowed = torch.ones(T, T, dtype=torch.bool, device=S.device).tril(-1)  # strictly earlier states
+        e = self._scores(S, S).masked_fill(~allowed, float("-inf"))
+        # Row-wise stable softmax; the first row has nothing to attend to and stays zero (s̃_1 = 0).
+        row_max = e.detach().max(-1, keepdim=True).values.clamp(min=-1e30)
+        w = torch.exp(e - row_max)
+        alpha = w / w.sum(-1, keepdim=True).clamp(min=1e-30)
+        return self.from_memory(torch.bmm(alpha, S))
+
+    def init_state(self, enc, beam: int = 1):
+        state = super().init_state(enc, beam)
+        return {**state, "sar_mem": state["s"].new_zeros(state["s"].size(0), 0, self.hidden_dim)}
+
+    def output_extra_step(self, state, s):
+        memory = state["sar_mem"]  # (R, t-1, H)
+        if memory.size(1) == 0:
+            tilde = torch.zeros_like(s)
+        else:
+            alpha = torch.softmax(self._scores(memory, s.unsqueeze(1)), dim=-1)  # (R, 1, t-1)
+            tilde = torch.bmm(alpha, memory).squeeze(1)
+        return self.from_memory(tilde), {"sar_mem": torch.cat([memory, s.unsqueeze(1)], dim=1)}

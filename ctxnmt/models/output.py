@@ -13,5 +13,7 @@ class DeepOutput(nn.Module):
         self.from_context = nn.Linear(ctx_dim, out_dim, bias=False)  # W_ct
         self.out_dim = out_dim
 
-    def forward(self, s: torch.Tensor, d: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.from_state(s) + self.from_summary(d) + self.from_context(c))
+    def forward(self, s: torch.Tensor, d: torch.Tensor, c: torch.Tensor, extra: torch.Tensor | None = None):
+        """`extra` is an additional pre-activation term that a decoder variant contributes."""
+        pre = self.from_state(s) + self.from_summary(d) + self.from_context(c)
+        return torch.tanh(pre if extra is None else pre + extra)

@@ -54,6 +54,17 @@ def additive_attention(att, s_prime, annotations):
     return alpha, c
 
 
+def self_attentive_rnn_term(model, earlier_states, s):
+    """W_mt s̃_t, s̃_t = Σ_{i<t} α_ti s_i, α_t = softmax_i(vᵀ tanh(W_m s_i + W_s s_t)); s̃_1 = 0."""
+    dec = model.decoder
+    if not earlier_states:
+        return dec.from_memory.weight @ torch.zeros_like(s)
+    e = torch.stack([(dec.v_m.weight[0] * torch.tanh(dec.W_m.weight @ m + dec.W_m.bias + dec.W_s.weight @ s)).sum()
+                     for m in earlier_states])
+    alpha = torch.softmax(e, 0)
+    return dec.from_memory.weight @ sum(a * m for a, m in zip(alpha, earlier_states))
+
+
 def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
     """log p(y_t | y_<t, x) for every target position of one sentence pair.
 
@@ -65,7 +76,7 @@ def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
     annotations = birnn_encode(model, src_ids)
     s = torch.tanh(dec.init_proj.weight @ annotations.mean(0) + dec.init_proj.bias)
     prev_embs = [model.start.detach().clone()]
-    out, alphas = [], []
+    out, alphas, states = [], [], []
     for t, y in enumerate(tgt_ids):
         y_prev = prev_embs[-1]
         s_prime = gru_step(dec.gru1, y_prev, s)
@@ -73,8 +84,11 @@ def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
         s = gru_step(dec.gru2, c, s_prime)
         d = summary(t, prev_embs, s, c)
         o = dec.output
-        readout = torch.tanh(o.from_state.weight @ s + o.from_state.bias + o.from_summary.weight @ d
-                             + o.from_context.weight @ c)
+        pre = o.from_state.weight @ s + o.from_state.bias + o.from_summary.weight @ d + o.from_context.weight @ c
+        if model.cfg.decoder == "self-attentive-rnn":
+            pre = pre + self_attentive_rnn_term(model, states, s)
+        states.append(s)
+        readout = torch.tanh(pre)
         logits = model.generator.weight @ readout + model.generator.bias
         out.append(torch.log_softmax(logits, dim=0))
         alphas.append(alpha)

@@ -77,9 +77,10 @@ def test_content_summary_is_stable_for_extreme_scores():
         torch.testing.assert_close(d[0, t], (alpha.unsqueeze(1) * prev[0, : t + 1]).sum(0), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("decoder", ["cgru", "self-attentive-rnn"])
 @pytest.mark.parametrize("name", SUMMARIES)
-def test_incremental_decoding_matches_teacher_forcing(name):
-    model = small_model(target_context=name)
+def test_incremental_decoding_matches_teacher_forcing(name, decoder):
+    model = small_model(target_context=name, decoder=decoder)
     logp_full, _ = batch_logprobs(model, SRC, TGT)
     src, src_mask = pad(SRC)
     tgt, _ = pad(TGT)
@@ -95,12 +96,13 @@ def test_incremental_decoding_matches_teacher_forcing(name):
             prev = tgt[:, t]
 
 
+@pytest.mark.parametrize("decoder", ["cgru", "self-attentive-rnn"])
 @pytest.mark.parametrize("name", SUMMARIES)
-def test_beam_reorder_keeps_states_consistent(name):
+def test_beam_reorder_keeps_states_consistent(name, decoder):
     """Reordered rows continue exactly as the rows they were copied from."""
     from ctxnmt.decoding.beam import select_rows
 
-    model = small_model(target_context=name)
+    model = small_model(target_context=name, decoder=decoder)
     src, src_mask = pad(SRC)
     tgt, _ = pad(TGT)
     perm = torch.tensor([1, 2, 0])
