@@ -127,20 +127,14 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             return value.lower() in ("true", "yes", "1")
-    elif typ is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    elif typ in (int, float):
+        # int keys take ints only; float keys take ints too (YAML writes 1 for 1.0)
+        accepted = (int,) if typ is int else (int, float)
+        if isinstance(value, accepted) and not isinstance(value, bool):
+            return typ(value)
         if isinstance(value, str):
             try:
-                return int(value)
-            except ValueError:
-                pass
-    elif typ is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
+                return typ(value)
             except ValueError:
                 pass
     elif typ is str:

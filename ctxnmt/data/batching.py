@@ -26,10 +26,6 @@ class Batch:
     def n_sents(self) -> int:
         return self.src.size(0)
 
-    @property
-    def n_tgt_tokens(self) -> int:
-        return int(self.tgt_mask.sum())
-
     def to(self, device) -> Batch:
         return Batch(self.indices, self.src.to(device), self.src_mask.to(device), self.tgt.to(device),
                      self.tgt_mask.to(device))
