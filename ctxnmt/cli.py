@@ -18,6 +18,9 @@ COMMAND_MODULES = (
     "ctxnmt.training.commands",
     "ctxnmt.decoding.commands",
     "ctxnmt.evaluation.commands",
+    "ctxnmt.lm.commands",
+    "ctxnmt.analysis.commands",
+    "ctxnmt.experiments.commands",
 )
 
 
@@ -28,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
-            if err.name == name:  # a command family not written yet
+            # a command family not written yet
+            if err.name and (name == err.name or name.startswith(err.name + ".")):
                 continue
             raise
         module.register(sub)

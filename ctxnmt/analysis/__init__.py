@@ -1,0 +1,1 @@
+"""Analysis of trained models: attention statistics, trees, gate values, plots."""

@@ -1,0 +1,26 @@
+"""`ctxnmt analyze WHAT ...`: one sub-command per analysis.
+
+Each analysis module exposes ``register(subparsers)``, as the top-level command
+families do; this module only gathers them under `analyze`.
+"""
+from __future__ import annotations
+
+import importlib
+
+ANALYSIS_MODULES = (
+    "ctxnmt.analysis.target_attention",
+    "ctxnmt.analysis.gates",
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("analyze", help="analyse a trained model (attention, trees, gates)")
+    inner = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    for name in ANALYSIS_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name and (name == err.name or name.startswith(err.name + ".")):  # an analysis not written yet
+                continue
+            raise
+        module.register(inner)
