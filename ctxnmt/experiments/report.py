@@ -21,18 +21,22 @@ from ctxnmt.experiments.evaluate import Output, TestSet
 from ctxnmt.experiments.spec import Experiment
 from ctxnmt.utils.io import atomic_write
 
-# (key, header, decimals) of the numeric columns, in the papers' order.
-COLUMNS = (
+# (key, header, decimals) of the table's columns after the system name, in the papers' order;
+# the significance column has no decimals: it holds marks, not a number.
+SIGNIFICANCE = "significance"
+TABLE = (
     ("parameters", "parameters", 0),
     ("dev_bleu", "dev BLEU", 2),
     ("bleu_tok", "test BLEU (tokenised)", 2),
     ("bleu", "test sacreBLEU", 2),
     ("chrf", "chrF", 2),
     ("ter", "TER", 2),
+    (SIGNIFICANCE, "sig.", None),
     ("train_tokens_per_s", "train tok/s", 0),
     ("sentences_per_s", "decode sent/s", 1),
     ("train_minutes", "train min", 2),
 )
+COLUMNS = tuple(column for column in TABLE if column[0] != SIGNIFICANCE)  # the numeric ones
 THRESHOLDS = ((0.01, "**"), (0.05, "*"))
 
 
@@ -67,30 +71,23 @@ def output_values(output: Output) -> dict[str, float]:
 
 
 def make_row(system: str, external: bool, outputs: list[Output], commands: list[str],
-             tests: list[dict[str, Any]] | None) -> Row:
+             significance: dict[str, Any] | None) -> Row:
     values: dict[str, list[float]] = {}
     for output in outputs:
         for key, value in output_values(output).items():
             values.setdefault(key, []).append(float(value))
-    return Row(system, external, [o.seed for o in outputs], values, summarise_tests(tests) if tests else None,
-               commands)
+    return Row(system, external, [o.seed for o in outputs], values, significance, commands)
 
 
-def summarise_tests(tests: list[dict[str, Any]]) -> dict[str, Any]:
-    """One mark for all seed pairs: the weakest pair decides."""
-    metric = tests[0]["metric"]
-    higher = HIGHER_IS_BETTER.get(_metric_key(metric), True)
+def summarise_tests(tests: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """One mark for all seed pairs of a system: the weakest pair decides."""
+    higher = HIGHER_IS_BETTER[metric]
     improvements = [t["delta"] if higher else -t["delta"] for t in tests]
     max_p = max(t["p_value"] for t in tests)
     direction = "better" if all(d > 0 for d in improvements) else "worse" if all(d < 0 for d in improvements) else ""
     marks = next((m for threshold, m in THRESHOLDS if max_p < threshold), "") if direction else ""
-    return {"test": tests[0]["test"], "metric": metric, "max_p": max_p, "direction": direction, "marks": marks,
+    return {"test": tests[0]["test"], "metric": tests[0]["metric"], "max_p": max_p, "direction": direction, "marks": marks,
             "p_values": [t["p_value"] for t in tests], "deltas": [t["delta"] for t in tests]}
-
-
-def _metric_key(name: str) -> str:
-    lowered = name.lower()
-    return "ter" if "ter" in lowered else "chrf" if "chrf" in lowered else "bleu"
 
 
 def significance_cell(row: Row) -> str:
@@ -111,16 +108,16 @@ def format_number(mean: float | None, sd: float | None, decimals: int) -> str:
 
 def table_cells(row: Row, baseline: str) -> list[str]:
     cells = [row.system + (" (external)" if row.external else "")]
-    for key, _, decimals in COLUMNS:
-        cells.append(format_number(row.mean(key), row.sd(key), decimals))
-    cells.insert(7, "baseline" if row.system == baseline else significance_cell(row))
+    for key, _, decimals in TABLE:
+        if key == SIGNIFICANCE:
+            cells.append("baseline" if row.system == baseline else significance_cell(row))
+        else:
+            cells.append(format_number(row.mean(key), row.sd(key), decimals))
     return cells
 
 
 def headers() -> list[str]:
-    names = ["system"] + [header for _, header, _ in COLUMNS]
-    names.insert(7, "sig.")
-    return names
+    return ["system"] + [header for _, header, _ in TABLE]
 
 
 def markdown_table(rows: list[Row], baseline: str) -> str:

@@ -23,7 +23,17 @@ from ctxnmt.experiments.evaluate import (
     significance,
     translate_run,
 )
-from ctxnmt.experiments.runs import DONE, RESUME, Run, plan_runs, prepare_shared, run_state, shared_data, train, training_record
+from ctxnmt.experiments.runs import (
+    DONE,
+    RESUME,
+    Run,
+    plan_runs,
+    prepare_shared,
+    run_state,
+    shared_data,
+    train,
+    training_record,
+)
 from ctxnmt.experiments.spec import Experiment
 
 
@@ -127,8 +137,10 @@ def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False) 
     tests = significance_tests(experiment, outputs, test)
     buckets = {name: mean_buckets([length_buckets(test.src, o.lines, test.refs) for o in outs])
                for name, outs in outputs.items()}
+    metric = experiment.significance.metric
     rows = [rep.make_row(name, experiment.system(name).external, outs,
-                         row_commands(experiment, name, runs, outputs, test), tests.get(name))
+                         row_commands(experiment, name, runs, outputs, test),
+                         rep.summarise_tests(tests[name], metric) if name in tests else None)
             for name, outs in outputs.items()]
     signatures = list(dict.fromkeys(sig for outs in outputs.values() for o in outs
                                     for sig in o.scores["signatures"].values()))
