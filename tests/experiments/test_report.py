@@ -53,3 +53,18 @@ def test_one_seed_has_no_sd_and_missing_values_show_a_dash():
 def test_train_command_quotes_and_keeps_override_order():
     assert train_command("configs/a b.yaml", ["x.y=1", "name=it's"]) == \
         "ctxnmt train 'configs/a b.yaml' --set x.y=1 --set 'name=it'\"'\"'s'"
+
+
+def test_external_output_must_match_the_test_set(tmp_path):
+    from ctxnmt.errors import DataError
+    from ctxnmt.experiments.evaluate import TestSet, external_output
+
+    ref = tmp_path / "test.en"
+    refs = ["the cat sat down", "a dog ran off", "it rains all day"]
+    ref.write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    test = TestSet(tmp_path / "test.es", ref, "en", ["x", "y", "z"], refs)
+    (tmp_path / "out.en").write_text("a b\nc d\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"out\.en has 2 lines but .*test\.en has 3"):
+        external_output("rules", str(tmp_path / "out.en"), test, tmp_path)
+    (tmp_path / "out.en").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    assert external_output("rules", str(tmp_path / "out.en"), test, tmp_path).scores["bleu"] == pytest.approx(100.0)
