@@ -12,11 +12,13 @@ from ctxnmt.evaluation.metrics import (
     METRICS,
     TOKENISED_BLEU_KEY,
     check_metrics,
+    format_length_buckets,
     length_buckets,
     plot_length_buckets,
     score_all,
 )
 from ctxnmt.evaluation.significance import TESTS, compare
+from ctxnmt.utils.io import atomic_write
 
 
 def register(subparsers) -> None:
@@ -38,9 +40,11 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=12345, help="RNG seed for resampling tests")
     parser.add_argument("--lang", default="en",
                         help="target language for Moses tokenisation of tokenised BLEU")
-    parser.add_argument("--src", metavar="FILE", help="source side, needed for --buckets")
+    parser.add_argument("--src", metavar="FILE", help="source side, needed for --length-buckets and --buckets")
+    parser.add_argument("--length-buckets", action="store_true",
+                        help="print BLEU and average output length by source length ([0,10), [10,20), ...)")
     parser.add_argument("--buckets", metavar="PNG_OR_CSV",
-                        help="BLEU by source length: a .png plot or a .csv table")
+                        help="BLEU by source length: a .png plot or a .csv table (implies --length-buckets)")
     parser.add_argument("--bucket-width", type=int, default=10, metavar="N",
                         help="source-length bucket width in words (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
@@ -71,8 +75,9 @@ def _validate(args) -> tuple[str, ...]:
     metrics = _parse_metrics(args.metrics)
     if args.significance and len(args.hyp) < 2:
         raise CtxnmtError("--significance needs at least two --hyp files (the first is the baseline)")
-    if args.buckets and not args.src:
-        raise CtxnmtError("--buckets needs --src (buckets are by source length)")
+    if (args.buckets or args.length_buckets) and not args.src:
+        option = "--buckets" if args.buckets else "--length-buckets"
+        raise CtxnmtError(f"{option} needs --src (buckets are by source length)")
     if args.buckets and Path(args.buckets).suffix.lower() not in (".png", ".csv"):
         raise CtxnmtError(f"--buckets {args.buckets}: expected a .png or .csv file name")
     if args.samples is not None and args.samples < 1:
@@ -86,7 +91,7 @@ def run_score(args: argparse.Namespace) -> int:
     systems, refs, srcs = _load(args)
     scores = [score_all(hyps, refs, metrics, lang=args.lang) for hyps in systems]
     tests = _significance(args, systems, refs, metrics) if args.significance else []
-    buckets = _buckets(args, systems, refs, srcs) if args.buckets else {}
+    buckets = _buckets(args, systems, refs, srcs) if args.buckets or args.length_buckets else {}
     if args.json:
         print(json.dumps(_as_json(args, scores, tests, buckets), indent=1, ensure_ascii=False))
     else:
@@ -104,16 +109,17 @@ def _significance(args, systems, refs, metrics) -> list[tuple[str, object]]:
 def _buckets(args, systems, refs, srcs) -> dict[str, list]:
     by_system = {path: length_buckets(srcs, hyps, refs, width=args.bucket_width)
                  for path, hyps in zip(args.hyp, systems)}
-    if args.buckets.lower().endswith(".png"):
-        plot_length_buckets(by_system, args.buckets)
-    else:
+    if args.buckets and args.buckets.lower().endswith(".png"):
+        with atomic_write(args.buckets, "wb") as handle:
+            plot_length_buckets(by_system, handle)
+    elif args.buckets:
         _write_bucket_csv(by_system, args.buckets)
     return by_system
 
 
 def _write_bucket_csv(by_system: dict[str, list], path: str) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
+    with atomic_write(path, "w") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["system", "bucket", "lo", "hi", "count", "bleu", "avg_hyp_len", "avg_ref_len"])
         for name, buckets in by_system.items():
             for b in buckets:
@@ -132,6 +138,9 @@ def _print_text(args, scores, tests, buckets) -> None:
     if tests:
         _print_tests(args, tests)
     if buckets:
+        print("== BLEU and average output length (words) by source length (words) ==")
+        print(format_length_buckets(buckets))
+    if args.buckets:
         print(f"length buckets written to {args.buckets}")
 
 

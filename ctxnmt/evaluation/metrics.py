@@ -229,6 +229,35 @@ def _mean_words(lines: Sequence[str]) -> float:
     return sum(len(line.split()) for line in lines) / len(lines)
 
 
+def mean_buckets(runs: Sequence[Sequence[Bucket]]) -> list[Bucket]:
+    """Average several runs' buckets over the same sources (e.g. one system's seeds)."""
+    first = runs[0]
+    if any([(b.lo, b.count) for b in r] != [(b.lo, b.count) for b in first] for r in runs):
+        raise DataError("buckets to average must come from the same source sentences")
+    return [Bucket(lo=b.lo, hi=b.hi, count=b.count,
+                   bleu=sum(r[i].bleu for r in runs) / len(runs),
+                   avg_hyp_len=sum(r[i].avg_hyp_len for r in runs) / len(runs),
+                   avg_ref_len=b.avg_ref_len) for i, b in enumerate(first)]
+
+
+def format_length_buckets(buckets_by_system: dict[str, list[Bucket]]) -> str:
+    """A Markdown table: one row per source-length bucket, BLEU and output length per system."""
+    labels = _bucket_labels(buckets_by_system)
+    by_label = {name: {b.label: b for b in buckets} for name, buckets in buckets_by_system.items()}
+    any_system = {b.label: b for buckets in buckets_by_system.values() for b in buckets}
+    head = ["source words", "sentences", "reference length"]
+    for name in buckets_by_system:
+        head += [f"{name} BLEU", f"{name} length"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label in labels:
+        row = [label, str(any_system[label].count), f"{any_system[label].avg_ref_len:.1f}"]
+        for name in buckets_by_system:
+            bucket = by_label[name].get(label)
+            row += [f"{bucket.bleu:.2f}", f"{bucket.avg_hyp_len:.1f}"] if bucket else ["–", "–"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def plot_length_buckets(buckets_by_system: dict[str, list[Bucket]], path) -> None:
     """Write a PNG: BLEU by source length (left) and output length (right).
 

@@ -34,6 +34,7 @@ class Progress:
     elapsed: float = 0.0  # seconds of training so far, across resumes
     tokens: int = 0
     best_metric: float | None = None
+    best_scores: dict[str, float] | None = None  # every dev score of the best checkpoint
     stopped: str = ""
 
 
@@ -208,7 +209,7 @@ class Trainer:
         p.stopped = p.stopped or stop
         self.save("last.pt")
         with atomic_write(self.model_dir / "done.json", "w") as fh:
-            json.dump(asdict(p), fh, indent=1)
+            json.dump({**asdict(p), "target_tokens_per_s": p.tokens / p.elapsed if p.elapsed else 0.0}, fh, indent=1)
         self.log(f"training stopped: {p.stopped}; {p.update} updates in {p.elapsed / 60:.1f} min, "
                  f"best dev {t.early_stop_metric} {p.best_metric}")
         self.log.close()
@@ -233,6 +234,7 @@ class Trainer:
         metric = result.get(t.early_stop_metric, result["ppl"])
         if self.schedule.observe(metric) if scheduled else self.schedule.is_better(metric, p.best_metric):
             p.best_metric = metric
+            p.best_scores = dict(result)
             self.save("best.pt")
         self.save("last.pt")
         if t.patience and self.schedule.bad >= t.patience:

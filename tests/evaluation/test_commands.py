@@ -94,3 +94,14 @@ def test_buckets_need_source(files, tmp_path, capsys):
     argv = ["score", "--hyp", files["base"], "--ref", files["ref"], "--buckets", str(tmp_path / "b.csv")]
     assert main(argv) == 2
     assert "--src" in capsys.readouterr().err
+
+
+def test_length_buckets_table_on_stdout(files, capsys):
+    argv = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"],
+            "--metrics", "bleu", "--src", files["src"], "--length-buckets"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "by source length" in out
+    assert f"| source words | sentences | reference length | {files['base']} BLEU |" in out
+    assert main(argv[:-3] + ["--length-buckets"]) == 2
+    assert "--length-buckets needs --src" in capsys.readouterr().err

@@ -104,3 +104,27 @@ def test_plot_length_buckets_writes_png(tmp_path):
     out = tmp_path / "buckets.png"
     m.plot_length_buckets({"base": buckets, "ctx": buckets}, out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_length_bucket_table_has_bleu_and_length_per_system():
+    refs = ["the cat sat on the mat today"] * 5
+    hyps = list(refs)
+    hyps[4] = "completely different words here"
+    table = m.format_length_buckets({"base": m.length_buckets(SRCS, refs, refs),
+                                     "ctx": m.length_buckets(SRCS, hyps, refs)}).splitlines()
+    assert table[0] == ("| source words | sentences | reference length | base BLEU | base length | ctx BLEU "
+                        "| ctx length |")
+    assert table[2] == "| 0-9 | 2 | 7.0 | 100.00 | 7.0 | 100.00 | 7.0 |"
+    assert table[4] == "| 20-29 | 1 | 7.0 | 100.00 | 7.0 | 0.00 | 4.0 |"
+
+
+def test_mean_buckets_average_seeds_bucket_by_bucket():
+    refs = ["the cat sat on the mat today"] * 5
+    worse = list(refs)
+    worse[4] = "completely different words here"
+    mean = m.mean_buckets([m.length_buckets(SRCS, refs, refs), m.length_buckets(SRCS, worse, refs)])
+    assert [(b.label, b.count) for b in mean] == [("0-9", 2), ("10-19", 2), ("20-29", 1)]
+    assert mean[2].bleu == pytest.approx(50.0) and mean[2].avg_hyp_len == pytest.approx(5.5)
+    assert mean[0].bleu == pytest.approx(100.0)
+    with pytest.raises(DataError, match="same source"):
+        m.mean_buckets([m.length_buckets(SRCS, refs, refs), m.length_buckets(SRCS[:4], refs[:4], refs[:4])])

@@ -89,3 +89,10 @@ def test_unequal_lengths_are_rejected(corpus):
 def test_unknown_test_lists_valid_names(corpus):
     with pytest.raises(ConfigError, match="valid tests: bootstrap, ar, ttest, sign"):
         s.compare(corpus["baseline"], corpus["better"], corpus["refs"], test="wilcoxon")
+
+
+def test_approximate_randomisation_reports_a_bootstrap_ci(corpus):
+    result = s.approximate_randomization(corpus["baseline"], corpus["better"], corpus["refs"], n=200)
+    centre, half = result.ci
+    assert half > 0 and abs(centre - result.system) < half
+    assert result.system > result.baseline and result.p_value < 0.05

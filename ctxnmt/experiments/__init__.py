@@ -1,0 +1,1 @@
+"""Same-budget experiments: the experiment file, runs, evaluation and the report."""

@@ -1,0 +1,40 @@
+"""`ctxnmt experiment EXPERIMENT.yaml`."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("experiment", help="train and compare several systems under one budget; write a report",
+                       description="Train every system of an experiment file under the same budget and seeds, "
+                                   "translate the test set, score it, test each system against the baseline and "
+                                   "write report.md/.csv/.json. Rerunning it redoes only what is missing.")
+    p.add_argument("experiment", help="experiment YAML file (see docs/experiments.md)")
+    p.add_argument("--quiet", action="store_true", help="no training progress bar or training log on stderr")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the file and every system's config, print each run's state and training command, "
+                        "and stop")
+    p.set_defaults(func=cmd_experiment)
+
+
+def cmd_experiment(args) -> int:
+    from ctxnmt.experiments.runner import run_experiment
+    from ctxnmt.experiments.spec import load_experiment
+
+    experiment = load_experiment(args.experiment)
+    if args.dry_run:
+        return dry_run(experiment)
+    paths = run_experiment(experiment, quiet=args.quiet)
+    print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())
+    return 0
+
+
+def dry_run(experiment) -> int:
+    from ctxnmt.experiments.report import train_command
+    from ctxnmt.experiments.runs import plan_runs, run_state
+
+    for run in plan_runs(experiment):
+        print(f"{run.system} seed {run.seed}: {run_state(run)}, {run.model_dir}")
+        print(f"  {train_command(run.config_path, run.overrides)}")
+    for spec in experiment.systems:
+        if spec.external:
+            print(f"{spec.name}: external output {spec.output}")
+    return 0

@@ -1,0 +1,164 @@
+"""Test-set translation, scores and significance for an experiment, each cached.
+
+Every cached result is stored next to a key made of the hashes of what it was
+computed from (checkpoint, input, output, reference, test settings), so a rerun
+recomputes exactly what changed or is missing and nothing else.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.prepare import ensure_corpus, split_paths
+from ctxnmt.errors import DataError
+from ctxnmt.experiments.runs import Run
+from ctxnmt.experiments.spec import SignificanceSpec
+from ctxnmt.utils.io import atomic_write
+
+SCORE_KEYS = ("bleu_tok", "bleu", "chrf", "ter")
+
+
+@dataclass
+class TestSet:
+    src_path: Path
+    ref_path: Path
+    lang: str
+    src: list[str]
+    refs: list[str]
+
+
+@dataclass
+class Output:
+    """One system's test-set output (one seed of a trained system, or an external file)."""
+
+    system: str
+    seed: int | None
+    hyp_path: Path
+    lines: list[str]
+    scores: dict[str, Any]
+    decode: dict[str, Any] | None = None  # trained systems: speed and parameter count
+    training: dict[str, Any] | None = None  # trained systems: what done.json recorded
+
+
+def load_test_set(run: Run, log=print) -> TestSet:
+    data = run.config.data
+    ensure_corpus(data, log)
+    src_path, ref_path, _ = split_paths(data, "test")
+    src, refs = read_lines(src_path), read_lines(ref_path)
+    if len(src) != len(refs):
+        raise DataError(f"{src_path} has {len(src)} lines but {ref_path} has {len(refs)}")
+    return TestSet(src_path, ref_path, data.tgt_lang, src, refs)
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cached(path: Path, key: dict[str, Any], compute: Callable[[], dict[str, Any]],
+           still_valid: Callable[[dict[str, Any]], bool] = lambda value: True) -> tuple[dict[str, Any], bool]:
+    """The value stored at ``path`` under ``key``, else ``compute()`` stored there; and whether it was cached."""
+    if path.is_file():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored.get("key") == key and still_valid(stored["value"]):
+            return stored["value"], True
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "w") as fh:
+        json.dump({"key": key, "value": value}, fh, indent=1)
+    return value, False
+
+
+def checkpoint_path(run: Run) -> Path:
+    """The checkpoint `ctxnmt translate` uses by default: best.pt, else last.pt."""
+    from ctxnmt.decoding.translator import _default_checkpoint
+
+    return _default_checkpoint(run.model_dir)
+
+
+def hyp_path(run: Run, test: TestSet) -> Path:
+    return run.model_dir / f"test.hyp.{test.lang}"
+
+
+def translate_run(run: Run, test: TestSet, log=print) -> dict[str, Any]:
+    """Translate the test set with the run's selected checkpoint and beam; timed."""
+    out = hyp_path(run, test)
+    key = {"checkpoint": file_hash(checkpoint_path(run)), "input": file_hash(test.src_path)}
+
+    def output_intact(info: dict[str, Any]) -> bool:
+        return out.is_file() and file_hash(out) == info.get("output_sha256")
+
+    info, was_cached = cached(run.model_dir / "decode.json", key, lambda: _translate(run, test, out), output_intact)
+    if was_cached:
+        log(f"{run.system} seed {run.seed}: test translation cached")
+    return info
+
+
+def _translate(run: Run, test: TestSet, out: Path) -> dict[str, Any]:
+    from ctxnmt.decoding.translator import Translator
+    from ctxnmt.models.nmt import count_parameters
+    from ctxnmt.training.trainer import setup_threads
+
+    setup_threads(run.config.training.threads)
+    translator = Translator.load(run.model_dir, device=run.config.training.device)
+    start = time.perf_counter()
+    results = translator.translate(test.src)
+    seconds = time.perf_counter() - start
+    with atomic_write(out, "w") as fh:
+        fh.writelines(r.text + "\n" for r in results)
+    return {"checkpoint": checkpoint_path(run).name, "beam": run.config.decoding.beam,
+            "device": run.config.training.device, "sentences": len(test.src), "seconds": seconds,
+            "sentences_per_s": len(test.src) / seconds if seconds else 0.0,
+            "parameters": count_parameters(translator.model), "output_sha256": file_hash(out)}
+
+
+def score_output(hyp: Path, test: TestSet, cache: Path) -> dict[str, Any]:
+    """Tokenised BLEU, sacreBLEU, chrF and TER of one output file, with signatures."""
+    from ctxnmt.evaluation.metrics import score_all
+
+    def compute() -> dict[str, Any]:
+        lines = read_lines(hyp, allow_empty=True)
+        _check_aligned(hyp, lines, test)
+        scores = score_all(lines, test.refs, lang=test.lang)
+        return {**{k: scores[k].value for k in SCORE_KEYS},
+                "signatures": {k: f"{scores[k].name}|{scores[k].signature}" for k in SCORE_KEYS}}
+
+    key = {"hyp": file_hash(hyp), "ref": file_hash(test.ref_path), "lang": test.lang}
+    return cached(cache, key, compute)[0]
+
+
+def _check_aligned(path: Path, lines: list[str], test: TestSet) -> None:
+    if len(lines) != len(test.refs):
+        raise DataError(f"{path} has {len(lines)} lines but {test.ref_path} has {len(test.refs)}")
+
+
+def significance(baseline: Output, system: Output, test: TestSet, spec: SignificanceSpec,
+                 cache: Path) -> dict[str, Any]:
+    """The paired test of one system output against one baseline output."""
+    from ctxnmt.evaluation.significance import compare
+
+    def compute() -> dict[str, Any]:
+        result = compare(baseline.lines, system.lines, test.refs, test=spec.test, metric=spec.metric,
+                         n=spec.samples or None, seed=spec.seed)
+        return result.to_dict()
+
+    key = {"baseline": file_hash(baseline.hyp_path), "system": file_hash(system.hyp_path),
+           "ref": file_hash(test.ref_path), "spec": {**spec.__dict__}}
+    return cached(cache, key, compute)[0]
+
+
+def external_output(name: str, path: str, test: TestSet, root: Path) -> Output:
+    hyp = Path(path)
+    lines = read_lines(hyp, allow_empty=True)
+    _check_aligned(hyp, lines, test)
+    scores = score_output(hyp, test, root / "external" / f"{name}.scores.json")
+    return Output(name, None, hyp, lines, scores)

@@ -1,0 +1,255 @@
+"""The experiment report: a table like the papers', per-seed details and the commands behind each row.
+
+With several seeds every number is the mean over seeds, followed by the sample
+standard deviation.  A system is marked significant only if every seed pair
+(system seed s against baseline seed s) agrees on the direction and is below the
+threshold, i.e. the mark reflects the largest p-value.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shlex
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxnmt.evaluation.metrics import HIGHER_IS_BETTER, Bucket, format_length_buckets, plot_length_buckets
+from ctxnmt.experiments.evaluate import Output, TestSet
+from ctxnmt.experiments.spec import Experiment
+from ctxnmt.utils.io import atomic_write
+
+# (key, header, decimals) of the table's columns after the system name, in the papers' order;
+# the significance column has no decimals: it holds marks, not a number.
+SIGNIFICANCE = "significance"
+TABLE = (
+    ("parameters", "parameters", 0),
+    ("dev_bleu", "dev BLEU", 2),
+    ("bleu_tok", "test BLEU (tokenised)", 2),
+    ("bleu", "test sacreBLEU", 2),
+    ("chrf", "chrF", 2),
+    ("ter", "TER", 2),
+    (SIGNIFICANCE, "sig.", None),
+    ("train_tokens_per_s", "train tok/s", 0),
+    ("sentences_per_s", "decode sent/s", 1),
+    ("train_minutes", "train min", 2),
+)
+COLUMNS = tuple(column for column in TABLE if column[0] != SIGNIFICANCE)  # the numeric ones
+THRESHOLDS = ((0.01, "**"), (0.05, "*"))
+
+
+@dataclass
+class Row:
+    system: str
+    external: bool
+    seeds: list[int | None]
+    values: dict[str, list[float]]
+    significance: dict[str, Any] | None = None
+    commands: list[str] = field(default_factory=list)
+
+    def mean(self, key: str) -> float | None:
+        values = self.values.get(key) or []
+        return statistics.fmean(values) if values else None
+
+    def sd(self, key: str) -> float | None:
+        values = self.values.get(key) or []
+        return statistics.stdev(values) if len(values) > 1 else None
+
+
+def output_values(output: Output) -> dict[str, float]:
+    values = {k: output.scores[k] for k in ("bleu_tok", "bleu", "chrf", "ter")}
+    if output.decode:
+        values["parameters"] = output.decode["parameters"]
+        values["sentences_per_s"] = output.decode["sentences_per_s"]
+    if output.training:
+        for key in ("dev_bleu", "train_tokens_per_s", "train_minutes"):
+            if output.training.get(key) is not None:
+                values[key] = output.training[key]
+    return values
+
+
+def make_row(system: str, external: bool, outputs: list[Output], commands: list[str],
+             significance: dict[str, Any] | None) -> Row:
+    values: dict[str, list[float]] = {}
+    for output in outputs:
+        for key, value in output_values(output).items():
+            values.setdefault(key, []).append(float(value))
+    return Row(system, external, [o.seed for o in outputs], values, significance, commands)
+
+
+def summarise_tests(tests: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """One mark for all seed pairs of a system: the weakest pair decides."""
+    higher = HIGHER_IS_BETTER[metric]
+    improvements = [t["delta"] if higher else -t["delta"] for t in tests]
+    max_p = max(t["p_value"] for t in tests)
+    direction = "better" if all(d > 0 for d in improvements) else "worse" if all(d < 0 for d in improvements) else ""
+    marks = next((m for threshold, m in THRESHOLDS if max_p < threshold), "") if direction else ""
+    return {"test": tests[0]["test"], "metric": tests[0]["metric"], "max_p": max_p, "direction": direction, "marks": marks,
+            "p_values": [t["p_value"] for t in tests], "deltas": [t["delta"] for t in tests]}
+
+
+def significance_cell(row: Row) -> str:
+    sig = row.significance
+    if sig is None:
+        return "–"
+    marks = sig["marks"]
+    text = (marks if sig["direction"] == "better" else f"worse {marks}") if marks else "n.s."
+    return f"{text} (p={sig['max_p']:.3f})"
+
+
+def format_number(mean: float | None, sd: float | None, decimals: int) -> str:
+    if mean is None:
+        return "–"
+    text = f"{mean:,.{decimals}f}"
+    return f"{text} ± {sd:,.{decimals}f}" if sd is not None else text
+
+
+def table_cells(row: Row, baseline: str) -> list[str]:
+    cells = [row.system + (" (external)" if row.external else "")]
+    for key, _, decimals in TABLE:
+        if key == SIGNIFICANCE:
+            cells.append("baseline" if row.system == baseline else significance_cell(row))
+        else:
+            cells.append(format_number(row.mean(key), row.sd(key), decimals))
+    return cells
+
+
+def headers() -> list[str]:
+    return ["system"] + [header for _, header, _ in TABLE]
+
+
+def markdown_table(rows: list[Row], baseline: str) -> str:
+    head = headers()
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(table_cells(row, baseline)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# -- reproduction commands ---------------------------------------------------------------
+
+def command(*args: Any) -> str:
+    return " ".join(shlex.quote(str(a)) for a in args)
+
+
+def train_command(config_path: str, overrides: list[str]) -> str:
+    return command("ctxnmt", "train", config_path, *[part for item in overrides for part in ("--set", item)])
+
+
+def translate_command(model_dir: Path, test: TestSet, hyp: Path) -> str:
+    return command("ctxnmt", "translate", model_dir, "-i", test.src_path, "-o", hyp)
+
+
+def score_command(hyp: Path, test: TestSet) -> str:
+    return command("ctxnmt", "score", "--hyp", hyp, "--ref", test.ref_path, "--lang", test.lang)
+
+
+def significance_command(baseline_hyp: Path, system_hyp: Path, test: TestSet, experiment: Experiment) -> str:
+    spec = experiment.significance
+    samples = ["--samples", spec.samples] if spec.samples else []
+    return command("ctxnmt", "score", "--hyp", baseline_hyp, "--hyp", system_hyp, "--ref", test.ref_path,
+                   "--lang", test.lang, "--metrics", spec.metric, "--significance", spec.test, *samples,
+                   "--seed", spec.seed)
+
+
+# -- writing ------------------------------------------------------------------------------
+
+def write_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: list[dict[str, Any]],
+                 buckets: dict[str, list[Bucket]], signatures: list[str]) -> dict[str, Path]:
+    """report.md, report.csv, report.json and length-buckets.png in the experiment directory."""
+    root = experiment.root
+    root.mkdir(parents=True, exist_ok=True)
+    paths = {"md": root / "report.md", "csv": root / "report.csv", "json": root / "report.json",
+             "plot": root / "length-buckets.png"}
+    with atomic_write(paths["plot"], "wb") as fh:
+        plot_length_buckets(buckets, fh)
+    _write_text(paths["md"], markdown_report(experiment, test, rows, buckets, signatures, paths["plot"].name))
+    _write_text(paths["csv"], csv_report(rows, experiment.baseline))
+    _write_text(paths["json"], json.dumps(json_report(experiment, test, rows, runs, buckets), indent=1,
+                                          ensure_ascii=False) + "\n")
+    return paths
+
+
+def _write_text(path: Path, text: str) -> None:
+    with atomic_write(path, "w") as fh:
+        fh.write(text)
+
+
+def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buckets: dict[str, list[Bucket]],
+                    signatures: list[str], plot_name: str) -> str:
+    spec = experiment.significance
+    seeds = experiment.run_seeds
+    parts = [
+        f"# Experiment {experiment.name}",
+        "",
+        f"Budget: {experiment.budget.describe()} per system and seed; seeds {', '.join(map(str, seeds))}"
+        + (" (numbers are mean ± sample standard deviation over seeds)" if len(seeds) > 1 else "") + ".",
+        f"Test set: `{test.src_path}` → `{test.ref_path}` ({len(test.refs)} sentences).",
+        "",
+        markdown_table(rows, experiment.baseline),
+        "",
+        f"- sig.: paired {spec.test} test on test-set {spec.metric} against `{experiment.baseline}`"
+        + (", for every seed pair; the largest p-value is shown" if len(seeds) > 1 else "")
+        + ": `*` p < 0.05, `**` p < 0.01 (`worse` if the system is the worse one), n.s. otherwise.",
+        "- test BLEU (tokenised): Moses-tokenised, case-sensitive, multi-bleu convention; test sacreBLEU: "
+        "detokenised, signature below. dev BLEU: the validation BLEU of the selected (best) checkpoint.",
+        "- train tok/s: target tokens per second of training (validation excluded); train min: training "
+        "minutes (validation excluded); decode sent/s: test-set sentences per second with the config's beam.",
+        "",
+        "Signatures: " + "; ".join(f"`{sig}`" for sig in signatures),
+        "",
+        "## BLEU and output length by source length",
+        "",
+        f"![BLEU and output length by source length]({plot_name})",
+        "",
+        format_length_buckets(buckets),
+        "",
+        "## Reproducing each row",
+        "",
+    ]
+    for row in rows:
+        parts += [f"### {row.system}", "", "```sh", *row.commands, "```", ""]
+    return "\n".join(parts)
+
+
+def csv_report(rows: list[Row], baseline: str) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    head = ["system", "external", "seeds"]
+    for key, _, _ in COLUMNS:
+        head += [key, f"{key}_sd"]
+    writer.writerow(head + ["significance", "p_value"])
+    for row in rows:
+        line = [row.system, int(row.external), " ".join(str(s) for s in row.seeds if s is not None)]
+        for key, _, _ in COLUMNS:
+            line += [_csv_number(row.mean(key)), _csv_number(row.sd(key))]
+        sig = row.significance
+        line += ["baseline" if row.system == baseline else significance_cell(row), sig["max_p"] if sig else ""]
+        writer.writerow(line)
+    return buffer.getvalue()
+
+
+def _csv_number(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def json_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: list[dict[str, Any]],
+                buckets: dict[str, list[Bucket]]) -> dict[str, Any]:
+    return {
+        "experiment": asdict(experiment),
+        "test": {"src": str(test.src_path), "ref": str(test.ref_path), "sentences": len(test.refs)},
+        "columns": headers(),
+        "rows": [{"system": r.system, "external": r.external, "seeds": r.seeds,
+                  "cells": table_cells(r, experiment.baseline),
+                  "mean": {k: r.mean(k) for k, _, _ in COLUMNS}, "sd": {k: r.sd(k) for k, _, _ in COLUMNS},
+                  "values": r.values, "significance": r.significance, "commands": r.commands} for r in rows],
+        "runs": runs,
+        "length_buckets": {name: [_bucket_dict(b) for b in bs] for name, bs in buckets.items()},
+    }
+
+
+def _bucket_dict(bucket: Bucket) -> dict[str, Any]:
+    return {"label": bucket.label, "lo": bucket.lo, "hi": None if bucket.hi == float("inf") else int(bucket.hi),
+            "count": bucket.count, "bleu": bucket.bleu, "avg_hyp_len": bucket.avg_hyp_len,
+            "avg_ref_len": bucket.avg_ref_len}

@@ -1,0 +1,154 @@
+"""`ctxnmt experiment`: train every system under one budget, translate, score, test, report.
+
+Every step is resumable: finished runs are not retrained, interrupted ones resume
+from their last checkpoint, and translations, scores and significance tests are
+recomputed only when what they depend on has changed.  Every run's model
+directory is checked against its effective config before anything is trained.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ctxnmt.evaluation.metrics import length_buckets, mean_buckets
+from ctxnmt.experiments import report as rep
+from ctxnmt.experiments.evaluate import (
+    Output,
+    TestSet,
+    external_output,
+    hyp_path,
+    load_test_set,
+    score_output,
+    significance,
+    translate_run,
+)
+from ctxnmt.experiments.runs import (
+    DONE,
+    RESUME,
+    Run,
+    plan_runs,
+    prepare_shared,
+    run_state,
+    shared_data,
+    train,
+    training_record,
+)
+from ctxnmt.experiments.spec import Experiment
+
+
+def stderr_log(message: str) -> None:
+    print(f"experiment: {message}", file=sys.stderr)
+
+
+def check_runs(runs: list[Run]) -> dict[int, str]:
+    """The state of every run, checked before anything is trained: a mismatch stops the experiment."""
+    return {id(run): run_state(run) for run in runs}
+
+
+def train_all(experiment: Experiment, runs: list[Run], states: dict[int, str], log, quiet: bool) -> None:
+    todo = [run for run in runs if states[id(run)] != DONE]
+    for run in runs:
+        if states[id(run)] == DONE:
+            log(f"{run.system} seed {run.seed}: already trained in {run.model_dir}")
+    if todo and shared_data(runs):
+        prepare_shared(experiment, todo, log)
+    for run in todo:
+        how = "resuming from its last checkpoint" if states[id(run)] == RESUME else "training"
+        log(f"{run.system} seed {run.seed}: {how} in {run.model_dir}")
+        train(run, states[id(run)], quiet)
+
+
+def evaluate_runs(runs: list[Run], test: TestSet, log) -> dict[str, list[Output]]:
+    outputs: dict[str, list[Output]] = {}
+    for run in runs:
+        decode = translate_run(run, test, log)
+        hyp = hyp_path(run, test)
+        scores = score_output(hyp, test, run.model_dir / "scores.json")
+        output = Output(run.system, run.seed, hyp, _lines(hyp), scores, decode, training_record(run))
+        outputs.setdefault(run.system, []).append(output)
+    return outputs
+
+
+def _lines(path: Path) -> list[str]:
+    from ctxnmt.data.corpus import read_lines
+
+    return read_lines(path, allow_empty=True)
+
+
+def seed_pairs(baseline: list[Output], system: list[Output]) -> list[tuple[Output, Output]]:
+    """Trained systems are paired seed by seed; an external output is paired with every seed."""
+    if baseline[0].seed is not None and system[0].seed is not None:
+        by_seed = {o.seed: o for o in baseline}
+        return [(by_seed[o.seed], o) for o in system]
+    return [(b, s) for b in baseline for s in system]
+
+
+def _tag(output: Output) -> str:
+    return output.system if output.seed is None else f"{output.system}-seed{output.seed}"
+
+
+def significance_tests(experiment: Experiment, outputs: dict[str, list[Output]],
+                       test: TestSet) -> dict[str, list[dict[str, Any]]]:
+    baseline = outputs[experiment.baseline]
+    cache = experiment.root / "significance"
+    return {name: [significance(b, s, test, experiment.significance, cache / f"{_tag(s)}-vs-{_tag(b)}.json")
+                   for b, s in seed_pairs(baseline, system)]
+            for name, system in outputs.items() if name != experiment.baseline}
+
+
+def row_commands(experiment: Experiment, name: str, runs: list[Run], outputs: dict[str, list[Output]],
+                 test: TestSet) -> list[str]:
+    commands = []
+    for run in runs:
+        if run.system == name:
+            hyp = hyp_path(run, test)
+            commands += [rep.train_command(run.config_path, run.overrides),
+                         rep.translate_command(run.model_dir, test, hyp), rep.score_command(hyp, test)]
+    if experiment.system(name).external:
+        commands.append(rep.score_command(outputs[name][0].hyp_path, test))
+    if name != experiment.baseline:
+        commands += [rep.significance_command(b.hyp_path, s.hyp_path, test, experiment)
+                     for b, s in seed_pairs(outputs[experiment.baseline], outputs[name])]
+    return commands
+
+
+def run_details(outputs: dict[str, list[Output]], tests: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    details = []
+    for name, outs in outputs.items():
+        for output in outs:
+            details.append({"system": name, "seed": output.seed, "hyp": str(output.hyp_path),
+                            "scores": output.scores, "decode": output.decode, "training": output.training})
+    for name, results in tests.items():
+        details.append({"system": name, "significance": results})
+    return details
+
+
+def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False) -> dict[str, Path]:
+    """Everything `ctxnmt experiment` does; returns the paths of the report files."""
+    runs = plan_runs(experiment)
+    train_all(experiment, runs, check_runs(runs), log, quiet)
+    test = load_test_set(_test_set_run(experiment, runs), log=log)
+    outputs = evaluate_runs(runs, test, log)
+    for spec in experiment.systems:
+        if spec.external:
+            outputs[spec.name] = [external_output(spec.name, spec.output, test, experiment.root)]
+    outputs = {spec.name: outputs[spec.name] for spec in experiment.systems}  # the file's order
+    tests = significance_tests(experiment, outputs, test)
+    buckets = {name: mean_buckets([length_buckets(test.src, o.lines, test.refs) for o in outs])
+               for name, outs in outputs.items()}
+    metric = experiment.significance.metric
+    rows = [rep.make_row(name, experiment.system(name).external, outs,
+                         row_commands(experiment, name, runs, outputs, test),
+                         rep.summarise_tests(tests[name], metric) if name in tests else None)
+            for name, outs in outputs.items()]
+    signatures = list(dict.fromkeys(sig for outs in outputs.values() for o in outs
+                                    for sig in o.scores["signatures"].values()))
+    paths = rep.write_report(experiment, test, rows, run_details(outputs, tests), buckets, signatures)
+    log(f"report written to {paths['md']}")
+    return paths
+
+
+def _test_set_run(experiment: Experiment, runs: list[Run]) -> Run:
+    """The baseline's first run, or the first trained system's when the baseline is external."""
+    return next((run for run in runs if run.system == experiment.baseline), runs[0])

@@ -1,0 +1,152 @@
+"""Training runs of an experiment: one model directory per trained system and seed.
+
+A run's effective config is its system's config file with, in this order, the
+experiment's shared overrides, the system's own, the budget, the seed and the
+model directory.  A model directory is trusted only if the config saved in it is
+exactly that effective config, so an experiment never mixes runs trained under
+different settings, and a finished run is never trained again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxnmt.config import Config, load_config
+from ctxnmt.errors import ConfigError
+from ctxnmt.experiments.spec import Experiment, SystemSpec
+
+FRESH, RESUME, DONE = "fresh", "resume", "done"
+
+
+@dataclass
+class Run:
+    system: str
+    seed: int
+    config_path: str
+    overrides: list[str]  # every --set given to `ctxnmt train`, in order
+    config: Config
+
+    @property
+    def model_dir(self) -> Path:
+        return Path(self.config.model_dir)
+
+
+def model_dir(experiment: Experiment, system: str, seed: int) -> str:
+    return str(experiment.root / "systems" / system / f"seed{seed}")
+
+
+def plan_run(experiment: Experiment, system: SystemSpec, seed: int) -> Run:
+    overrides = [*experiment.overrides, *system.overrides, *experiment.budget.overrides(),
+                 f"training.seed={seed}", f"model_dir={model_dir(experiment, system.name, seed)}"]
+    try:
+        config = load_config(system.config, overrides)
+    except ConfigError as err:
+        raise ConfigError(f"system '{system.name}': {err}") from None
+    return Run(system.name, seed, system.config, overrides, config)
+
+
+def plan_runs(experiment: Experiment) -> list[Run]:
+    """Every trained system × seed, in the experiment's order."""
+    return [plan_run(experiment, system, seed) for system in experiment.trained for seed in experiment.run_seeds]
+
+
+def run_state(run: Run) -> str:
+    """DONE, RESUME or FRESH; a directory trained under another config is an error."""
+    directory = run.model_dir
+    saved_path = directory / "config.yaml"
+    done = (directory / "done.json").is_file()
+    last = (directory / "checkpoints" / "last.pt").is_file()
+    if not saved_path.is_file():
+        if done or last:
+            raise ConfigError(f"{directory}: has checkpoints but no config.yaml; cannot tell how it was trained")
+        return FRESH
+    try:
+        saved = load_config(saved_path).to_dict()
+    except ConfigError as err:
+        raise ConfigError(f"{directory}: its config.yaml no longer loads ({err})") from None
+    key = first_difference(saved, run.config.to_dict())
+    if key is not None:
+        raise ConfigError(f"{directory} was trained with a different config: {key} is "
+                          f"{_lookup(saved, key)!r} there but {_lookup(run.config.to_dict(), key)!r} in this "
+                          f"experiment; use another out_dir or delete that directory")
+    if done:
+        return DONE
+    return RESUME if last else FRESH
+
+
+def first_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> str | None:
+    """The first dotted key (in b's order) whose value differs between two nested dicts."""
+    for key in [*b, *(k for k in a if k not in b)]:
+        left, right = a.get(key), b.get(key)
+        if isinstance(left, dict) and isinstance(right, dict):
+            inner = first_difference(left, right, f"{prefix}{key}.")
+            if inner is not None:
+                return inner
+        elif left != right:
+            return f"{prefix}{key}"
+    return None
+
+
+def _lookup(tree: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
+
+
+def shared_data(runs: list[Run]) -> bool:
+    """Whether one preprocessing serves every run (their data sections are equal)."""
+    return all(run.config.data == runs[0].config.data for run in runs)
+
+
+def prepare_shared(experiment: Experiment, runs: list[Run], log) -> None:
+    """Prepare the data once in {out_dir}/prep and give each run that lacks one a copy.
+
+    The copy is exactly what `ctxnmt prepare` would write there (preprocessing
+    depends only on the data section), so training finds it up to date.
+    """
+    from ctxnmt.data.prepare import prepare
+
+    todo = [run for run in runs if not (run.model_dir / "prep").exists()]
+    if not todo:
+        return
+    log(f"preparing the shared data in {experiment.root / 'prep'}")
+    prepare(dataclasses.replace(runs[0].config, model_dir=str(experiment.root)), log=log)
+    for run in todo:
+        copy_tree_atomic(experiment.root / "prep", run.model_dir / "prep")
+
+
+def copy_tree_atomic(src: Path, dst: Path) -> None:
+    """Copy a directory so that ``dst`` appears complete or not at all."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}."))
+    try:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        os.replace(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def train(run: Run, state: str, quiet: bool = False) -> None:
+    from ctxnmt.training.trainer import Trainer
+
+    Trainer(run.config, resume=state == RESUME, quiet=quiet).train()
+
+
+def training_record(run: Run) -> dict[str, Any]:
+    """What the trainer recorded in done.json, with the experiment's derived numbers."""
+    done = json.loads((run.model_dir / "done.json").read_text(encoding="utf-8"))
+    elapsed = done.get("elapsed") or 0.0
+    tokens_per_s = done.get("target_tokens_per_s") or (done.get("tokens", 0) / elapsed if elapsed else 0.0)
+    scores = done.get("best_scores") or {}
+    dev_bleu = scores.get("bleu")
+    if dev_bleu is None and run.config.training.early_stop_metric == "bleu":
+        dev_bleu = done.get("best_metric")  # a done.json written before best_scores existed
+    return {"updates": done.get("update"), "epochs": done.get("epoch"), "train_minutes": elapsed / 60,
+            "train_tokens_per_s": tokens_per_s, "dev_bleu": dev_bleu, "stopped": done.get("stopped", "")}

@@ -1,0 +1,213 @@
+"""The experiment file: named systems compared under one budget against a baseline.
+
+    name: bible-small
+    baseline: baseline
+    budget: {updates: 500, seeds: [1234]}
+    overrides: ["training.valid_every=250"]        # shared by every trained system
+    systems:
+      - {name: baseline, config: configs/rnnsearch-small.yaml}
+      - {name: mean-residual, config: configs/mean-residual-small.yaml, overrides: ["training.lr=0.002"]}
+      - {name: rule-based, output: outputs/rule-based.en}   # an external system's test output
+
+Every key is a dataclass field, parsed with the config module's coercion, so an
+unknown key is an error naming it and the closest valid one.  Paths are relative
+to the working directory, as in config files.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ctxnmt.config import _coerce, _field_types, _unknown_key
+from ctxnmt.errors import ConfigError
+from ctxnmt.evaluation.metrics import METRICS
+from ctxnmt.evaluation.significance import TESTS
+
+DEFAULT_SEEDS = (1234,)
+# Names become directory names and report rows.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+# The config key each budget kind sets; the other two are zeroed so that a
+# limit left in a system's config cannot cut one system's training short.
+BUDGET_KEYS = {"updates": "training.max_updates", "minutes": "training.max_minutes",
+               "epochs": "training.max_epochs"}
+
+
+@dataclass
+class Budget:
+    """The same training budget for every system: one of updates, minutes or epochs."""
+
+    updates: int = 0
+    minutes: float = 0.0
+    epochs: int = 0
+    seeds: list[int] = field(default_factory=list)
+
+    def kind(self) -> str:
+        return next(kind for kind in BUDGET_KEYS if getattr(self, kind))
+
+    def overrides(self) -> list[str]:
+        """``key=value`` strings: the chosen limit first, then the other two set to 0."""
+        chosen = self.kind()
+        value = getattr(self, chosen)
+        limit = [f"{BUDGET_KEYS[chosen]}={value:g}" if isinstance(value, float) else f"{BUDGET_KEYS[chosen]}={value}"]
+        return limit + [f"{BUDGET_KEYS[kind]}=0" for kind in BUDGET_KEYS if kind != chosen]
+
+    def describe(self) -> str:
+        kind = self.kind()
+        return f"{getattr(self, kind):g} {kind}"
+
+
+@dataclass
+class SystemSpec:
+    """A trained system (a config plus overrides) or an external output file."""
+
+    name: str = ""
+    config: str = ""
+    overrides: list[str] = field(default_factory=list)
+    output: str = ""  # detokenised test-set output of a system trained elsewhere
+
+    @property
+    def external(self) -> bool:
+        return bool(self.output)
+
+
+@dataclass
+class SignificanceSpec:
+    """Which paired test compares each system with the baseline, on which test-set metric."""
+
+    test: str = "bootstrap"
+    metric: str = "bleu"
+    samples: int = 0  # 0 = the test's default (1000 bootstrap resamples, 10000 AR trials)
+    seed: int = 12345
+
+
+@dataclass
+class Experiment:
+    name: str = ""
+    out_dir: str = ""  # default runs/exp/{name}
+    baseline: str = ""
+    budget: Budget = field(default_factory=Budget)
+    seeds: list[int] = field(default_factory=list)  # may be given here instead of under budget
+    overrides: list[str] = field(default_factory=list)
+    systems: list[SystemSpec] = field(default_factory=list)
+    significance: SignificanceSpec = field(default_factory=SignificanceSpec)
+
+    @property
+    def root(self) -> Path:
+        return Path(self.out_dir or f"runs/exp/{self.name}")
+
+    @property
+    def run_seeds(self) -> list[int]:
+        return list(self.budget.seeds or self.seeds or DEFAULT_SEEDS)
+
+    def system(self, name: str) -> SystemSpec:
+        return next(s for s in self.systems if s.name == name)
+
+    @property
+    def trained(self) -> list[SystemSpec]:
+        return [s for s in self.systems if not s.external]
+
+
+def _convert(value: Any, typ: Any, key: str) -> Any:
+    if typing.get_origin(typ) is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"experiment key '{key}' must be a list, got {value!r}")
+        (item,) = typing.get_args(typ)
+        return [_convert(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(typ):
+        return _build(typ, value or {}, f"{key}.")
+    return _coerce(value, typ, key)
+
+
+def _build(cls: type, raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"experiment key '{where.rstrip('.')}' must be a mapping, got {raw!r}")
+    types = _field_types(cls)
+    kwargs = {}
+    for key, value in raw.items():
+        if key not in types:
+            raise _unknown_key(str(key), list(types), where)
+        kwargs[key] = _convert(value, types[key], f"{where}{key}")
+    return cls(**kwargs)
+
+
+def from_dict(raw: dict[str, Any]) -> Experiment:
+    experiment = _build(Experiment, raw, "")
+    validate(experiment)
+    return experiment
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and check an experiment file; every error names the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"experiment file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: an experiment file must be a mapping")
+    try:
+        return from_dict(raw)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def validate(e: Experiment) -> None:
+    if not _NAME.match(e.name):
+        raise ConfigError(f"experiment 'name' must be a plain name (letters, digits, . _ + -), got {e.name!r}")
+    _validate_systems(e)
+    _validate_budget(e)
+    _validate_overrides("overrides", e.overrides)
+    if e.significance.test not in TESTS:
+        raise ConfigError(f"significance.test must be one of {', '.join(TESTS)}, got {e.significance.test!r}")
+    if e.significance.metric not in METRICS:
+        raise ConfigError(f"significance.metric must be one of {', '.join(METRICS)}, got {e.significance.metric!r}")
+    if e.significance.samples < 0 or e.significance.seed <= 0:
+        raise ConfigError("significance.samples must be >= 0 and significance.seed positive")
+
+
+def _validate_systems(e: Experiment) -> None:
+    if not e.systems:
+        raise ConfigError("an experiment needs a 'systems' list")
+    names = [s.name for s in e.systems]
+    for i, s in enumerate(e.systems):
+        where = f"systems[{i}]"
+        if not _NAME.match(s.name):
+            raise ConfigError(f"{where}.name must be a plain name (letters, digits, . _ + -), got {s.name!r}")
+        if names.count(s.name) > 1:
+            raise ConfigError(f"system name '{s.name}' is used more than once")
+        if bool(s.config) == bool(s.output):
+            raise ConfigError(f"system '{s.name}' needs exactly one of 'config' (to train) or 'output' (external)")
+        if s.external and s.overrides:
+            raise ConfigError(f"system '{s.name}' is an external output; it takes no overrides")
+        _validate_overrides(f"{where}.overrides", s.overrides)
+    if e.baseline not in names:
+        raise ConfigError(f"baseline '{e.baseline}' is not one of the systems ({', '.join(names)})")
+    if not e.trained:
+        raise ConfigError("an experiment needs at least one system with a 'config' (its data section names the "
+                          "test set)")
+
+
+def _validate_budget(e: Experiment) -> None:
+    b = e.budget
+    chosen = [kind for kind in BUDGET_KEYS if getattr(b, kind)]
+    if len(chosen) != 1 or any(getattr(b, kind) < 0 for kind in BUDGET_KEYS):
+        raise ConfigError("budget needs exactly one positive limit: updates, minutes or epochs")
+    if b.seeds and e.seeds:
+        raise ConfigError("give 'seeds' either under 'budget' or at the top level, not both")
+    seeds = e.run_seeds
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds must be distinct, got {seeds}")
+
+
+def _validate_overrides(where: str, overrides: list[str]) -> None:
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"{where}: expected 'key=value', got {item!r}")

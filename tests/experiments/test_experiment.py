@@ -1,0 +1,212 @@
+"""A tiny two-system experiment (plus an external output) end to end: the report, its
+reproduction commands, resuming, and refusing a model directory trained otherwise."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from ctxnmt.cli import main
+from ctxnmt.evaluation.metrics import score_all
+from ctxnmt.experiments.runner import run_experiment
+from ctxnmt.experiments.spec import load_experiment
+
+UPDATES = 20
+
+
+def write_experiment(directory: Path, config: Path, external: Path, **changes) -> Path:
+    raw = {"name": "tiny", "out_dir": "exp", "baseline": "base", "budget": {"updates": UPDATES},
+           "overrides": ["training.valid_every=10"],
+           "systems": [{"name": "base", "config": str(config)},
+                       {"name": "mean", "config": str(config), "overrides": ["model.target_context=mean"]},
+                       {"name": "dropper", "output": str(external)}]}
+    raw.update(changes)
+    path = directory / "tiny-experiment.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def drop_second_word(lines: list[str]) -> list[str]:
+    return [" ".join(w for i, w in enumerate(line.split()) if i != 1) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_corpus, tiny_config, tmp_path_factory):
+    """(working directory, experiment file, log) after one complete run with out_dir relative to it."""
+    work = tmp_path_factory.mktemp("work")
+    refs = (tiny_corpus / "test.en").read_text(encoding="utf-8").splitlines()
+    external = work / "dropper.en"
+    external.write_text("\n".join(drop_second_word(refs)) + "\n", encoding="utf-8")
+    path = write_experiment(work, tiny_config, external)
+    log: list[str] = []
+    with chdir(work):
+        run_experiment(load_experiment(path), log=log.append, quiet=True)
+    return work, path, log
+
+
+class chdir:
+    """Relative out_dir: a copied experiment directory is the same experiment in another working directory."""
+
+    def __init__(self, path: Path):
+        self.path, self.old = path, None
+
+    def __enter__(self):
+        self.old = os.getcwd()
+        os.chdir(self.path)
+
+    def __exit__(self, *exc):
+        os.chdir(self.old)
+
+
+def report(work: Path) -> dict:
+    return json.loads((work / "exp" / "report.json").read_text(encoding="utf-8"))
+
+
+def row(data: dict, system: str) -> dict:
+    return next(r for r in data["rows"] if r["system"] == system)
+
+
+def digest(path: Path) -> tuple[str, int]:
+    return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns
+
+
+def test_report_has_every_column_for_trained_systems(finished):
+    work, _, log = finished
+    data = report(work)
+    assert [r["system"] for r in data["rows"]] == ["base", "mean", "dropper"]
+    assert data["columns"] == ["system", "parameters", "dev BLEU", "test BLEU (tokenised)", "test sacreBLEU", "chrF",
+                               "TER", "sig.", "train tok/s", "decode sent/s", "train min"]
+    for name in ("base", "mean"):
+        cells = row(data, name)["cells"]
+        assert len(cells) == len(data["columns"]) and "–" not in cells and "" not in cells, cells
+        assert row(data, name)["mean"]["parameters"] > 1000
+        assert row(data, name)["mean"]["train_tokens_per_s"] > 0 and row(data, name)["mean"]["sentences_per_s"] > 0
+    assert row(data, "base")["cells"][7] == "baseline"
+    md = (work / "exp" / "report.md").read_text(encoding="utf-8")
+    assert "| base | " in md and "| mean | " in md and "| dropper (external) | " in md
+    assert "BLEU|nrefs:1" in md and "tok:13a" in md  # sacreBLEU signature
+    assert (work / "exp" / "length-buckets.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| 0-9 |" in md and "dropper BLEU" in md  # length-bucket table
+    csv_lines = (work / "exp" / "report.csv").read_text(encoding="utf-8").splitlines()
+    assert csv_lines[0].startswith("system,external,seeds,parameters,parameters_sd,dev_bleu")
+    assert len(csv_lines) == 4
+    assert any("preparing the shared data" in line for line in log)
+
+
+def test_reported_scores_are_the_outputs_scores(finished, tiny_corpus):
+    work, _, _ = finished
+    refs = (tiny_corpus / "test.en").read_text(encoding="utf-8").splitlines()
+    hyps = (work / "exp/systems/mean/seed1234/test.hyp.en").read_text(encoding="utf-8").splitlines()
+    scores = score_all(hyps, refs)
+    mean = row(report(work), "mean")["mean"]
+    for key in ("bleu", "bleu_tok", "chrf", "ter"):
+        assert mean[key] == pytest.approx(scores[key].value)
+    done = json.loads((work / "exp/systems/mean/seed1234/done.json").read_text())
+    assert done["update"] == UPDATES and mean["dev_bleu"] == pytest.approx(done["best_scores"]["bleu"])
+
+
+def test_external_output_is_scored_and_tested(finished):
+    work, _, _ = finished
+    dropper = row(report(work), "dropper")
+    assert dropper["external"] and dropper["mean"]["bleu"] > 20
+    assert dropper["mean"]["parameters"] is None and dropper["cells"][1] == "–"
+    # far better than two models trained for 20 updates
+    assert dropper["significance"]["direction"] == "better" and dropper["significance"]["max_p"] < 0.05
+    assert dropper["cells"][7].startswith("*")
+
+
+def test_reproduction_commands_give_the_reported_numbers(finished, tmp_path, capsys):
+    work, _, _ = finished
+    base = row(report(work), "base")
+    train, translate, score = (shlex.split(c)[1:] for c in base["commands"])
+    assert train[0] == "train" and translate[0] == "translate" and score[0] == "score"
+    model_dir = work / "exp/systems/base/seed1234"
+    with chdir(work):
+        assert main(train + ["--set", f"model_dir={tmp_path / 'again'}", "--quiet"]) == 0
+        hyp = tmp_path / "again.hyp.en"
+        translate[translate.index(str(Path("exp/systems/base/seed1234")))] = str(tmp_path / "again")
+        translate[translate.index("-o") + 1] = str(hyp)
+        assert main(translate) == 0
+        assert hyp.read_text(encoding="utf-8") == (model_dir / "test.hyp.en").read_text(encoding="utf-8")
+        capsys.readouterr()
+        assert main(score + ["--json"]) == 0
+        scores = json.loads(capsys.readouterr().out)["systems"][0]["scores"]
+        assert scores["bleu"]["value"] == pytest.approx(base["mean"]["bleu"])
+        assert scores["bleu_tok"]["value"] == pytest.approx(base["mean"]["bleu_tok"])
+        significance = shlex.split(row(report(work), "dropper")["commands"][-1])[1:]
+        assert main(significance + ["--json"]) == 0
+        result = json.loads(capsys.readouterr().out)["significance"]["results"][0]
+    assert result["p_value"] == pytest.approx(row(report(work), "dropper")["significance"]["max_p"])
+
+
+def copy_experiment(finished, tmp_path) -> Path:
+    work, path, _ = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(work, copy)  # copy2 keeps modification times
+    return copy
+
+
+def test_resume_after_deleting_one_system_retrains_only_that_system(finished, tmp_path):
+    work = copy_experiment(finished, tmp_path)
+    base, mean = work / "exp/systems/base/seed1234", work / "exp/systems/mean/seed1234"
+    before = {name: digest(base / name) for name in ("checkpoints/best.pt", "checkpoints/last.pt", "train.log",
+                                                     "test.hyp.en")}
+    shutil.rmtree(mean)
+    log: list[str] = []
+    with chdir(work):
+        run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, quiet=True)
+    assert {name: digest(base / name) for name in before} == before
+    assert "base seed 1234: already trained in exp/systems/base/seed1234" in log
+    assert any(line.startswith("mean seed 1234: training") for line in log)
+    assert json.loads((mean / "done.json").read_text())["update"] == UPDATES
+    # the same seed and data give the same model, so the rebuilt report agrees with the first one
+    assert row(report(work), "mean")["mean"]["bleu"] == pytest.approx(row(report(finished[0]), "mean")["mean"]["bleu"])
+
+
+def test_interrupted_system_resumes_from_its_last_checkpoint(finished, tmp_path):
+    work = copy_experiment(finished, tmp_path)
+    mean = work / "exp/systems/mean/seed1234"
+    (mean / "done.json").unlink()
+    (mean / "decode.json").unlink()
+    weights = torch.load(mean / "checkpoints/last.pt", weights_only=True)["model"]
+    log: list[str] = []
+    with chdir(work):
+        run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, quiet=True)
+    assert "mean seed 1234: resuming from its last checkpoint in exp/systems/mean/seed1234" in log
+    assert f"resumed from exp/systems/mean/seed1234/checkpoints/last.pt at update {UPDATES}" in (
+        mean / "train.log").read_text()
+    resumed = torch.load(mean / "checkpoints/last.pt", weights_only=True)["model"]
+    assert all(torch.equal(weights[k], resumed[k]) for k in weights)  # the budget was already spent
+
+
+def test_changed_config_for_an_existing_directory_is_a_clear_error(finished, tmp_path, capsys):
+    work = copy_experiment(finished, tmp_path)
+    _, path, _ = finished
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw["overrides"] = ["training.valid_every=5"]
+    (work / "tiny-experiment.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    before = digest(work / "exp/systems/base/seed1234/checkpoints/last.pt")
+    with chdir(work):
+        code = main(["experiment", "tiny-experiment.yaml", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "exp/systems/base/seed1234 was trained with a different config: training.valid_every is 10 there " \
+           "but 5 in this experiment" in err
+    assert digest(work / "exp/systems/base/seed1234/checkpoints/last.pt") == before
+
+
+def test_dry_run_lists_states_and_commands(finished, capsys):
+    work, _, _ = finished
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "base seed 1234: done, exp/systems/base/seed1234" in out
+    assert "--set training.max_updates=20 --set training.max_minutes=0" in out
+    assert "dropper: external output" in out

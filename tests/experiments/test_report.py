@@ -1,0 +1,70 @@
+"""The report's aggregation over seeds and its significance marks, on constructed results."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctxnmt.experiments.evaluate import Output
+from ctxnmt.experiments.report import format_number, make_row, summarise_tests, table_cells, train_command
+
+
+def result(p_value: float, delta: float) -> dict:
+    return {"test": "bootstrap", "metric": "BLEU", "p_value": p_value, "delta": delta}
+
+
+@pytest.mark.parametrize("tests, metric, direction, marks", [
+    ([result(0.004, 1.0)], "bleu", "better", "**"),
+    ([result(0.004, 1.0), result(0.03, 0.5)], "bleu", "better", "*"),  # the weakest seed pair decides
+    ([result(0.004, 1.0), result(0.2, 0.5)], "bleu", "better", ""),
+    ([result(0.001, 1.0), result(0.001, -0.5)], "bleu", "", ""),  # seeds disagree on the direction
+    ([result(0.01, -2.0)], "bleu", "worse", "*"),
+    ([result(0.001, -2.0)], "ter", "better", "**"),  # a lower TER is an improvement
+])
+def test_marks(tests, metric, direction, marks):
+    summary = summarise_tests(tests, metric)
+    assert (summary["direction"], summary["marks"]) == (direction, marks)
+    assert summary["max_p"] == max(t["p_value"] for t in tests)
+
+
+def output(seed: int, bleu: float, dev: float) -> Output:
+    scores = {"bleu": bleu, "bleu_tok": bleu + 1, "chrf": 50.0, "ter": 60.0}
+    return Output("ctx", seed, Path("h"), [], scores, decode={"parameters": 1000, "sentences_per_s": 10.0},
+                  training={"dev_bleu": dev, "train_tokens_per_s": 2000.0, "train_minutes": 14.5})
+
+
+def test_several_seeds_give_mean_and_sample_sd():
+    row = make_row("ctx", False, [output(1, 20.0, 18.0), output(2, 22.0, 19.0), output(3, 24.0, 20.0)], [],
+                   summarise_tests([result(0.001, 1.0)] * 3, "bleu"))
+    assert row.mean("bleu") == pytest.approx(22.0) and row.sd("bleu") == pytest.approx(2.0)
+    cells = table_cells(row, baseline="base")
+    assert cells[:5] == ["ctx", "1,000 ± 0", "19.00 ± 1.00", "23.00 ± 2.00", "22.00 ± 2.00"]
+    assert cells[7] == "** (p=0.001)" and cells[-1] == "14.50 ± 0.00"
+
+
+def test_one_seed_has_no_sd_and_missing_values_show_a_dash():
+    assert format_number(3.14159, None, 2) == "3.14" and format_number(None, None, 2) == "–"
+    external = make_row("rules", True, [Output("rules", None, Path("r"), [],
+                                               {"bleu": 9.0, "bleu_tok": 9.5, "chrf": 40.0, "ter": 70.0})], [], None)
+    assert table_cells(external, baseline="base") == ["rules (external)", "–", "–", "9.50", "9.00", "40.00",
+                                                      "70.00", "–", "–", "–", "–"]
+
+
+def test_train_command_quotes_and_keeps_override_order():
+    assert train_command("configs/a b.yaml", ["x.y=1", "name=it's"]) == \
+        "ctxnmt train 'configs/a b.yaml' --set x.y=1 --set 'name=it'\"'\"'s'"
+
+
+def test_external_output_must_match_the_test_set(tmp_path):
+    from ctxnmt.errors import DataError
+    from ctxnmt.experiments.evaluate import TestSet, external_output
+
+    ref = tmp_path / "test.en"
+    refs = ["the cat sat down", "a dog ran off", "it rains all day"]
+    ref.write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    test = TestSet(tmp_path / "test.es", ref, "en", ["x", "y", "z"], refs)
+    (tmp_path / "out.en").write_text("a b\nc d\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"out\.en has 2 lines but .*test\.en has 3"):
+        external_output("rules", str(tmp_path / "out.en"), test, tmp_path)
+    (tmp_path / "out.en").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    assert external_output("rules", str(tmp_path / "out.en"), test, tmp_path).scores["bleu"] == pytest.approx(100.0)
