@@ -15,6 +15,7 @@ from ctxnmt.lm.config import LMConfig, load_lm_config
 from ctxnmt.lm.model import ResidualLM
 from ctxnmt.lm.train import stream_logprobs
 from ctxnmt.training.checkpoint import load_checkpoint, load_model_state
+from ctxnmt.training.trainer import setup_threads
 
 
 @dataclass
@@ -52,4 +53,5 @@ def score_lines(config: LMConfig, vocab: Vocab, model: ResidualLM, lines: list[s
 
 def score_file(model_dir: str | Path, path: str | Path, checkpoint: str = "best") -> TextScore:
     config, vocab, model = load_lm(model_dir, checkpoint)
+    setup_threads(config.training.threads)
     return score_lines(config, vocab, model, read_lines(path))
