@@ -28,7 +28,7 @@ class TextScore:
 def load_lm(model_dir: str | Path, checkpoint: str = "best") -> tuple[LMConfig, Vocab, ResidualLM]:
     model_dir = Path(model_dir)
     if not (model_dir / "config.yaml").is_file():
-        raise CheckpointError(f"{model_dir}: not an LM model directory (no config.yaml; was it made by ctxnmt lm train?)")
+        raise CheckpointError(f"{model_dir}: not an LM model directory (no config.yaml; made by ctxnmt lm train?)")
     config = load_lm_config(model_dir / "config.yaml")
     vocab = Vocab.load(model_dir / "vocab.txt")
     path = model_dir / "checkpoints" / f"{checkpoint}.pt"

@@ -66,7 +66,8 @@ def self_attentive_rnn_term(model, earlier_states, s):
 
 
 def memory_rnn_read(model, memory, y_prev):
-    """s̃_t = Σ_{i<t} α_ti s_i over the memory [s_0 … s_{t-1}], α_t = softmax_i(vᵀ tanh(W_m s_i + W_q s_{t-1} + W_x E y_{t-1}))."""
+    """s̃_t = Σ_{i<t} α_ti s_i over the memory [s_0 … s_{t-1}],
+    α_t = softmax_i(vᵀ tanh(W_m s_i + b_m + W_q s_{t-1} + W_x E y_{t-1}))."""
     dec = model.decoder
     query = dec.W_q.weight @ memory[-1] + dec.W_x.weight @ y_prev
     e = torch.stack([(dec.v_m.weight[0] * torch.tanh(dec.W_m.weight @ m + dec.W_m.bias + query)).sum() for m in memory])
