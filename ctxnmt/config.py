@@ -179,7 +179,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+def read_raw(path: str | Path | None, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The YAML mapping of a config file (empty for None) with `--set` overrides applied."""
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -191,7 +192,17 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a config must be a mapping of sections")
-    config = from_dict(apply_overrides(raw, overrides or []))
+    return apply_overrides(raw, overrides or [])
+
+
+def build_typed(cls: type, raw: dict[str, Any]) -> Any:
+    """An instance of the config dataclass `cls` from a raw mapping, with the same errors
+    for unknown keys and wrong types as the translation config (for other config kinds)."""
+    return _build(cls, raw, "")
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    config = from_dict(read_raw(path, overrides))
     validate(config)
     return config
 
@@ -215,8 +226,9 @@ def validate(config: Config) -> None:
         raise ConfigError(f"data.corpus must be 'bible' or 'files', got '{config.data.corpus}'")
 
 
-def save_config(config: Config, path: str | Path) -> None:
+def save_config(config: Any, path: str | Path) -> None:
+    """Write any config dataclass as YAML, atomically."""
     from ctxnmt.utils.io import atomic_write
 
     with atomic_write(path, "w") as fh:
-        yaml.safe_dump(config.to_dict(), fh, sort_keys=False)
+        yaml.safe_dump(dataclasses.asdict(config), fh, sort_keys=False)

@@ -297,6 +297,13 @@ class Preprocessor:
         return cls(opts, truecasers, codes)
 
 
+def moses_words(lines: Sequence[str], lang: str) -> list[list[str]]:
+    """Moses-tokenise lines into word lists (no truecasing, no BPE); each distinct line once."""
+    side = _Side(lang, True, None, None)
+    done = _unique_map(side.words, lines)
+    return [list(done[line]) for line in lines]
+
+
 # --- helpers ---------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ctxnmt.models.attention import AdditiveAttention
-from ctxnmt.models.functional import mix
+from ctxnmt.models.functional import additive_energy, mix
 from ctxnmt.models.output import DeepOutput
 from ctxnmt.models.registry import CELLS, DECODERS, TARGET_CONTEXTS
 
@@ -78,6 +78,13 @@ class ConditionalGRUDecoder(nn.Module):
     # -- teacher forcing ---------------------------------------------------------
     def forward(self, enc, prev_emb: torch.Tensor, tgt_mask: torch.Tensor):
         """Returns readout vectors (B, T, out_dim) and attention weights (B, T, S)."""
+        S, A = self.recurrence(enc, prev_emb)
+        C = torch.bmm(A, enc["annotations"])
+        D = self.summary.full(prev_emb, tgt_mask, S, C)
+        return self.output(self.dropout_hidden(S), D, C, self.output_extra(S)), A
+
+    def recurrence(self, enc, prev_emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoder states s_1 … s_T (B, T, H) and attention weights (B, T, S) under teacher forcing."""
         s = self.initial_state(enc)
         xp1 = self.gru1.input_proj(prev_emb)
         states, alphas = [], []
@@ -85,11 +92,7 @@ class ConditionalGRUDecoder(nn.Module):
             s, alpha = self._transition(enc, s, xp1_t)
             states.append(s)
             alphas.append(alpha)
-        S = torch.stack(states, dim=1)
-        A = torch.stack(alphas, dim=1)
-        C = torch.bmm(A, enc["annotations"])
-        D = self.summary.full(prev_emb, tgt_mask, S, C)
-        return self.output(self.dropout_hidden(S), D, C, self.output_extra(S)), A
+        return torch.stack(states, dim=1), torch.stack(alphas, dim=1)
 
     own_state = ("s",)  # state entries of the decoder itself; the rest belong to the summary
 
@@ -105,12 +108,17 @@ class ConditionalGRUDecoder(nn.Module):
 
     def step(self, enc, state: dict[str, torch.Tensor], prev_emb_t: torch.Tensor):
         """One step: readout (R, out_dim), new state, α_t (R, S); R = beam × sentences."""
-        s, alpha = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t))
+        s, alpha, own = self.advance(enc, state, prev_emb_t)
         c = mix(alpha, enc["annotations"])
         summary_state = {k: v for k, v in state.items() if k not in self.own_state}
         d, summary_state = self.summary.step(summary_state, prev_emb_t, s, c)
         extra, extra_state = self.output_extra_step(state, s)
-        return self.output(s, d, c, extra), {"s": s, **summary_state, **extra_state}, alpha
+        return self.output(s, d, c, extra), {**own, **summary_state, **extra_state}, alpha
+
+    def advance(self, enc, state, prev_emb_t):
+        """s_t and α_t for one step, and the decoder's own new state entries."""
+        s, alpha = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t))
+        return s, alpha, {"s": s}
 
     def output_extra_step(self, state, s):
         return None, {}
@@ -160,3 +168,73 @@ class SelfAttentiveRNNDecoder(ConditionalGRUDecoder):
             alpha = torch.softmax(self._scores(memory, s.unsqueeze(1)), dim=-1)  # (R, 1, t-1)
             tilde = torch.bmm(alpha, memory).squeeze(1)
         return self.from_memory(tilde), {"sar_mem": torch.cat([memory, s.unsqueeze(1)], dim=1)}
+
+
+@DECODERS.register("memory-rnn")
+class MemoryRNNDecoder(ConditionalGRUDecoder):
+    """The cGRU whose recurrence reads an attention over its own previous states in
+    place of s_{t-1} (Cheng et al.'s LSTMN, adapted as in Miculicich Werlen et al.'s
+    comparison):
+
+      e_ti = vᵀ tanh(W_m s_i + W_q s_{t-1} + W_x E y_{t-1}),  i = 0 … t-1
+      s̃_t = Σ_i softmax_i(e_ti) s_i;  s'_t = GRU_1(E y_{t-1}, s̃_t);  the rest is the cGRU.
+
+    Choices: only GRU_1 reads s̃_t (GRU_2 refines s'_t as before); the query is the
+    latest state s_{t-1} (what the cGRU would have read) plus the input word E y_{t-1}
+    (Cheng et al.'s x_t term); s_t itself cannot be the query, it is what the step
+    computes.  The memory starts with s_0, so s̃_1 = s_0 and the first step is the
+    cGRU's.  Padding comes after every real step, so causality keeps it out of the
+    memory of real steps.  Cost: O(t) per step (the scores depend on the query);
+    W_x E y is computed for all steps before the loop, and one matmul per step gives
+    both the new state's key W_m s_t and the next step's query term W_q s_t."""
+
+    own_state = ("s", "mem_states", "mem_keys", "mem_query")
+
+    def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
+        super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)
+        self.W_m = nn.Linear(hidden_dim, hidden_dim)  # carries the attention bias
+        self.W_q = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.W_x = nn.Linear(emb_dim, hidden_dim, bias=False)
+        self.v_m = nn.Linear(hidden_dim, 1, bias=False)
+
+    def prepare(self, annotations, src_mask):
+        enc = super().prepare(annotations, src_mask)
+        enc["_Wmq"] = torch.cat([self.W_m.weight, self.W_q.weight]).t()  # once per batch
+        return enc
+
+    def _remember(self, enc, s):
+        """The key W_m s + b of a new memory entry, and its query term W_q s for the next step."""
+        p = s @ enc["_Wmq"]
+        return p[:, : self.hidden_dim] + self.W_m.bias, p[:, self.hidden_dim:]
+
+    def _read(self, states, keys, query):
+        """s̃_t (R, H) from memory states (R, M, H), their keys (R, M, H) and the query (R, H)."""
+        alpha = torch.softmax(additive_energy(keys, query.unsqueeze(1), self.v_m.weight[0]).squeeze(1), dim=-1)
+        return mix(alpha, states)
+
+    def recurrence(self, enc, prev_emb):
+        s = self.initial_state(enc)
+        key, query = self._remember(enc, s)
+        states, keys = [s], [key]
+        xp1, xq = self.gru1.input_proj(prev_emb), self.W_x(prev_emb)
+        alphas = []
+        for xp1_t, xq_t in zip(xp1.unbind(1), xq.unbind(1)):
+            tilde = self._read(torch.stack(states, dim=1), torch.stack(keys, dim=1), query + xq_t)
+            s, alpha = self._transition(enc, tilde, xp1_t)
+            key, query = self._remember(enc, s)
+            states.append(s)
+            keys.append(key)
+            alphas.append(alpha)
+        return torch.stack(states[1:], dim=1), torch.stack(alphas, dim=1)
+
+    def init_state(self, enc, beam: int = 1):
+        state = super().init_state(enc, beam)
+        key, query = self._remember(enc, state["s"])
+        return {**state, "mem_states": state["s"].unsqueeze(1), "mem_keys": key.unsqueeze(1), "mem_query": query}
+
+    def advance(self, enc, state, prev_emb_t):
+        tilde = self._read(state["mem_states"], state["mem_keys"], state["mem_query"] + self.W_x(prev_emb_t))
+        s, alpha = self._transition(enc, tilde, self.gru1.input_proj(prev_emb_t))
+        key, query = self._remember(enc, s)
+        return s, alpha, {"s": s, "mem_states": torch.cat([state["mem_states"], s.unsqueeze(1)], dim=1),
+                          "mem_keys": torch.cat([state["mem_keys"], key.unsqueeze(1)], dim=1), "mem_query": query}

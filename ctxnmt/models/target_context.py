@@ -37,6 +37,48 @@ class TargetContext(nn.Module):
         raise NotImplementedError
 
 
+def prefix_average(x: torch.Tensor, e: torch.Tensor, state: dict[str, torch.Tensor] | None = None,
+                   starts: torch.Tensor | None = None, block: int = 16):
+    """Causal weighted prefix averages d_t = Σ_{r_t ≤ i ≤ t} softmax_i(e_i) x_i.
+
+    x (B, T, E) and scores e (B, T).  `state` continues an earlier prefix (the
+    sums `num` (B, E), `den` (B,) and their reference score `max` (B,), as this
+    function returns them; none: an empty prefix).  `starts` (B, T, bool) marks
+    positions where a new prefix begins (r_t is the last such position ≤ t; the
+    carried prefix counts only before the first one); none: one prefix throughout.
+    Returns d (B, T, E) and the state after position T.
+
+    O(T·L) in blocks of L positions, never a T × T matrix: within a block a small
+    L × L causal weight matrix, across blocks the carried sums rescaled to the
+    running maximum score, so the largest weight of every prefix is exactly 1 and
+    nothing under- or overflows."""
+    B, T, E = x.shape
+    if state is None:
+        state = {"num": x.new_zeros(B, E), "den": x.new_zeros(B), "max": x.new_full((B,), float("-inf"))}
+    num, den, run_max = state["num"], state["den"], state["max"]
+    out = []
+    for first in range(0, T, block):
+        e_b, x_b = e[:, first: first + block], x[:, first: first + block]
+        L = e_b.size(1)
+        allowed = torch.ones(L, L, dtype=torch.bool, device=e.device).tril().expand(B, L, L)
+        if starts is None:
+            carried = torch.ones(B, L, dtype=torch.bool, device=e.device)
+        else:
+            prefix_id = starts[:, first: first + L].long().cumsum(1)  # 0: continues the carried prefix
+            allowed = allowed & (prefix_id.unsqueeze(2) == prefix_id.unsqueeze(1))
+            carried = prefix_id == 0
+        # Each position's reference is the maximum score of its own prefix.
+        ref = e_b.detach().unsqueeze(1).masked_fill(~allowed, float("-inf")).amax(-1)  # (B, L)
+        ref = torch.where(carried, torch.maximum(run_max.unsqueeze(1), ref), ref)
+        w = torch.exp((e_b.unsqueeze(1) - ref.unsqueeze(2)).masked_fill(~allowed, float("-inf")))  # (B, L, L)
+        carry = torch.where(carried, torch.exp(run_max.unsqueeze(1) - ref), torch.zeros_like(ref))
+        num_b = carry.unsqueeze(-1) * num.unsqueeze(1) + torch.bmm(w, x_b)
+        den_b = carry * den.unsqueeze(1) + w.sum(-1)
+        out.append(num_b / den_b.unsqueeze(-1))
+        num, den, run_max = num_b[:, -1], den_b[:, -1], ref[:, -1]
+    return torch.cat(out, dim=1), {"num": num, "den": den, "max": run_max}
+
+
 @TARGET_CONTEXTS.register("previous")
 class PreviousWord(TargetContext):
     """The baseline: d_t = E y_{t-1}."""
@@ -86,25 +128,8 @@ class ContentSelfAttentiveResidual(TargetContext):
         return self.v(torch.tanh(self.W_y(prev_emb))).squeeze(-1)
 
     def full(self, prev_emb, mask, states=None, contexts=None):
-        e = self.scores(prev_emb)  # (B, T); padding lies after every real position: causality excludes it
-        B, T, E = prev_emb.shape
-        out = []
-        num, den = prev_emb.new_zeros(B, E), prev_emb.new_zeros(B)
-        run_max = prev_emb.new_full((B,), float("-inf"))
-        for start in range(0, T, self.block):
-            e_b, x_b = e[:, start: start + self.block], prev_emb[:, start: start + self.block]
-            L = e_b.size(1)
-            # Each position's reference is the maximum score of its own prefix, so the
-            # largest weight is exactly 1 and nothing under- or overflows.
-            ref = torch.maximum(run_max.unsqueeze(1), e_b.detach().cummax(1).values)  # (B, L)
-            causal = torch.ones(L, L, dtype=torch.bool, device=e.device).tril()
-            w = torch.exp((e_b.unsqueeze(1) - ref.unsqueeze(2)).masked_fill(~causal, float("-inf")))  # (B, L, L)
-            carry = torch.exp(run_max.unsqueeze(1) - ref)  # earlier blocks, rescaled to each reference
-            num_b = carry.unsqueeze(-1) * num.unsqueeze(1) + torch.bmm(w, x_b)
-            den_b = carry * den.unsqueeze(1) + w.sum(-1)
-            out.append(num_b / den_b.unsqueeze(-1))
-            num, den, run_max = num_b[:, -1], den_b[:, -1], ref[:, -1]
-        return torch.cat(out, dim=1)
+        # padding lies after every real position: causality excludes it
+        return prefix_average(prev_emb, self.scores(prev_emb), block=self.block)[0]
 
     def init_state(self, rows, like):
         return {"sa_num": like.new_zeros(rows, self.out_dim), "sa_den": like.new_zeros(rows, 1),

@@ -65,6 +65,16 @@ def self_attentive_rnn_term(model, earlier_states, s):
     return dec.from_memory.weight @ sum(a * m for a, m in zip(alpha, earlier_states))
 
 
+def memory_rnn_read(model, memory, y_prev):
+    """s̃_t = Σ_{i<t} α_ti s_i over the memory [s_0 … s_{t-1}],
+    α_t = softmax_i(vᵀ tanh(W_m s_i + b_m + W_q s_{t-1} + W_x E y_{t-1}))."""
+    dec = model.decoder
+    query = dec.W_q.weight @ memory[-1] + dec.W_x.weight @ y_prev
+    e = torch.stack([(dec.v_m.weight[0] * torch.tanh(dec.W_m.weight @ m + dec.W_m.bias + query)).sum() for m in memory])
+    alpha = torch.softmax(e, 0)
+    return sum(a * m for a, m in zip(alpha, memory))
+
+
 def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
     """log p(y_t | y_<t, x) for every target position of one sentence pair.
 
@@ -77,9 +87,11 @@ def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
     s = torch.tanh(dec.init_proj.weight @ annotations.mean(0) + dec.init_proj.bias)
     prev_embs = [model.start.detach().clone()]
     out, alphas, states = [], [], []
+    memory = [s]  # memory-rnn: s_0 … s_{t-1}
     for t, y in enumerate(tgt_ids):
         y_prev = prev_embs[-1]
-        s_prime = gru_step(dec.gru1, y_prev, s)
+        s_read = memory_rnn_read(model, memory, y_prev) if model.cfg.decoder == "memory-rnn" else s
+        s_prime = gru_step(dec.gru1, y_prev, s_read)
         alpha, c = additive_attention(dec.attention, s_prime, annotations)
         s = gru_step(dec.gru2, c, s_prime)
         d = summary(t, prev_embs, s, c)
@@ -88,6 +100,7 @@ def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
         if model.cfg.decoder == "self-attentive-rnn":
             pre = pre + self_attentive_rnn_term(model, states, s)
         states.append(s)
+        memory.append(s)
         readout = torch.tanh(pre)
         logits = model.generator.weight @ readout + model.generator.bias
         out.append(torch.log_softmax(logits, dim=0))

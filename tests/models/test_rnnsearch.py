@@ -58,7 +58,8 @@ def test_encoder_matches_reference_in_padded_batch():
         torch.testing.assert_close(annotations[b, : len(ids)], ref.birnn_encode(model, ids), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("learned_start, decoder", [(False, "cgru"), (True, "cgru"), (False, "self-attentive-rnn")])
+@pytest.mark.parametrize("learned_start, decoder", [(False, "cgru"), (True, "cgru"), (False, "self-attentive-rnn"),
+                                                          (True, "memory-rnn")])
 def test_teacher_forced_logprobs_match_reference(learned_start, decoder):
     model = small_model(learned_start=learned_start, decoder=decoder)
     logp, alpha = batch_logprobs(model, SRC, TGT)

@@ -14,6 +14,7 @@ from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
 SCORED = ["self-attentive", "self-attentive-sum", "self-attentive-product", "self-attentive-dot",
           "self-attentive-scope"]
 SUMMARIES = ["previous", "mean"] + SCORED
+DECODERS = ["cgru", "self-attentive-rnn", "memory-rnn"]
 
 
 def literal_mean(t, prev, s, c):
@@ -77,7 +78,7 @@ def test_content_summary_is_stable_for_extreme_scores():
         torch.testing.assert_close(d[0, t], (alpha.unsqueeze(1) * prev[0, : t + 1]).sum(0), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("decoder", ["cgru", "self-attentive-rnn"])
+@pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize("name", SUMMARIES)
 def test_incremental_decoding_matches_teacher_forcing(name, decoder):
     model = small_model(target_context=name, decoder=decoder)
@@ -96,7 +97,7 @@ def test_incremental_decoding_matches_teacher_forcing(name, decoder):
             prev = tgt[:, t]
 
 
-@pytest.mark.parametrize("decoder", ["cgru", "self-attentive-rnn"])
+@pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize("name", SUMMARIES)
 def test_beam_reorder_keeps_states_consistent(name, decoder):
     """Reordered rows continue exactly as the rows they were copied from."""

@@ -1,0 +1,1 @@
+"""The residual LSTM language model: config, data stream, model, training, scoring."""

@@ -1,0 +1,86 @@
+"""The language model's typed config: its own small schema, loaded and checked with the
+translation config's helpers (same errors for unknown keys and wrong types)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ctxnmt.config import build_typed, read_raw
+from ctxnmt.errors import ConfigError
+
+SUMMARIES = ("previous", "mean", "self-attentive")
+
+
+@dataclass
+class LMDataConfig:
+    """A monolingual corpus: {dir}/{train}.{lang}, likewise dev and test, one sentence a line."""
+
+    dir: str = "data/bible"
+    lang: str = "en"
+    train: str = "train"
+    dev: str = "dev"
+    test: str = "test"
+    tokenize: bool = True  # Moses tokeniser (as for translation)
+    lowercase: bool = True  # PTB-style: a 10k vocabulary should not spend entries on case variants
+    vocab_size: int = 10000  # most frequent training words; the rest become <unk>
+
+
+@dataclass
+class LMModelConfig:
+    summary: str = "previous"  # previous | mean | self-attentive (content scoring)
+    emb_dim: int = 150
+    hidden_dim: int = 300
+    layers: int = 1
+    tie_embeddings: bool = True  # Press & Wolf: the softmax layer is the input embedding matrix
+    dropout: float = 0.5  # on the embeddings, the LSTM output and g(s_t, d_t)
+
+
+@dataclass
+class LMTrainingConfig:
+    optimizer: str = "adam"  # adam | adadelta
+    lr: float = 1e-3
+    clip_norm: float = 1.0
+    batch_size: int = 20  # parallel streams
+    bptt: int = 35  # tokens per truncated-BPTT segment
+    max_updates: int = 0  # 0 = unlimited
+    max_epochs: int = 0  # 0 = unlimited
+    max_minutes: float = 0.0  # training time (validation excluded); 0 = unlimited
+    valid_every: int = 500  # updates between dev perplexities
+    patience: int = 5  # validations without improvement before stopping; 0 = never
+    lr_decay: float = 0.5  # applied when dev perplexity plateaus; 1.0 = off
+    lr_patience: int = 1
+    min_lr: float = 1e-5
+    seed: int = 1234
+    threads: int = 0  # 0 = all cores
+    log_every: int = 100
+    device: str = "cpu"
+
+
+@dataclass
+class LMConfig:
+    name: str = "lm"
+    model_dir: str = "runs/lm"
+    data: LMDataConfig = field(default_factory=LMDataConfig)
+    model: LMModelConfig = field(default_factory=LMModelConfig)
+    training: LMTrainingConfig = field(default_factory=LMTrainingConfig)
+
+
+def load_lm_config(path: str | Path | None, overrides: list[str] | None = None) -> LMConfig:
+    config = build_typed(LMConfig, read_raw(path, overrides))
+    validate(config)
+    return config
+
+
+def validate(config: LMConfig) -> None:
+    m, t, d = config.model, config.training, config.data
+    if m.summary not in SUMMARIES:
+        raise ConfigError(f"model.summary must be one of {', '.join(SUMMARIES)}, got '{m.summary}'")
+    for key, value in (("model.emb_dim", m.emb_dim), ("model.hidden_dim", m.hidden_dim), ("model.layers", m.layers),
+                       ("training.batch_size", t.batch_size), ("training.bptt", t.bptt),
+                       ("training.valid_every", t.valid_every), ("data.vocab_size", d.vocab_size)):
+        if value < 1:
+            raise ConfigError(f"{key} must be at least 1, got {value}")
+    if not 0.0 <= m.dropout < 1.0:
+        raise ConfigError("model.dropout must be in [0, 1)")
+    if t.optimizer not in ("adam", "adadelta"):
+        raise ConfigError(f"training.optimizer must be 'adam' or 'adadelta', got '{t.optimizer}'")

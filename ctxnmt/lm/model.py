@@ -1,0 +1,101 @@
+"""The residual LSTM language model (Miculicich Werlen et al.'s LM experiments).
+
+  s_t = LSTM(E w_t, s_{t-1})
+  d_t = summary of the words of the current sentence read so far, w_r … w_t
+  g_t = tanh(W_s s_t + W_d d_t + b)        (the deep output of the decoder, in R^e)
+  p(w_{t+1}) = softmax(E g_t + b_o)        (E: the input embeddings, tied, Press & Wolf)
+
+g maps to the embedding size e whatever the LSTM size, so W_s is the projection
+that lets the softmax layer share the embedding matrix.  Summaries, as in the
+decoder: `previous` d_t = E w_t; `mean` d_t = average of E w_r … E w_t; `self-attentive`
+d_t = Σ_i α_ti E w_i with α_t = softmax_i(vᵀ tanh(W_y E w_i)) (content scoring).
+
+d_t restarts at every sentence: the </s> that ends a sentence is the start symbol
+y_0 of the next one (r is its position), so a sentence's summary is exactly what
+the translation decoder's is; the LSTM state runs on across sentences.  The
+summary is computed for a whole segment at once (prefix_average, O(T)), and its
+O(1) state (running sums and the reference score) is carried across truncated-BPTT
+segments with the LSTM state.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ctxnmt.data.vocab import EOS
+from ctxnmt.lm.config import LMModelConfig
+from ctxnmt.models.functional import linear_cross_entropy
+from ctxnmt.models.registry import TARGET_CONTEXTS
+from ctxnmt.models.target_context import prefix_average
+
+State = dict[str, torch.Tensor]
+
+
+class ResidualLM(nn.Module):
+    def __init__(self, cfg: LMModelConfig, vocab_size: int):
+        super().__init__()
+        self.cfg = cfg
+        E, H = cfg.emb_dim, cfg.hidden_dim
+        self.embedding = nn.Embedding(vocab_size, E)
+        self.lstm = nn.LSTM(E, H, cfg.layers, batch_first=True, dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        # The translation decoder's summary module: its parameters (W_y, v for content) and scores.
+        self.summary = TARGET_CONTEXTS.get(cfg.summary)(emb_dim=E)
+        self.from_state = nn.Linear(H, E)  # W_s (carries the bias b)
+        self.from_summary = nn.Linear(E, E, bias=False)  # W_d
+        self.out_bias = nn.Parameter(torch.zeros(vocab_size))
+        self.out_weight = None if cfg.tie_embeddings else nn.Parameter(torch.empty(vocab_size, E))
+        self.dropout = nn.Dropout(cfg.dropout)
+        with torch.no_grad():
+            # N(0, 1) embeddings would start a tied softmax with logits of deviation √e.
+            self.embedding.weight.normal_(0.0, E ** -0.5)
+            if self.out_weight is not None:
+                self.out_weight.normal_(0.0, E ** -0.5)
+
+    def output_weight(self) -> torch.Tensor:
+        return self.embedding.weight if self.out_weight is None else self.out_weight
+
+    def initial_state(self, streams: int) -> State:
+        """The state before any text: zero LSTM state, an empty summary prefix."""
+        w = self.embedding.weight
+        zeros = w.new_zeros(self.cfg.layers, streams, self.cfg.hidden_dim)
+        return {"h": zeros, "c": zeros.clone(), "num": w.new_zeros(streams, self.cfg.emb_dim),
+                "den": w.new_zeros(streams), "max": w.new_full((streams,), float("-inf"))}
+
+    def summaries(self, emb: torch.Tensor, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """d_t for a segment (B, T, e) and the summary state after it."""
+        carried = {k: state[k] for k in ("num", "den", "max")}
+        if self.cfg.summary == "previous":
+            return emb, carried
+        # mean: every word scores 0, so the weighted prefix average is the plain one
+        e = emb.new_zeros(emb.shape[:2]) if self.cfg.summary == "mean" else self.summary.scores(emb)
+        return prefix_average(emb, e, carried, starts=tokens == EOS)
+
+    def forward(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """g_t for a segment of tokens (B, T), continuing from `state`; returns g (B, T, e) and the new state."""
+        emb = self.dropout(self.embedding(tokens))
+        S, (h, c) = self.lstm(emb, (state["h"], state["c"]))
+        D, summary_state = self.summaries(emb, tokens, state)
+        g = torch.tanh(self.from_state(self.dropout(S)) + self.from_summary(D))
+        return g, {"h": h, "c": c, **summary_state}
+
+    def logits(self, g: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(self.dropout(g), self.output_weight(), self.out_bias)
+
+    def loss(self, tokens, targets, state: State) -> tuple[torch.Tensor, State]:
+        """Summed negative log-likelihood of the targets, and the state after the segment."""
+        g, state = self(tokens, state)
+        E = g.size(-1)
+        nll = linear_cross_entropy(self.dropout(g).reshape(-1, E), self.output_weight(), self.out_bias,
+                                   targets.reshape(-1))
+        return nll, state
+
+    def token_logprobs(self, tokens, targets, state: State) -> tuple[torch.Tensor, State]:
+        """log p(target) for every position (B, T), and the state after the segment."""
+        g, state = self(tokens, state)
+        logp = torch.log_softmax(self.logits(g), dim=-1)
+        return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), state
+
+
+def detach(state: State) -> State:
+    """Truncated BPTT: keep the values, cut the gradient path into earlier segments."""
+    return {k: v.detach() for k, v in state.items()}

@@ -1,0 +1,57 @@
+"""A trained LM from its model directory, and the log-probabilities of a text under it."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.vocab import Vocab
+from ctxnmt.errors import CheckpointError
+from ctxnmt.lm import data as lm_data
+from ctxnmt.lm.config import LMConfig, load_lm_config
+from ctxnmt.lm.model import ResidualLM
+from ctxnmt.lm.train import stream_logprobs
+from ctxnmt.training.checkpoint import load_checkpoint, load_model_state
+from ctxnmt.training.trainer import setup_threads
+
+
+@dataclass
+class TextScore:
+    line_logprobs: list[float]  # natural log-probability of each line's words and its </s>
+    line_tokens: list[int]
+    perplexity: float
+
+
+def load_lm(model_dir: str | Path, checkpoint: str = "best") -> tuple[LMConfig, Vocab, ResidualLM]:
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.yaml").is_file():
+        raise CheckpointError(f"{model_dir}: not an LM model directory (no config.yaml; made by ctxnmt lm train?)")
+    config = load_lm_config(model_dir / "config.yaml")
+    vocab = Vocab.load(model_dir / "vocab.txt")
+    path = model_dir / "checkpoints" / f"{checkpoint}.pt"
+    payload = load_checkpoint(path)
+    if payload.get("vocab") != vocab.fingerprint():
+        raise CheckpointError(f"{path}: was trained with a different vocabulary than {model_dir / 'vocab.txt'}")
+    if payload.get("model_config") != asdict(config.model):
+        raise CheckpointError(f"{path}: its model settings differ from {model_dir / 'config.yaml'}")
+    model = ResidualLM(config.model, len(vocab))
+    load_model_state(model, payload, path)
+    return config, vocab, model.eval()
+
+
+def score_lines(config: LMConfig, vocab: Vocab, model: ResidualLM, lines: list[str]) -> TextScore:
+    """Score lines as one continuous text, as the model was trained (the state runs across lines)."""
+    word_lists = lm_data.words(lines, config.data)
+    logp = stream_logprobs(model, lm_data.stream(word_lists, vocab))
+    counts = [len(w) + 1 for w in word_lists]
+    per_line = [float(chunk.sum()) for chunk in torch.split(logp, counts)]
+    return TextScore(per_line, counts, math.exp(-float(logp.mean())))
+
+
+def score_file(model_dir: str | Path, path: str | Path, checkpoint: str = "best") -> TextScore:
+    config, vocab, model = load_lm(model_dir, checkpoint)
+    setup_threads(config.training.threads)
+    return score_lines(config, vocab, model, read_lines(path))

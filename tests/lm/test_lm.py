@@ -1,0 +1,140 @@
+"""The residual LM: its summaries against a literal per-step reference, truncated BPTT
+with carried state against the whole stream at once, overfitting a tiny text through
+the command line, and one-line errors for bad input."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ctxnmt.cli import main
+from ctxnmt.data.vocab import EOS
+from ctxnmt.lm.config import SUMMARIES, LMModelConfig, load_lm_config
+from ctxnmt.lm.model import ResidualLM, detach
+
+# A stream with sentence ends (</s>) at irregular places, longer than one 16-position block.
+STREAM = [EOS, 5, 6, 7, EOS, 8, 9, 5, 5, 10, 11, 6, EOS, 7, EOS, 12, 13, 9, 8, 7, 6, 5, 4, 11, 10, 12, 9, EOS,
+          6, 6, 7, 8, 13, 12, 4, 5, EOS, 9, 10, 11, EOS, 4]
+
+
+def tiny_model(summary: str) -> ResidualLM:
+    torch.manual_seed(0)
+    return ResidualLM(LMModelConfig(summary=summary, emb_dim=8, hidden_dim=10, dropout=0.0), 14).eval()
+
+
+def literal_logprobs(model: ResidualLM, stream: list[int]) -> torch.Tensor:
+    """log p(w_{t+1} | w_≤t), one token at a time, from the equations (docs/lm.md)."""
+    lstm, E = model.lstm, model.embedding.weight
+    H = model.cfg.hidden_dim
+    h, c = torch.zeros(H), torch.zeros(H)
+    sentence: list[torch.Tensor] = []  # E w_r … E w_t: the current sentence from its </s>
+    out = []
+    for w, target in zip(stream[:-1], stream[1:]):
+        x = E[w]
+        i, f, g, o = (lstm.weight_ih_l0 @ x + lstm.bias_ih_l0 + lstm.weight_hh_l0 @ h + lstm.bias_hh_l0).chunk(4)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        sentence = [x] if w == EOS else sentence + [x]
+        if model.cfg.summary == "previous":
+            d = x
+        elif model.cfg.summary == "mean":
+            d = torch.stack(sentence).mean(0)
+        else:  # content: α_ti = softmax_i(vᵀ tanh(W_y E w_i + b))
+            sa = model.summary
+            e = torch.stack([(sa.v.weight[0] * torch.tanh(sa.W_y.weight @ y + sa.W_y.bias)).sum() for y in sentence])
+            d = (torch.softmax(e, 0).unsqueeze(1) * torch.stack(sentence)).sum(0)
+        g_t = torch.tanh(model.from_state.weight @ h + model.from_state.bias + model.from_summary.weight @ d)
+        out.append(torch.log_softmax(E @ g_t + model.out_bias, 0)[target])
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("summary", SUMMARIES)
+def test_logprobs_match_literal_equations(summary):
+    model = tiny_model(summary)
+    ids = torch.tensor([STREAM])
+    with torch.no_grad():
+        fast, _ = model.token_logprobs(ids[:, :-1], ids[:, 1:], model.initial_state(1))
+        torch.testing.assert_close(fast[0], literal_logprobs(model, STREAM), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("bptt", [3, 7, 20])
+@pytest.mark.parametrize("summary", SUMMARIES)
+def test_carried_state_equals_whole_stream(summary, bptt):
+    """Truncated BPTT changes the gradient path only: values equal the whole stream's."""
+    model = tiny_model(summary)
+    torch.manual_seed(1)
+    data = torch.stack([torch.tensor(STREAM), torch.tensor(STREAM[::-1])])  # two parallel streams
+    with torch.no_grad():
+        whole, _ = model.token_logprobs(data[:, :-1], data[:, 1:], model.initial_state(2))
+        state, parts = model.initial_state(2), []
+        for start in range(0, data.size(1) - 1, bptt):
+            end = min(start + bptt, data.size(1) - 1)
+            logp, state = model.token_logprobs(data[:, start:end], data[:, start + 1: end + 1], state)
+            state = detach(state)
+            parts.append(logp)
+    torch.testing.assert_close(torch.cat(parts, 1), whole, atol=1e-5, rtol=0)
+
+
+def test_gradient_stops_at_segment_boundary():
+    model = tiny_model("self-attentive").train()
+    ids = torch.tensor([STREAM[:20]])
+    _, state = model.loss(ids[:, :9], ids[:, 1:10], model.initial_state(1))
+    assert all(v.grad_fn is None for v in detach(state).values())
+
+
+TEXT = ["the cat sat on the mat .", "the dog sat on the log .", "a bird flew over the house ."]
+
+
+@pytest.fixture(scope="module")
+def tiny_corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lmtext")
+    for split, repeat in (("train", 30), ("dev", 2), ("test", 2)):
+        (root / f"{split}.en").write_text("\n".join(TEXT * repeat) + "\n", encoding="utf-8")
+    return root
+
+
+def write_config(tmp_path: Path, corpus: Path, summary: str) -> Path:
+    path = tmp_path / "lm.yaml"
+    path.write_text(f"model_dir: {tmp_path / 'model'}\ndata: {{dir: {corpus}}}\n"
+                    f"model: {{summary: {summary}, emb_dim: 16, hidden_dim: 24, dropout: 0.0}}\n"
+                    "training: {batch_size: 4, bptt: 10, max_updates: 150, valid_every: 50, lr: 0.01, threads: 1}\n")
+    return path
+
+
+def run(args, capsys):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("summary", SUMMARIES)
+def test_tiny_lm_overfits_repeated_text_end_to_end(summary, tiny_corpus, tmp_path, capsys):
+    cfg = write_config(tmp_path, tiny_corpus, summary)
+    code, out, _ = run(["lm", "train", cfg, "--quiet"], capsys)
+    assert code == 0 and "150 updates" in out
+    results = json.loads((tmp_path / "model" / "results.json").read_text())
+    assert results["dev_ppl"] < 1.2 and results["test_ppl"] < 1.2  # a 17-word vocabulary, learnt by heart
+    code, out, _ = run(["lm", "score", tmp_path / "model", "-i", tiny_corpus / "dev.en", "--per-line"], capsys)
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 7 and lines[-1].startswith("perplexity")
+    assert float(lines[-1].split()[1]) == pytest.approx(results["dev_ppl"], abs=0.01)
+    assert [int(line.split("\t")[1]) for line in lines[:-1]] == [8] * 6  # 7 words and </s>
+
+
+def test_bad_input_gives_one_line_errors(tiny_corpus, tmp_path, capsys):
+    cfg = write_config(tmp_path, tiny_corpus, "mean")
+    for args, message in (
+        (["lm", "train", cfg, "--set", "model.sumary=mean"], "did you mean 'summary'"),
+        (["lm", "train", cfg, "--set", "model.summary=self-attentive-sum"], "model.summary must be one of"),
+        (["lm", "train", cfg, "--set", f"data.dir={tmp_path / 'none'}"], "no such file"),
+        (["lm", "score", tmp_path / "nothing", "-i", tiny_corpus / "dev.en"], "not an LM model directory"),
+    ):
+        code, _, err = run(args, capsys)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_shipped_lm_configs_load():
+    paths = sorted((Path(__file__).parents[2] / "configs").glob("lm-*.yaml"))
+    assert {load_lm_config(p).model.summary for p in paths} == set(SUMMARIES)
