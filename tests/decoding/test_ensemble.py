@@ -103,3 +103,56 @@ def test_batched_ensemble_search_equals_one_sentence_at_a_time():
 def test_bad_mode():
     with pytest.raises(ValueError, match="logprob, prob"):
         Ensemble([random_model()], "max")
+
+
+# -- through the command line and the Translator API ----------------------------------------
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    from ctxnmt.cli import main
+    from tests.test_cli import small_corpus, write_config
+
+    tmp = tmp_path_factory.mktemp("ensemble")
+    data = small_corpus(tmp)
+    dirs = {}
+    for name, overrides in (("baseline", []), ("mean", ["model.target_context=mean", "model.hidden_dim=32"]),
+                            ("small-vocab", ["data.vocab_size=12"])):
+        cfg = write_config(tmp / f"{name}.yaml", data, tmp / name)
+        sets = [a for o in ["training.max_updates=2", "training.valid_bleu=false", *overrides] for a in ("--set", o)]
+        assert main(["train", str(cfg), "--quiet", *sets]) == 0
+        dirs[name] = tmp / name
+    return dirs
+
+
+def test_translate_with_an_ensemble(model_dirs, tmp_path, capsys):
+    from ctxnmt.cli import main
+    from ctxnmt.decoding.translator import Translator
+
+    src = tmp_path / "in.es"
+    src.write_text("el gato 3 .\n\nel gato 5 .\n")
+    for mode in ("logprob", "prob"):
+        out = tmp_path / f"out.{mode}"
+        code = main(["translate", str(model_dirs["baseline"]), str(model_dirs["mean"]), "-i", str(src), "-o",
+                     str(out), "--ensemble-mode", mode, "--beam", "2"])
+        assert code == 0 and out.read_text().split("\n")[:-1][1] == "" and len(out.read_text().splitlines()) == 3
+    lines = ["el gato 3 .", "el gato 7 ."]
+    single = Translator.load(model_dirs["baseline"]).translate(lines, beam=3, nbest=3)
+    of_one = Translator.load([model_dirs["baseline"]]).translate(lines, beam=3, nbest=3)
+    for a, b in zip(single, of_one):
+        assert [h.text for h in a.nbest] == [h.text for h in b.nbest]
+        assert [h.score for h in a.nbest] == pytest.approx([h.score for h in b.nbest], abs=1e-6)
+
+
+def test_members_with_another_vocabulary_are_refused_by_name(model_dirs, tmp_path, capsys):
+    from ctxnmt.cli import main
+
+    src = tmp_path / "in.es"
+    src.write_text("el gato 3 .\n")
+    a, c = model_dirs["baseline"], model_dirs["small-vocab"]
+    code = main(["translate", str(a), str(c), "-i", str(src)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"cannot ensemble {a} and {c}" in err and "different target vocabulary" in err
+    code = main(["translate", str(a), str(model_dirs["mean"]), "-i", str(src), "--checkpoint",
+                 str(a / "checkpoints" / "last.pt")])
+    assert code == 2 and "ensemble" in capsys.readouterr().err
