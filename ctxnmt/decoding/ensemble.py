@@ -52,6 +52,8 @@ class Ensemble(nn.Module):
             raise ValueError(f"ensemble mode must be one of {', '.join(MODES)}, not {mode!r}")
         if not models:
             raise ValueError("an ensemble needs at least one model")
+        if len({m.generator.out_features for m in models}) > 1:
+            raise ValueError("ensemble members must share one target vocabulary (their output sizes differ)")
         self.members = nn.ModuleList(models)
         self.mode = mode
 

@@ -100,9 +100,11 @@ def test_batched_ensemble_search_equals_one_sentence_at_a_time():
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
 
 
-def test_bad_mode():
+def test_bad_mode_and_members():
     with pytest.raises(ValueError, match="logprob, prob"):
         Ensemble([random_model()], "max")
+    with pytest.raises(ValueError, match="output sizes differ"):
+        Ensemble([random_model(), build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8), 16, 17)])
 
 
 # -- through the command line and the Translator API ----------------------------------------
