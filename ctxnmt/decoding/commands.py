@@ -11,6 +11,10 @@ from ctxnmt.utils.io import atomic_write
 def register(sub) -> None:
     p = sub.add_parser("translate", help="translate raw text with a trained model directory")
     p.add_argument("model_dir")
+    p.add_argument("ensemble", nargs="*", metavar="MODEL_DIR",
+                   help="more model directories: translate with the ensemble (same preprocessing and vocabularies)")
+    p.add_argument("--ensemble-mode", choices=("logprob", "prob"), default="logprob",
+                   help="combine members by averaging log-probabilities (default) or probabilities")
     p.add_argument("-i", "--input", help="input file (default: stdin)")
     p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
     p.add_argument("--beam", type=int, help="beam size (default: the config's; 1 = greedy)")
@@ -33,7 +37,9 @@ def _read_input(path: str | None) -> list[str]:
 def cmd_translate(args) -> int:
     from ctxnmt.decoding.translator import Translator
 
-    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
+    model_dirs = [args.model_dir, *args.ensemble]
+    translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir, checkpoint=args.checkpoint,
+                                 ensemble_mode=args.ensemble_mode)
     lines = _read_input(args.input)
     results = translator.translate(lines, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size,
                                    return_attention=bool(args.attention))

@@ -83,7 +83,12 @@ class Translator:
         self.warn = lambda msg: print(f"warning: {msg}", file=sys.stderr)
 
     @classmethod
-    def load(cls, model_dir: str | Path, checkpoint: str | None = None, device: str = "cpu") -> Translator:
+    def load(cls, model_dir: str | Path | list, checkpoint: str | None = None, device: str = "cpu",
+             ensemble_mode: str = "logprob") -> Translator:
+        """One model directory, or a list of them: an ensemble (decoded with the first
+        member's decoding settings)."""
+        if isinstance(model_dir, (list, tuple)):
+            return cls.load_ensemble(model_dir, checkpoint, device, ensemble_mode)
         model_dir = Path(model_dir)
         config_path = model_dir / "config.yaml"
         if not config_path.is_file():
@@ -97,6 +102,19 @@ class Translator:
         load_model_state(model, payload, path)
         model.to(device).eval()
         return cls(config, model, pre, src_vocab, tgt_vocab, device)
+
+    @classmethod
+    def load_ensemble(cls, model_dirs: list, checkpoint: str | None = None, device: str = "cpu",
+                      mode: str = "logprob") -> Translator:
+        from ctxnmt.decoding.ensemble import Ensemble, check_members
+
+        if len(model_dirs) > 1 and checkpoint:
+            raise CheckpointError("--checkpoint names one model's file; it cannot be used with an ensemble")
+        members = [cls.load(d, checkpoint, device) for d in model_dirs]
+        check_members([Path(d) for d in model_dirs], members)
+        first = members[0]
+        model = Ensemble([m.model for m in members], mode).to(device).eval()
+        return cls(first.config, model, first.preprocessor, first.src_vocab, first.tgt_vocab, device)
 
     def translate(self, lines: list[str], beam: int | None = None, nbest: int = 1, batch_size: int | None = None,
                   return_attention: bool = False) -> list[Translation]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ctxnmt.errors import ConfigError
 from ctxnmt.models.registry import TARGET_CONTEXTS
 
 
@@ -35,6 +36,12 @@ class TargetContext(nn.Module):
 
     def step(self, state, prev_emb, s=None, c=None):  # pragma: no cover
         raise NotImplementedError
+
+    def weights(self, prev_emb, mask, states=None, contexts=None) -> torch.Tensor:
+        """Causal attention weights α (B, T, T) over [y_0, …, y_{T-1}] with d = α · prev_emb:
+        row t-1 holds α_t over y_0 … y_{t-1}.  Only self-attentive summaries have them."""
+        raise ConfigError(f"the {type(self).__name__} summary has no attention over previous words "
+                          f"(only the self-attentive target contexts have one)")
 
 
 def prefix_average(x: torch.Tensor, e: torch.Tensor, state: dict[str, torch.Tensor] | None = None,
@@ -131,6 +138,10 @@ class ContentSelfAttentiveResidual(TargetContext):
         # padding lies after every real position: causality excludes it
         return prefix_average(prev_emb, self.scores(prev_emb), block=self.block)[0]
 
+    def weights(self, prev_emb, mask, states=None, contexts=None):
+        # For analysis only: the n×n matrix that `full` avoids forming.
+        return _causal_softmax(self.scores(prev_emb).unsqueeze(1).expand(-1, prev_emb.size(1), -1))
+
     def init_state(self, rows, like):
         return {"sa_num": like.new_zeros(rows, self.out_dim), "sa_den": like.new_zeros(rows, 1),
                 "sa_max": like.new_full((rows, 1), float("-inf"))}
@@ -172,12 +183,11 @@ class QuerySelfAttentiveResidual(TargetContext):
     def _query(self, s, c):
         return self.W_q(c if self.query == "context" else s)
 
+    def weights(self, prev_emb, mask, states=None, contexts=None):
+        return _causal_softmax(self.energy(self.keys(prev_emb), prev_emb, self._query(states, contexts)))
+
     def full(self, prev_emb, mask, states=None, contexts=None):
-        T = prev_emb.size(1)
-        e = self.energy(self.keys(prev_emb), prev_emb, self._query(states, contexts))  # (B, T, T)
-        causal = torch.ones(T, T, dtype=torch.bool, device=prev_emb.device).tril()
-        alpha = torch.softmax(e.masked_fill(~causal, float("-inf")), dim=-1)
-        return torch.bmm(alpha, prev_emb)
+        return torch.bmm(self.weights(prev_emb, mask, states, contexts), prev_emb)
 
     def init_state(self, rows, like):
         return {"sa_prev": like.new_zeros(rows, 0, self.out_dim)}
@@ -187,6 +197,13 @@ class QuerySelfAttentiveResidual(TargetContext):
         e = self.energy(self.keys(prev), prev, self._query(s, c).unsqueeze(1))  # (R, 1, t)
         d = torch.bmm(torch.softmax(e, dim=-1), prev).squeeze(1)
         return d, {"sa_prev": prev}
+
+
+def _causal_softmax(e: torch.Tensor) -> torch.Tensor:
+    """softmax over the last axis of scores (B, T, T), row t restricted to columns ≤ t."""
+    T = e.size(-1)
+    causal = torch.ones(T, T, dtype=torch.bool, device=e.device).tril()
+    return torch.softmax(e.masked_fill(~causal, float("-inf")), dim=-1)
 
 
 def _additive(v: nn.Linear, keys: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

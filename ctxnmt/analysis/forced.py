@@ -1,0 +1,66 @@
+"""Target-side attention weights of a model forced to produce given target sentences,
+and their reduction from subwords to words."""
+from __future__ import annotations
+
+import torch
+
+from ctxnmt.data.batching import pad
+from ctxnmt.data.preprocess import BPE_SEPARATOR
+
+
+@torch.no_grad()
+def target_attention(model, src_ids: list[list[int]], tgt_ids: list[list[int]],
+                     batch_size: int = 32) -> list[torch.Tensor]:
+    """α (T, T) per sentence, T = len(tgt_ids[b]) (its EOS included): row t-1 holds the
+    weights α_t over y_0 … y_{t-1} that the summary used when predicting y_t.
+
+    The decoder runs step by step, as in beam search, to collect s_t and c_t for the
+    summaries whose scores read them; the summary's `weights` then gives α."""
+    model.eval()
+    out: list[torch.Tensor] = []
+    for start in range(0, len(src_ids), batch_size):
+        src, src_mask = pad(src_ids[start: start + batch_size])
+        tgt, tgt_mask = pad(tgt_ids[start: start + batch_size])
+        enc = model.encode(src, src_mask)
+        state, prev = model.init_state(enc), None
+        states, contexts = [], []
+        for t in range(tgt.size(1)):
+            _, state, alpha = model.step(enc, state, prev)
+            states.append(state["s"])
+            contexts.append(torch.bmm(alpha.unsqueeze(1), enc["annotations"]).squeeze(1))
+            prev = tgt[:, t]
+        weights = model.decoder.summary.weights(model.previous_embeddings(tgt), tgt_mask,
+                                                torch.stack(states, 1), torch.stack(contexts, 1))
+        for b, ids in enumerate(tgt_ids[start: start + batch_size]):
+            out.append(weights[b, : len(ids), : len(ids)].clone())
+    return out
+
+
+def word_groups(subwords: list[str]) -> list[list[int]]:
+    """Indices of the subwords of each word ("new@@ found@@ land" is one word)."""
+    groups: list[list[int]] = []
+    open_word = False
+    for i, piece in enumerate(subwords):
+        if open_word:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+        open_word = piece.endswith(BPE_SEPARATOR)
+    return groups
+
+
+def join_word(subwords: list[str], group: list[int]) -> str:
+    return "".join(subwords[i].removesuffix(BPE_SEPARATOR) for i in group)
+
+
+def word_attention(alpha: torch.Tensor, groups: list[list[int]]) -> list[list[float]]:
+    """Word-to-earlier-word attention A[w][v] (v < w) from subword weights α (T, T).
+
+    A word's row is that of its first subword (predicted when none of the word is
+    there yet, so all its attention goes to earlier words); a column sums the
+    weights of the earlier word's subwords.  The start symbol y_0 is left out."""
+    A = []
+    for w, group in enumerate(groups):
+        row = alpha[group[0]]  # predicting subword group[0] (position group[0] + 1)
+        A.append([float(sum(row[1 + i] for i in groups[v])) for v in range(w)])
+    return A

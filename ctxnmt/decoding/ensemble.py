@@ -1,0 +1,104 @@
+"""Ensembles: several trained models searched as one.
+
+`Ensemble` presents the interface beam search uses (encode / init_state / step,
+with flat dicts of batch-first tensors that beam search reorders), so the search
+itself does not know it decodes with several models.  Each member keeps its own
+encoder output and decoder state, stored under its index ("0.s", "_1._U1" …; a
+leading underscore still marks the entries that are never reordered), so members
+may have any architecture.  At every step the members' next-word distributions
+are combined:
+
+  logprob  mean_k log p_k(y_t | …)          (the usual ensemble of Nematus / Marian)
+  prob     log mean_k p_k(y_t | …)          (a mixture of the members' distributions)
+
+All members must read the same source subwords and write the same target
+subwords: identical preprocessing (tokeniser, truecaser and BPE files) and
+identical source and target vocabularies.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ctxnmt.errors import CheckpointError
+
+MODES = ("logprob", "prob")
+
+
+def pack(trees: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    out = {}
+    for k, tree in enumerate(trees):
+        for key, value in tree.items():
+            out[f"_{k}.{key}" if key.startswith("_") else f"{k}.{key}"] = value
+    return out
+
+
+def unpack(tree: dict[str, torch.Tensor], members: int) -> list[dict[str, torch.Tensor]]:
+    out: list[dict[str, torch.Tensor]] = [{} for _ in range(members)]
+    for packed, value in tree.items():
+        k, key = (packed[1:] if packed.startswith("_") else packed).split(".", 1)
+        out[int(k)][key] = value
+    return out
+
+
+class Ensemble(nn.Module):
+    def __init__(self, models: list[nn.Module], mode: str = "logprob"):
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"ensemble mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if not models:
+            raise ValueError("an ensemble needs at least one model")
+        if len({m.generator.out_features for m in models}) > 1:
+            raise ValueError("ensemble members must share one target vocabulary (their output sizes differ)")
+        self.members = nn.ModuleList(models)
+        self.mode = mode
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        return pack([m.encode(src, src_mask) for m in self.members])
+
+    def init_state(self, enc, beam: int = 1):
+        encs = unpack(enc, len(self.members))
+        return pack([m.init_state(e, beam) for m, e in zip(self.members, encs)])
+
+    def step(self, enc, state, prev_tokens):
+        """Combined log-probabilities (R, V), the members' new states, and their mean α_t."""
+        encs, states = unpack(enc, len(self.members)), unpack(state, len(self.members))
+        logps, new_states, alphas = [], [], []
+        for model, e, s in zip(self.members, encs, states):
+            logp, s, alpha = model.step(e, s, prev_tokens)
+            logps.append(logp)
+            new_states.append(s)
+            alphas.append(alpha)
+        stacked = torch.stack(logps)
+        if self.mode == "logprob":
+            combined = stacked.mean(0)
+        else:
+            combined = torch.logsumexp(stacked, 0) - math.log(len(logps))
+        return combined, pack(new_states), torch.stack(alphas).mean(0)
+
+
+def preprocessing_fingerprint(model_dir: Path) -> str:
+    """Hash of the files that define the preprocessing (tokeniser options, truecaser, BPE)."""
+    digest = hashlib.sha256()
+    prep = Path(model_dir) / "prep" / "preprocess"
+    for path in sorted(p for p in prep.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(prep).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def check_members(model_dirs: list[Path], translators) -> None:
+    """Refuse members that do not share preprocessing and vocabularies, naming them."""
+    first, reference = model_dirs[0], translators[0]
+    expected = (reference.tgt_vocab.fingerprint(), reference.src_vocab.fingerprint(),
+                preprocessing_fingerprint(first))
+    for model_dir, translator in zip(model_dirs[1:], translators[1:]):
+        found = (translator.tgt_vocab.fingerprint(), translator.src_vocab.fingerprint(),
+                 preprocessing_fingerprint(model_dir))
+        for what, a, b in zip(("target vocabulary", "source vocabulary", "preprocessing"), expected, found):
+            if a != b:
+                raise CheckpointError(f"cannot ensemble {first} and {model_dir}: they have a different {what} "
+                                      f"(ensemble members must share preprocessing and vocabularies)")
