@@ -1,6 +1,7 @@
 """Speed of model variants as ratios to the baseline, interleaved in one process.
 
     python benchmarks/variants.py configs/bench.yaml model.target_context=mean model.target_context=self-attentive
+    python benchmarks/variants.py configs/bench.yaml --preset encoders-adaptive --rounds 3 --decode-sents 50
 
 On a shared, noisy machine, configs measured one after the other drift by ±10%;
 here every variant's training step and decoding batch alternate with the
@@ -21,10 +22,25 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+# Named variant lists: label -> comma-separated overrides.
+PRESETS = {
+    "encoders-adaptive": {  # issue 5: context-aware encoders and adaptive weighting
+        "stacked-birnn": "model.encoder=stacked-birnn",
+        "fcae": "model.encoder=fcae",
+        "bcae": "model.encoder=bcae",
+        "adaptive-gru encoder": "model.encoder_cell=adaptive-gru",
+        "adaptive-gru everywhere": "model.cell=adaptive-gru",
+        "adaptive output": "model.output=adaptive",
+        "adaptive-both": "model.cell=adaptive-gru,model.output=adaptive",
+    },
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config")
-    parser.add_argument("variants", nargs="+", help="comma-separated overrides per variant, e.g. model.cell=gru")
+    parser.add_argument("variants", nargs="*", help="comma-separated overrides per variant, e.g. model.cell=gru")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="add a named list of variants")
     parser.add_argument("--rounds", type=int, default=8, help="training steps per variant (after 2 warm-up)")
     parser.add_argument("--decode-sents", type=int, default=200)
     parser.add_argument("--beam", type=int, default=5)
@@ -41,8 +57,11 @@ def main() -> None:
     from ctxnmt.training.checkpoint import load_checkpoint
 
     torch.set_num_threads(os.cpu_count())
-    names = ["baseline"] + args.variants
-    configs = [load_config(args.config, [] if n == "baseline" else n.split(",")) for n in names]
+    variants = {v: v for v in args.variants} | PRESETS.get(args.preset, {})
+    if not variants:
+        parser.error("give variants or --preset")
+    names = ["baseline"] + list(variants)
+    configs = [load_config(args.config, [] if n == "baseline" else variants[n].split(",")) for n in names]
     base = configs[0]
     base.model_dir = str(ROOT / "runs" / "bench-prep" / data_fingerprint(base.data))
     data = prepare(base, log=lambda message: print(message, file=sys.stderr))
