@@ -12,16 +12,19 @@ from tests.models.test_rnnsearch import SRC, small_model
 from tests.test_cli import run, small_corpus, write_config
 
 
-def literal_gates(cell, xs, reverse=False):
-    """g_i = σ(W_g x_i + b_g + U_g h_{i∓1}), mean over dimensions, along the reference states."""
+def literal_gate(cell, x, prev):
+    """Mean over dimensions of g = σ(W_g x + b_g + U_g h_prev)."""
     H = cell.hidden_size
+    return ref.sigmoid(cell.W.weight[3 * H:] @ x + cell.W.bias[3 * H:] + cell.U.weight[3 * H:] @ prev).mean()
+
+
+def literal_gates(cell, xs, reverse=False):
+    """Along the reference states, each step reading h_{i∓1} (h_0 = 0)."""
     states = ref.run_cell(cell, xs, reverse)
     out = []
     for i, x in enumerate(xs):
         j = i + 1 if reverse else i - 1
-        prev = states[j] if 0 <= j < len(xs) else torch.zeros(H)
-        g = ref.sigmoid(cell.W.weight[3 * H:] @ x + cell.W.bias[3 * H:] + cell.U.weight[3 * H:] @ prev)
-        out.append(g.mean())
+        out.append(literal_gate(cell, x, states[j] if 0 <= j < len(xs) else torch.zeros(cell.hidden_size)))
     return torch.stack(out)
 
 
@@ -37,9 +40,27 @@ def test_encoder_gates_match_literal_equation():
                                        atol=1e-6, rtol=0)
 
 
-def test_cae_gates_name_every_recurrence():
-    model = small_model(cell="adaptive-gru", encoder="fcae")
-    assert set(encoder_gates(model, SRC)) == {"future", "context-lower", "context-upper"}
+def test_bcae_gates_match_literal_equation():
+    """bcae: the future GRU reads left to right; the context-aware lower level reads h^a_{i+1},
+    the upper level reads h^c_i as input and h̃_i as state."""
+    model = small_model(cell="adaptive-gru", encoder="bcae")
+    enc = model.encoder
+    gates = encoder_gates(model, SRC)
+    assert set(gates) == {"future", "context-lower", "context-upper"}
+    with torch.no_grad():
+        for b, ids in enumerate(SRC):
+            xs = [model.src_emb.weight[i] for i in ids]
+            torch.testing.assert_close(gates["future"][b], literal_gates(enc.future, xs), atol=1e-6, rtol=0)
+            future = ref.run_cell(enc.future, xs)
+            annotations = ref.context_aware_encode(enc, xs, context_reverse=True)
+            zero = torch.zeros(enc.hidden_dim)
+            for i, x in enumerate(xs):
+                prev = annotations[i + 1] if i + 1 < len(xs) else zero
+                torch.testing.assert_close(gates["context-lower"][b][i], literal_gate(enc.lower, x, prev),
+                                           atol=1e-6, rtol=0)
+                tilde = ref.cell_step(enc.lower, x, prev)
+                torch.testing.assert_close(gates["context-upper"][b][i], literal_gate(enc.upper, future[i], tilde),
+                                           atol=1e-6, rtol=0)
 
 
 def test_output_weights_are_distributions_per_token():
