@@ -47,7 +47,7 @@ def has_hyper_gates(module: torch.nn.Module) -> bool:
 def encoder_gates(model, src_ids: list[list[int]]) -> dict[str, list[torch.Tensor]]:
     """{recurrence: [mean hyper-gate value per source token (len_i,), one per sentence]}."""
     model.eval()
-    src, mask = pad(src_ids)
+    src, mask = (t.to(model.start.device) for t in pad(src_ids))
     out: dict[str, list[torch.Tensor]] = {}
     for name, rec in model.encoder.recurrences(model.src_emb(src), mask).items():
         if not isinstance(rec.cell, AdaptiveGRUCell):
@@ -61,8 +61,9 @@ def encoder_gates(model, src_ids: list[list[int]]) -> dict[str, list[torch.Tenso
 def output_weights(model, src_ids: list[list[int]], out_ids: list[list[int]]) -> list[torch.Tensor]:
     """Mean α_s, α_y, α_c (len_i + 1, 3) per output token of each given output (EOS appended)."""
     model.eval()
-    src, src_mask = pad(src_ids)
-    tgt, tgt_mask = pad([ids + [EOS] for ids in out_ids])
+    device = model.start.device
+    src, src_mask = (t.to(device) for t in pad(src_ids))
+    tgt, tgt_mask = (t.to(device) for t in pad([ids + [EOS] for ids in out_ids]))
     enc = model.encode(src, src_mask)
     decoder = model.decoder
     S, D, C, _ = decoder.readout_inputs(enc, model.previous_embeddings(tgt), tgt_mask)
@@ -137,8 +138,6 @@ def check_tags(tags: list[str], spans_per_line: list[list], tags_path: str) -> l
 def analyse_lines(translator, lines: list[str], tags: list[str] | None = None, beam: int | None = None,
                   tags_path: str = "tags", batch_size: int = 32) -> list[Row]:
     """Mean gate values per source word, per tag and per output word (see the module doc)."""
-    from ctxnmt.decoding.translator import search_ids
-
     model = translator.model
     gated = has_hyper_gates(model.encoder)
     adaptive_output = isinstance(model.decoder.output, AdaptiveOutput)
@@ -147,33 +146,43 @@ def analyse_lines(translator, lines: list[str], tags: list[str] | None = None, b
                           "model.output is not 'adaptive'): nothing to analyse")
     tokens = [translator.preprocessor.encode(line, "src") if line.strip() else [] for line in lines]
     spans = [word_spans(t) for t in tokens]
-    tag_lists = check_tags(tags, spans, tags_path) if tags is not None else None
+    tag_lists = check_tags(tags, spans, tags_path) if tags is not None else [None] * len(lines)
     agg = Aggregate()
     todo = [i for i, t in enumerate(tokens) if t]
     for start in range(0, len(todo), batch_size):
         index = todo[start: start + batch_size]
         ids = [translator.src_vocab.encode(tokens[i], add_eos=False) for i in index]
-        gates = encoder_gates(model, ids) if gated else {}
-        for k, i in enumerate(index):
-            per_word = {name: word_values(values[k], spans[i]) for name, values in gates.items()}
-            for w, (word, _, _) in enumerate(spans[i]):
-                values = {f"gate_{name}": per_word[name][w][0] for name in gates}
-                agg.add("source-word", word, values)
-                agg.add("all", "source words", values)
-                if tag_lists is not None:
-                    agg.add("source-tag", tag_lists[i][w], values)
+        if gated:
+            _add_source(agg, encoder_gates(model, ids), [spans[i] for i in index], [tag_lists[i] for i in index])
         if adaptive_output:
-            hyps = search_ids(model, ids, translator.config.decoding, beam or translator.config.decoding.beam,
-                              device=translator.device)
-            outs = [h[0].tokens if h else [] for h in hyps]
-            for out_ids, alpha in zip(outs, output_weights(model, ids, outs)):
-                out_tokens = translator.tgt_vocab.decode(out_ids)
-                out_spans = word_spans(out_tokens) + [("</s>", len(out_tokens), len(out_tokens) + 1)]
-                for (word, _, _), values in zip(out_spans, word_values(alpha, out_spans)):
-                    named = dict(zip(OUTPUT_WEIGHTS, values))
-                    agg.add("output-word", word, named)
-                    agg.add("all", "output words", named)
+            _add_output(agg, translator, ids, beam)
     return agg.sorted_rows()
+
+
+def _add_source(agg: Aggregate, gates: dict[str, list[torch.Tensor]], spans: list, tags: list) -> None:
+    for k, (sentence_spans, sentence_tags) in enumerate(zip(spans, tags)):
+        per_word = {name: word_values(values[k], sentence_spans) for name, values in gates.items()}
+        for w, (word, _, _) in enumerate(sentence_spans):
+            values = {f"gate_{name}": per_word[name][w][0] for name in gates}
+            agg.add("source-word", word, values)
+            agg.add("all", "source words", values)
+            if sentence_tags is not None:
+                agg.add("source-tag", sentence_tags[w], values)
+
+
+def _add_output(agg: Aggregate, translator, ids: list[list[int]], beam: int | None) -> None:
+    from ctxnmt.decoding.translator import search_ids
+
+    dec = translator.config.decoding
+    hyps = search_ids(translator.model, ids, dec, beam or dec.beam, device=translator.device)
+    outs = [h[0].tokens if h else [] for h in hyps]
+    for out_ids, alpha in zip(outs, output_weights(translator.model, ids, outs)):
+        out_tokens = [translator.tgt_vocab.token(i) for i in out_ids]
+        spans = word_spans(out_tokens) + [("</s>", len(out_tokens), len(out_tokens) + 1)]
+        for (word, _, _), values in zip(spans, word_values(alpha, spans)):
+            named = dict(zip(OUTPUT_WEIGHTS, values))
+            agg.add("output-word", word, named)
+            agg.add("all", "output words", named)
 
 
 # -- output ----------------------------------------------------------------------------------
