@@ -70,3 +70,16 @@ def test_parameter_counts(cell, blocks):
     encoder_growth = gru_params(h, h, blocks)
     decoder_saving = h * h + h * a + h * blocks * h + h * e
     assert counts["fcae"] - counts["birnn"] == encoder_growth - decoder_saving
+
+
+def test_cae_has_fewer_parameters_in_the_dl4mt_layout():
+    """The CAEncoder paper's claim (fewer parameters than the bi-RNN) holds where the attention
+    size follows the annotation size, as in dl4mt (2d for the bi-RNN, d for CAEncoder); with a
+    fixed att_dim the extra encoder GRU outweighs the decoder's savings."""
+    e, h, v = 8, 10, 16
+
+    def count(encoder, att):
+        return count_parameters(build_model(ModelConfig(emb_dim=e, hidden_dim=h, att_dim=att, encoder=encoder), v, v))
+
+    assert count("bcae", h) < count("birnn", 2 * h)
+    assert count("bcae", h) > count("birnn", h)
