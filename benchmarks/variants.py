@@ -41,6 +41,8 @@ def main() -> None:
     parser.add_argument("config")
     parser.add_argument("variants", nargs="*", help="comma-separated overrides per variant, e.g. model.cell=gru")
     parser.add_argument("--preset", choices=sorted(PRESETS), help="add a named list of variants")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override for every model, the baseline included (e.g. training.batch_sents=20)")
     parser.add_argument("--rounds", type=int, default=8, help="training steps per variant (after 2 warm-up)")
     parser.add_argument("--decode-sents", type=int, default=200)
     parser.add_argument("--beam", type=int, default=5)
@@ -61,7 +63,7 @@ def main() -> None:
     if not variants:
         parser.error("give variants or --preset")
     names = ["baseline"] + list(variants)
-    configs = [load_config(args.config, [] if n == "baseline" else variants[n].split(",")) for n in names]
+    configs = [load_config(args.config, args.set + ([] if n == "baseline" else variants[n].split(","))) for n in names]
     base = configs[0]
     base.model_dir = str(ROOT / "runs" / "bench-prep" / data_fingerprint(base.data))
     data = prepare(base, log=lambda message: print(message, file=sys.stderr))
