@@ -62,10 +62,15 @@ class BiRNNLayer(nn.Module):
         (_, fwd), (_, bwd) = self.directions(x, mask)
         return torch.cat([fwd, bwd], dim=-1)
 
-    def recurrences(self, x, mask, prefix: str = "") -> dict[str, Recurrence]:
+    def traced(self, x, mask, prefix: str = "") -> tuple[torch.Tensor, dict[str, Recurrence]]:
+        """The layer's output and its two recurrences."""
         (xp_f, fwd), (xp_b, bwd) = self.directions(x, mask)
-        return {f"{prefix}forward": Recurrence(self.fwd, xp_f, earlier_states(fwd)),
-                f"{prefix}backward": Recurrence(self.bwd, xp_b, earlier_states(bwd, reverse=True))}
+        return torch.cat([fwd, bwd], dim=-1), {
+            f"{prefix}forward": Recurrence(self.fwd, xp_f, earlier_states(fwd)),
+            f"{prefix}backward": Recurrence(self.bwd, xp_b, earlier_states(bwd, reverse=True))}
+
+    def recurrences(self, x, mask):
+        return self.traced(x, mask)[1]
 
 
 @ENCODERS.register("birnn")
@@ -97,8 +102,8 @@ class StackedBiRNNEncoder(Encoder):
     def recurrences(self, emb, mask):
         out, x = {}, emb
         for k, layer in enumerate(self.layers):
-            out.update(layer.recurrences(x, mask, prefix=f"layer{k + 1}-"))
-            x = layer(x, mask)
+            x, recs = layer.traced(x, mask, prefix=f"layer{k + 1}-")
+            out.update(recs)
         return out
 
 

@@ -117,3 +117,17 @@ def test_gates_command_refuses_a_model_without_gates(tmp_path, capsys):
     src.write_text("el gato 3 .\n", encoding="utf-8")
     code, _, err = run(["analyze", "gates", tmp_path / "m", "-i", src], capsys)
     assert code == 2 and "no adaptive gates" in err
+
+
+def test_stacked_gates_name_every_layer():
+    model = small_model(cell="adaptive-gru", encoder="stacked-birnn", encoder_layers=2)
+    gates = encoder_gates(model, SRC)
+    assert set(gates) == {"layer1-forward", "layer1-backward", "layer2-forward", "layer2-backward"}
+    with torch.no_grad():
+        xs = [model.src_emb.weight[i] for i in SRC[0]]
+        torch.testing.assert_close(gates["layer1-forward"][0], literal_gates(model.encoder.layers[0].fwd, xs),
+                                   atol=1e-6, rtol=0)
+        upper_inputs = ref.birnn_layer(model.encoder.layers[0], xs)
+        torch.testing.assert_close(gates["layer2-backward"][0],
+                                   literal_gates(model.encoder.layers[1].bwd, upper_inputs, reverse=True),
+                                   atol=1e-6, rtol=0)
