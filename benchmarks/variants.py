@@ -1,6 +1,7 @@
 """Speed of model variants as ratios to the baseline, interleaved in one process.
 
     python benchmarks/variants.py configs/bench.yaml model.target_context=mean model.target_context=self-attentive
+    python benchmarks/variants.py configs/bench.yaml --preset encoders-adaptive --rounds 3 --decode-sents 50
 
 On a shared, noisy machine, configs measured one after the other drift by ±10%;
 here every variant's training step and decoding batch alternate with the
@@ -21,13 +22,32 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+# Named variant lists: label -> comma-separated overrides.
+PRESETS = {
+    "encoders-adaptive": {  # issue 5: context-aware encoders and adaptive weighting
+        "stacked-birnn": "model.encoder=stacked-birnn",
+        "fcae": "model.encoder=fcae",
+        "bcae": "model.encoder=bcae",
+        "adaptive-gru encoder": "model.encoder_cell=adaptive-gru",
+        "adaptive-gru everywhere": "model.cell=adaptive-gru",
+        "adaptive output": "model.output=adaptive",
+        "adaptive-both": "model.cell=adaptive-gru,model.output=adaptive",
+    },
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config")
-    parser.add_argument("variants", nargs="+", help="comma-separated overrides per variant, e.g. model.cell=gru")
+    parser.add_argument("variants", nargs="*", help="comma-separated overrides per variant, e.g. model.cell=gru")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="add a named list of variants")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override for every model, the baseline included (e.g. training.batch_sents=20)")
     parser.add_argument("--rounds", type=int, default=8, help="training steps per variant (after 2 warm-up)")
     parser.add_argument("--decode-sents", type=int, default=200)
+    parser.add_argument("--decode-batch", type=int, default=50, help="sentences per interleaved decoding chunk")
     parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
     parser.add_argument("--checkpoint", help="baseline weights to decode with (loaded non-strictly)")
     args = parser.parse_args()
 
@@ -40,9 +60,12 @@ def main() -> None:
     from ctxnmt.models.nmt import build_model, count_parameters
     from ctxnmt.training.checkpoint import load_checkpoint
 
-    torch.set_num_threads(os.cpu_count())
-    names = ["baseline"] + args.variants
-    configs = [load_config(args.config, [] if n == "baseline" else n.split(",")) for n in names]
+    torch.set_num_threads(args.threads or os.cpu_count())
+    variants = {v: v for v in args.variants} | PRESETS.get(args.preset, {})
+    if not variants:
+        parser.error("give variants or --preset")
+    names = ["baseline"] + list(variants)
+    configs = [load_config(args.config, args.set + ([] if n == "baseline" else variants[n].split(","))) for n in names]
     base = configs[0]
     base.model_dir = str(ROOT / "runs" / "bench-prep" / data_fingerprint(base.data))
     data = prepare(base, log=lambda message: print(message, file=sys.stderr))
@@ -74,11 +97,12 @@ def main() -> None:
     k = min(args.decode_sents, len(test.src))
     src = encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:k], test.tgt[:k]).src
     decode_rate = {n: [] for n in names}
-    for chunk in range(0, k, 50):
+    for chunk in range(0, k, args.decode_batch):
+        piece = src[chunk: chunk + args.decode_batch]
         for name, model in zip(names, models):
             start = time.perf_counter()
-            search_ids(model, src[chunk: chunk + 50], base.decoding, beam=args.beam, batch_size=50)
-            decode_rate[name].append(len(src[chunk: chunk + 50]) / (time.perf_counter() - start))
+            search_ids(model, piece, base.decoding, beam=args.beam, batch_size=args.decode_batch)
+            decode_rate[name].append(len(piece) / (time.perf_counter() - start))
     train_base = statistics.mean(train_rate["baseline"])
     decode_base = statistics.mean(decode_rate["baseline"])
     print(f"{'variant':<40} {'params':>11} {'train tok/s':>12} {'ratio':>6} {'beam sent/s':>12} {'ratio':>6}")
@@ -87,7 +111,7 @@ def main() -> None:
         print(f"{name:<40} {count_parameters(model):>11,} {tr:>12.0f} {tr / train_base:>6.3f} "
               f"{de:>12.1f} {de / decode_base:>6.3f}")
     print(f"\n{args.rounds} interleaved training steps per variant on the first batches of epoch 1; "
-          f"beam {args.beam} over {k} test sentences in interleaved chunks of 50; "
+          f"beam {args.beam} over {k} test sentences in interleaved chunks of {args.decode_batch}; "
           f"{'trained baseline weights' if args.checkpoint else 'random weights'}")
 
 

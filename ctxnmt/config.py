@@ -45,7 +45,10 @@ class ModelConfig:
     encoder: str = "birnn"
     decoder: str = "cgru"
     cell: str = "gru"
+    encoder_cell: str = ""  # the encoder's cell when it differs from `cell` ("" = `cell`)
+    encoder_layers: int = 2  # layers of the stacked-birnn encoder
     target_context: str = "previous"
+    output: str = "deep"  # deep | adaptive: how s_t, d_t and c_t are combined into the readout
     emb_dim: int = 256
     hidden_dim: int = 512
     att_dim: int = 512
@@ -215,6 +218,8 @@ def validate(config: Config) -> None:
         raise ConfigError("model.tie_embeddings needs model.out_dim equal to model.emb_dim")
     if m.init not in ("normal", "pytorch"):
         raise ConfigError(f"model.init must be 'normal' or 'pytorch', got '{m.init}'")
+    if m.encoder_layers < 1:
+        raise ConfigError(f"model.encoder_layers must be at least 1, got {m.encoder_layers}")
     if t.optimizer not in ("adam", "adadelta"):
         raise ConfigError(f"training.optimizer must be 'adam' or 'adadelta', got '{t.optimizer}'")
     if t.early_stop_metric not in ("bleu", "ppl"):

@@ -38,6 +38,11 @@ class RecurrentCell(nn.Module):
     def step(self, xp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         return self.combine(xp, h @ self.hidden_weight(), h)
 
+    @classmethod
+    def second_transition(cls) -> type[RecurrentCell]:
+        """The cell class of the cGRU's second transition (the one that reads c_t)."""
+        return cls
+
     @staticmethod
     def combine(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -61,6 +66,62 @@ class GRUCell(RecurrentCell):
         z = torch.sigmoid(x_z + h_z)
         candidate = torch.tanh(x_h + r * h_h)
         return candidate + z * (h - candidate)
+
+
+@CELLS.register("adaptive-gru")
+class AdaptiveGRUCell(RecurrentCell):
+    """The hyper-gated GRU (Li, Li, Zhang: adaptive weighting for NMT).
+
+    g = σ(W_g x + U_g h) weighs the input term against the state term in every gate:
+      r = σ((1 − g) ⊙ W_r x + g ⊙ U_r h),  z = σ((1 − g) ⊙ W_z x + g ⊙ U_z h),
+      h̃ = tanh((1 − g) ⊙ W x + g ⊙ r ⊙ (U h)),  h' = g ⊙ z ⊙ h + (1 − z) ⊙ h̃.
+    W_g x and U_g h are a fourth block of the usual W and U, so the hyper-gate costs
+    no extra matrix multiplication inside the time loop; biases belong to W x and
+    are weighted with it.  As in GRUCell (and in the authors' released code) the
+    reset gate multiplies U h, not h.
+    """
+
+    n_blocks = 4
+
+    @staticmethod
+    def hyper_gate(xp: torch.Tensor, hp: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(xp[..., 3 * xp.size(-1) // 4:] + hp[..., 3 * hp.size(-1) // 4:])
+
+    @staticmethod
+    def _gates(xp: torch.Tensor, hp: torch.Tensor):
+        x_r, x_z, x_h, x_g = xp.chunk(4, dim=-1)
+        h_r, h_z, h_h, h_g = hp.chunk(4, dim=-1)
+        g = torch.sigmoid(x_g + h_g)
+        r = torch.sigmoid(x_r + g * (h_r - x_r))  # (1 − g) x + g h, one multiplication
+        z = torch.sigmoid(x_z + g * (h_z - x_z))
+        return g, r, z, x_h, h_h
+
+    @classmethod
+    def combine(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        g, r, z, x_h, h_h = cls._gates(xp, hp)
+        candidate = torch.tanh((1 - g) * x_h + g * r * h_h)
+        return candidate + z * (g * h - candidate)
+
+
+class ScaledCandidateAdaptiveGRUCell(AdaptiveGRUCell):
+    """The released code's second cGRU transition: (1 − g) scales the whole candidate,
+    h̃ = (1 − g) ⊙ tanh(W c + g ⊙ r ⊙ (U h)); gates and update as in AdaptiveGRUCell."""
+
+    @classmethod
+    def combine(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        g, r, z, x_h, h_h = cls._gates(xp, hp)
+        candidate = (1 - g) * torch.tanh(x_h + g * r * h_h)
+        return candidate + z * (g * h - candidate)
+
+
+@CELLS.register("adaptive-gru-released")
+class ReleasedAdaptiveGRUCell(AdaptiveGRUCell):
+    """adaptive-gru with the released code's second decoder transition
+    (ScaledCandidateAdaptiveGRUCell); the paper's form everywhere else."""
+
+    @classmethod
+    def second_transition(cls) -> type[RecurrentCell]:
+        return ScaledCandidateAdaptiveGRUCell
 
 
 def hold_on_padding(h_new: torch.Tensor, h_old: torch.Tensor, mask_t: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,7 @@ from torch import nn
 
 from ctxnmt.models.attention import AdditiveAttention
 from ctxnmt.models.functional import additive_energy, mix
-from ctxnmt.models.output import DeepOutput
-from ctxnmt.models.registry import CELLS, DECODERS, TARGET_CONTEXTS
+from ctxnmt.models.registry import CELLS, DECODERS, OUTPUTS, TARGET_CONTEXTS
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -34,17 +33,18 @@ class ConditionalGRUDecoder(nn.Module):
     """
 
     def __init__(self, emb_dim: int, hidden_dim: int, att_dim: int, ctx_dim: int, out_dim: int,
-                 cell: str = "gru", target_context: str = "previous", dropout_hidden: float = 0.0, **_):
+                 cell: str = "gru", target_context: str = "previous", output: str = "deep",
+                 dropout_hidden: float = 0.0, **_):
         super().__init__()
         cell_cls = CELLS.get(cell)
         self.hidden_dim, self.att_dim = hidden_dim, att_dim
         self.init_proj = nn.Linear(ctx_dim, hidden_dim)
         self.gru1 = cell_cls(emb_dim, hidden_dim)
         self.attention = AdditiveAttention(hidden_dim, ctx_dim, att_dim)
-        self.gru2 = cell_cls(ctx_dim, hidden_dim)
+        self.gru2 = cell_cls.second_transition()(ctx_dim, hidden_dim)
         self.summary = TARGET_CONTEXTS.get(target_context)(emb_dim=emb_dim, hidden_dim=hidden_dim,
                                                            ctx_dim=ctx_dim)
-        self.output = DeepOutput(hidden_dim, self.summary.out_dim, ctx_dim, out_dim)
+        self.output = OUTPUTS.get(output)(hidden_dim, self.summary.out_dim, ctx_dim, out_dim)
         self.dropout_hidden = nn.Dropout(dropout_hidden)
 
     # -- encoder-side work, once per sentence ---------------------------------------
@@ -78,10 +78,14 @@ class ConditionalGRUDecoder(nn.Module):
     # -- teacher forcing ---------------------------------------------------------
     def forward(self, enc, prev_emb: torch.Tensor, tgt_mask: torch.Tensor):
         """Returns readout vectors (B, T, out_dim) and attention weights (B, T, S)."""
+        S, D, C, A = self.readout_inputs(enc, prev_emb, tgt_mask)
+        return self.output(self.dropout_hidden(S), D, C, self.output_extra(S)), A
+
+    def readout_inputs(self, enc, prev_emb: torch.Tensor, tgt_mask: torch.Tensor):
+        """States s_t, summaries d_t and context vectors c_t (B, T, ·) and attention (B, T, S)."""
         S, A = self.recurrence(enc, prev_emb)
         C = torch.bmm(A, enc["annotations"])
-        D = self.summary.full(prev_emb, tgt_mask, S, C)
-        return self.output(self.dropout_hidden(S), D, C, self.output_extra(S)), A
+        return S, self.summary.full(prev_emb, tgt_mask, S, C), C, A
 
     def recurrence(self, enc, prev_emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Decoder states s_1 … s_T (B, T, H) and attention weights (B, T, S) under teacher forcing."""

@@ -1,13 +1,35 @@
 """Source encoders. Each returns annotations (B, S, out_dim); `out_dim` tells the
 decoder how wide they are, so attention and initialisation sizes follow from
-the encoder rather than from constants."""
+the encoder rather than from constants.
+
+Every recurrence holds its state on padding (cells.hold_on_padding), so a
+sentence gets the same annotations alone and in a padded batch.  Besides
+`forward`, an encoder lists its recurrences (`recurrences`): for each, the cell,
+its input projection and the state each step read, which is all an analysis
+needs to recompute a cell's gates outside the time loop."""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from ctxnmt.models.cells import biscan
+from ctxnmt.models.cells import RecurrentCell, biscan, hold_on_padding, scan
 from ctxnmt.models.registry import CELLS, ENCODERS
+
+
+class Recurrence(NamedTuple):
+    cell: RecurrentCell
+    inputs: torch.Tensor  # (B, S, G·H) the input projection W x_i
+    previous: torch.Tensor  # (B, S, H) the state step i read
+
+
+def earlier_states(states: torch.Tensor, reverse: bool = False) -> torch.Tensor:
+    """The state each step read: h_{i−1} (h_{i+1} when reading right to left), h_0 = 0."""
+    zero = states.new_zeros(states.size(0), 1, states.size(2))
+    if reverse:
+        return torch.cat([states[:, 1:], zero], dim=1)
+    return torch.cat([zero, states[:, :-1]], dim=1)
 
 
 class Encoder(nn.Module):
@@ -16,20 +38,132 @@ class Encoder(nn.Module):
     def forward(self, emb: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
 
+    def recurrences(self, emb: torch.Tensor, mask: torch.Tensor) -> dict[str, Recurrence]:  # pragma: no cover
+        raise NotImplementedError
+
+
+class BiRNNLayer(nn.Module):
+    """One bidirectional layer: a forward and a backward cell, run in one loop."""
+
+    def __init__(self, input_dim: int, hidden_dim: int, cell: str):
+        super().__init__()
+        cell_cls = CELLS.get(cell)
+        self.fwd = cell_cls(input_dim, hidden_dim)
+        self.bwd = cell_cls(input_dim, hidden_dim)
+        self.hidden_dim = hidden_dim
+
+    def directions(self, x: torch.Tensor, mask: torch.Tensor):
+        xp_f, xp_b = self.fwd.input_proj(x), self.bwd.input_proj(x)
+        h0 = x.new_zeros(x.size(0), self.hidden_dim)
+        fwd, bwd = biscan(self.fwd, self.bwd, xp_f, xp_b, h0, mask)
+        return (xp_f, fwd), (xp_b, bwd)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        (_, fwd), (_, bwd) = self.directions(x, mask)
+        return torch.cat([fwd, bwd], dim=-1)
+
+    def traced(self, x, mask, prefix: str = "") -> tuple[torch.Tensor, dict[str, Recurrence]]:
+        """The layer's output and its two recurrences."""
+        (xp_f, fwd), (xp_b, bwd) = self.directions(x, mask)
+        return torch.cat([fwd, bwd], dim=-1), {
+            f"{prefix}forward": Recurrence(self.fwd, xp_f, earlier_states(fwd)),
+            f"{prefix}backward": Recurrence(self.bwd, xp_b, earlier_states(bwd, reverse=True))}
+
+    def recurrences(self, x, mask):
+        return self.traced(x, mask)[1]
+
 
 @ENCODERS.register("birnn")
-class BiRNNEncoder(Encoder):
+class BiRNNEncoder(BiRNNLayer, Encoder):
     """h_i = [→h_i; ←h_i] from a forward and a backward GRU over the embeddings."""
+
+    def __init__(self, emb_dim: int, hidden_dim: int, cell: str = "gru", **_):
+        super().__init__(emb_dim, hidden_dim, cell)
+        self.out_dim = 2 * hidden_dim
+
+
+@ENCODERS.register("stacked-birnn")
+class StackedBiRNNEncoder(Encoder):
+    """N bidirectional layers; layer k reads [→h_i; ←h_i] of layer k − 1 (the first
+    reads the embeddings); the annotations are the top layer's."""
+
+    def __init__(self, emb_dim: int, hidden_dim: int, cell: str = "gru", layers: int = 2, **_):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            BiRNNLayer(emb_dim if k == 0 else 2 * hidden_dim, hidden_dim, cell) for k in range(layers))
+        self.out_dim = 2 * hidden_dim
+
+    def forward(self, emb, mask):
+        x = emb
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+    def recurrences(self, emb, mask):
+        out, x = {}, emb
+        for k, layer in enumerate(self.layers):
+            x, recs = layer.traced(x, mask, prefix=f"layer{k + 1}-")
+            out.update(recs)
+        return out
+
+
+class ContextAwareEncoder(Encoder):
+    """CAEncoder (Zhang, Xiong, Su, Duan): a future-context GRU reads the source in
+    one direction, h^c_i; the context-aware GRU reads it in the other with two
+    levels per position,
+      h̃_i = GRU_lower(E x_i, h^a_{i∓1})    (history)
+      h^a_i = GRU_upper(h^c_i, h̃_i)        (input h^c_i, state h̃_i: history meets future)
+    and the annotations are h^a_i alone: d-dimensional, not 2d.  `context_reverse`
+    says whether the context-aware layer reads right to left (bcae, as in the
+    authors' released code) or left to right (fcae)."""
+
+    context_reverse: bool
 
     def __init__(self, emb_dim: int, hidden_dim: int, cell: str = "gru", **_):
         super().__init__()
         cell_cls = CELLS.get(cell)
-        self.fwd = cell_cls(emb_dim, hidden_dim)
-        self.bwd = cell_cls(emb_dim, hidden_dim)
-        self.hidden_dim = hidden_dim
-        self.out_dim = 2 * hidden_dim
+        self.future = cell_cls(emb_dim, hidden_dim)
+        self.lower = cell_cls(emb_dim, hidden_dim)
+        self.upper = cell_cls(hidden_dim, hidden_dim)
+        self.hidden_dim = self.out_dim = hidden_dim
 
-    def forward(self, emb: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _run(self, emb: torch.Tensor, mask: torch.Tensor):
         h0 = emb.new_zeros(emb.size(0), self.hidden_dim)
-        fwd, bwd = biscan(self.fwd, self.bwd, self.fwd.input_proj(emb), self.bwd.input_proj(emb), h0, mask)
-        return torch.cat([fwd, bwd], dim=-1)
+        future = scan(self.future, self.future.input_proj(emb), h0, mask, reverse=not self.context_reverse)
+        xp_lower, xp_upper = self.lower.input_proj(emb), self.upper.input_proj(future)
+        U_lower, U_upper = self.lower.hidden_weight(), self.upper.hidden_weight()
+        T = emb.size(1)
+        steps = range(T - 1, -1, -1) if self.context_reverse else range(T)
+        xs_lower, xs_upper, ms = xp_lower.unbind(1), xp_upper.unbind(1), mask.unbind(1)  # unbind: see scan()
+        h, history, annotations = h0, [None] * T, [None] * T
+        for i in steps:
+            tilde = self.lower.combine(xs_lower[i], h @ U_lower, h)
+            new = self.upper.combine(xs_upper[i], tilde @ U_upper, tilde)
+            h = hold_on_padding(new, h, ms[i])
+            history[i], annotations[i] = tilde, h
+        return future, xp_lower, xp_upper, torch.stack(history, 1), torch.stack(annotations, 1)
+
+    def forward(self, emb, mask):
+        return self._run(emb, mask)[-1]
+
+    def recurrences(self, emb, mask):
+        future, xp_lower, xp_upper, history, annotations = self._run(emb, mask)
+        return {"future": Recurrence(self.future, self.future.input_proj(emb),
+                                     earlier_states(future, reverse=not self.context_reverse)),
+                "context-lower": Recurrence(self.lower, xp_lower,
+                                            earlier_states(annotations, reverse=self.context_reverse)),
+                "context-upper": Recurrence(self.upper, xp_upper, history)}
+
+
+@ENCODERS.register("fcae")
+class ForwardContextAwareEncoder(ContextAwareEncoder):
+    """Context-aware layer left → right, future context right → left."""
+
+    context_reverse = False
+
+
+@ENCODERS.register("bcae")
+class BackwardContextAwareEncoder(ContextAwareEncoder):
+    """Context-aware layer right → left, future context left → right (the released code)."""
+
+    context_reverse = True

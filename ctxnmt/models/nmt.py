@@ -25,10 +25,12 @@ class NMTModel(nn.Module):
             self.tgt_emb = nn.Embedding(tgt_vocab_size, cfg.emb_dim, padding_idx=PAD)
         # y_0: dl4mt feeds a zero vector; a learned start embedding is an option.
         self.start = nn.Parameter(torch.zeros(cfg.emb_dim), requires_grad=cfg.learned_start)
-        self.encoder = ENCODERS.get(cfg.encoder)(emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, cell=cfg.cell)
+        self.encoder = ENCODERS.get(cfg.encoder)(emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim,
+                                                 cell=cfg.encoder_cell or cfg.cell, layers=cfg.encoder_layers)
         self.decoder = DECODERS.get(cfg.decoder)(
             emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, att_dim=cfg.att_dim, ctx_dim=self.encoder.out_dim,
-            out_dim=out_dim, cell=cfg.cell, target_context=cfg.target_context, dropout_hidden=cfg.dropout_hidden,
+            out_dim=out_dim, cell=cfg.cell, target_context=cfg.target_context, output=cfg.output,
+            dropout_hidden=cfg.dropout_hidden,
         )
         self.generator = nn.Linear(out_dim, tgt_vocab_size)
         if cfg.tie_embeddings:

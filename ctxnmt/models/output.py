@@ -1,11 +1,19 @@
-"""Deep output layer: t_t = tanh(W_st s_t + W_yt d_t + W_ct c_t), p(y_t) = softmax(W_o t_t)."""
+"""Output layers: from the decoder state s_t, the target summary d_t and the context
+vector c_t to the readout t_t, with p(y_t) = softmax(W_o t_t).  Registered under
+`model.output`; `extra` is an additional pre-activation term a decoder variant
+contributes (the self-attentive-RNN's W_mt s̃_t)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from ctxnmt.models.registry import OUTPUTS
 
+
+@OUTPUTS.register("deep")
 class DeepOutput(nn.Module):
+    """t_t = tanh(W_st s_t + W_yt d_t + W_ct c_t)."""
+
     def __init__(self, state_dim: int, summary_dim: int, ctx_dim: int, out_dim: int):
         super().__init__()
         self.from_state = nn.Linear(state_dim, out_dim)  # W_st (carries the single bias)
@@ -13,7 +21,46 @@ class DeepOutput(nn.Module):
         self.from_context = nn.Linear(ctx_dim, out_dim, bias=False)  # W_ct
         self.out_dim = out_dim
 
+    def terms(self, s: torch.Tensor, d: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """The three readout projections stacked as (3, …, out_dim): state, summary, context."""
+        return torch.stack([self.from_state(s), self.from_summary(d), self.from_context(c)])
+
     def forward(self, s: torch.Tensor, d: torch.Tensor, c: torch.Tensor, extra: torch.Tensor | None = None):
-        """`extra` is an additional pre-activation term that a decoder variant contributes."""
         pre = self.from_state(s) + self.from_summary(d) + self.from_context(c)
+        return torch.tanh(pre if extra is None else pre + extra)
+
+
+@OUTPUTS.register("adaptive")
+class AdaptiveOutput(DeepOutput):
+    """Adaptive output state (Li, Li, Zhang), in the form of the authors' released code:
+
+      o_k = P_k x_k for (x_k, P_k) = (s_t, W_st), (d_t, W_yt), (c_t, W_ct)   the usual projections
+      õ_t = o_s + o_y + o_c                                                 the query
+      e_k = W_p tanh(W_m (M_k x_k + b_k) + W_r õ_t + b_r)                   one score per dimension
+      α_k = softmax over k ∈ {s, y, c} of e_k, dimension by dimension
+      t_t = tanh(α_s ⊙ o_s + α_y ⊙ o_y + α_c ⊙ o_c [+ extra])
+
+    M_k (out × dim x_k, with bias) are per-source score projections; the square
+    W_m, W_r, W_p are shared by the three sources.  A decoder's extra term is added
+    unweighted, as to the deep output."""
+
+    def __init__(self, state_dim: int, summary_dim: int, ctx_dim: int, out_dim: int):
+        super().__init__(state_dim, summary_dim, ctx_dim, out_dim)
+        self.score_state = nn.Linear(state_dim, out_dim)  # M_s
+        self.score_summary = nn.Linear(summary_dim, out_dim)  # M_y
+        self.score_context = nn.Linear(ctx_dim, out_dim)  # M_c
+        self.W_m = nn.Linear(out_dim, out_dim, bias=False)
+        self.W_r = nn.Linear(out_dim, out_dim)
+        self.W_p = nn.Linear(out_dim, out_dim, bias=False)
+
+    def weights(self, s, d, c, terms: torch.Tensor | None = None) -> torch.Tensor:
+        """α (3, …, out_dim): the weights of state, summary and context, summing to one."""
+        terms = self.terms(s, d, c) if terms is None else terms
+        own = torch.stack([self.score_state(s), self.score_summary(d), self.score_context(c)])
+        e = self.W_p(torch.tanh(self.W_m(own) + self.W_r(terms.sum(0))))
+        return torch.softmax(e, dim=0)
+
+    def forward(self, s, d, c, extra=None):
+        terms = self.terms(s, d, c)
+        pre = (self.weights(s, d, c, terms) * terms).sum(0)
         return torch.tanh(pre if extra is None else pre + extra)

@@ -23,22 +23,102 @@ def gru_step(cell, x, h):
     return z * h + (1 - z) * h_tilde
 
 
+def adaptive_gru_step(cell, x, h, scaled_candidate=False):
+    """Hyper-gated GRU: g = σ(W_g x + U_g h);
+    r = σ((1-g) ⊙ W_r x + g ⊙ U_r h), z likewise; h̃ = tanh((1-g) ⊙ W x + g ⊙ r ⊙ (U h));
+    h' = g ⊙ z ⊙ h + (1-z) ⊙ h̃.  scaled_candidate: the released code's second transition,
+    h̃ = (1-g) ⊙ tanh(W x + g ⊙ r ⊙ (U h))."""
+    H = cell.hidden_size
+    W, b, U = cell.W.weight, cell.W.bias, cell.U.weight
+
+    def block(k):
+        return W[k * H:(k + 1) * H] @ x + b[k * H:(k + 1) * H], U[k * H:(k + 1) * H] @ h
+
+    (wr, ur), (wz, uz), (wh, uh), (wg, ug) = block(0), block(1), block(2), block(3)
+    g = sigmoid(wg + ug)
+    r = sigmoid((1 - g) * wr + g * ur)
+    z = sigmoid((1 - g) * wz + g * uz)
+    if scaled_candidate:
+        h_tilde = (1 - g) * torch.tanh(wh + g * r * uh)
+    else:
+        h_tilde = torch.tanh((1 - g) * wh + g * r * uh)
+    return g * z * h + (1 - z) * h_tilde
+
+
+def cell_step(cell, x, h):
+    """One step of any registered cell, by its class name."""
+    name = type(cell).__name__
+    if name == "GRUCell":
+        return gru_step(cell, x, h)
+    if name in ("AdaptiveGRUCell", "ReleasedAdaptiveGRUCell"):
+        return adaptive_gru_step(cell, x, h)
+    if name == "ScaledCandidateAdaptiveGRUCell":
+        return adaptive_gru_step(cell, x, h, scaled_candidate=True)
+    raise AssertionError(f"no reference for cell {name}")
+
+
+def run_cell(cell, xs, reverse=False):
+    """States of `cell` over the vectors xs, read left to right (or right to left), h_0 = 0."""
+    h = torch.zeros(cell.hidden_size)
+    out = [None] * len(xs)
+    for i in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
+        h = cell_step(cell, xs[i], h)
+        out[i] = h
+    return out
+
+
+def birnn_layer(layer, xs):
+    fwd, bwd = run_cell(layer.fwd, xs), run_cell(layer.bwd, xs, reverse=True)
+    return [torch.cat([f, b]) for f, b in zip(fwd, bwd)]
+
+
+def context_aware_encode(enc, xs, context_reverse):
+    """CAEncoder: h^c from the future GRU (read against the context-aware direction), then
+    h̃_i = GRU_lower(E x_i, h^a_{i∓1}), h^a_i = GRU_upper(h^c_i, h̃_i); annotations h^a_i."""
+    future = run_cell(enc.future, xs, reverse=not context_reverse)
+    h = torch.zeros(enc.hidden_dim)
+    annotations = [None] * len(xs)
+    for i in (range(len(xs) - 1, -1, -1) if context_reverse else range(len(xs))):
+        h_tilde = cell_step(enc.lower, xs[i], h)
+        h = cell_step(enc.upper, future[i], h_tilde)
+        annotations[i] = h
+    return annotations
+
+
+def encode(model, src_ids):
+    """Annotations of one unpadded sentence, for every registered encoder."""
+    enc, name = model.encoder, model.cfg.encoder
+    xs = [model.src_emb.weight[i] for i in src_ids]
+    if name == "birnn":
+        return torch.stack(birnn_layer(enc, xs))
+    if name == "stacked-birnn":
+        for layer in enc.layers:  # the lower layer's [→h_i; ←h_i] is the upper layer's input
+            xs = birnn_layer(layer, xs)
+        return torch.stack(xs)
+    if name in ("fcae", "bcae"):
+        return torch.stack(context_aware_encode(enc, xs, context_reverse=name == "bcae"))
+    raise AssertionError(f"no reference for encoder {name}")
+
+
 def birnn_encode(model, src_ids):
     """Annotations h_i = [→h_i; ←h_i] for one unpadded sentence."""
-    enc = model.encoder
-    xs = [model.src_emb.weight[i] for i in src_ids]
-    H = enc.hidden_dim
-    h = torch.zeros(H)
-    fwd = []
-    for x in xs:
-        h = gru_step(enc.fwd, x, h)
-        fwd.append(h)
-    h = torch.zeros(H)
-    bwd = [None] * len(xs)
-    for i in range(len(xs) - 1, -1, -1):
-        h = gru_step(enc.bwd, xs[i], h)
-        bwd[i] = h
-    return torch.stack([torch.cat([f, b]) for f, b in zip(fwd, bwd)])
+    return encode(model, src_ids)
+
+
+def output_preactivation(out, s, d, c):
+    """Deep output: W_st s + b + W_yt d + W_ct c.  Adaptive output: Σ_k α_k ⊙ o_k with
+    o = (W_st s + b, W_yt d, W_ct c), õ = Σ_k o_k, e_k = W_p tanh(W_m (M_k x_k + b_k) + W_r õ + b_r)
+    and α_k = exp(e_k) / Σ_k' exp(e_k'), dimension by dimension."""
+    o = [out.from_state.weight @ s + out.from_state.bias, out.from_summary.weight @ d, out.from_context.weight @ c]
+    if not hasattr(out, "W_p"):
+        return o[0] + o[1] + o[2]
+    query = o[0] + o[1] + o[2]
+    own = [out.score_state.weight @ s + out.score_state.bias, out.score_summary.weight @ d + out.score_summary.bias,
+           out.score_context.weight @ c + out.score_context.bias]
+    e = [out.W_p.weight @ torch.tanh(out.W_m.weight @ m + out.W_r.weight @ query + out.W_r.bias) for m in own]
+    exps = [torch.exp(e_k) for e_k in e]
+    total = exps[0] + exps[1] + exps[2]
+    return sum((x / total) * o_k for x, o_k in zip(exps, o))
 
 
 def additive_attention(att, s_prime, annotations):
@@ -83,7 +163,7 @@ def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
     context vector; default: the last embedding (the baseline)."""
     summary = summary or (lambda t, prev, s, c: prev[-1])
     dec = model.decoder
-    annotations = birnn_encode(model, src_ids)
+    annotations = encode(model, src_ids)
     s = torch.tanh(dec.init_proj.weight @ annotations.mean(0) + dec.init_proj.bias)
     prev_embs = [model.start.detach().clone()]
     out, alphas, states = [], [], []
@@ -91,12 +171,11 @@ def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
     for t, y in enumerate(tgt_ids):
         y_prev = prev_embs[-1]
         s_read = memory_rnn_read(model, memory, y_prev) if model.cfg.decoder == "memory-rnn" else s
-        s_prime = gru_step(dec.gru1, y_prev, s_read)
+        s_prime = cell_step(dec.gru1, y_prev, s_read)
         alpha, c = additive_attention(dec.attention, s_prime, annotations)
-        s = gru_step(dec.gru2, c, s_prime)
+        s = cell_step(dec.gru2, c, s_prime)
         d = summary(t, prev_embs, s, c)
-        o = dec.output
-        pre = o.from_state.weight @ s + o.from_state.bias + o.from_summary.weight @ d + o.from_context.weight @ c
+        pre = output_preactivation(dec.output, s, d, c)
         if model.cfg.decoder == "self-attentive-rnn":
             pre = pre + self_attentive_rnn_term(model, states, s)
         states.append(s)

@@ -78,10 +78,20 @@ def test_content_summary_is_stable_for_extreme_scores():
         torch.testing.assert_close(d[0, t], (alpha.unsqueeze(1) * prev[0, : t + 1]).sum(0), atol=1e-4, rtol=1e-4)
 
 
+# Model variants that change what the decoder computes per step: each must keep incremental
+# decoding equal to teacher forcing and beam reordering consistent, with every summary.
+VARIANTS = {"plain": {}, "adaptive-output": {"output": "adaptive"}, "adaptive-gru": {"cell": "adaptive-gru"},
+            "adaptive-gru-released": {"cell": "adaptive-gru-released"},
+            "adaptive-both": {"cell": "adaptive-gru", "output": "adaptive", "encoder": "bcae"}}
+CASES = [(name, variant) for variant in ("plain", "adaptive-output") for name in SUMMARIES] + [
+    (name, variant) for variant in ("adaptive-gru", "adaptive-gru-released", "adaptive-both")
+    for name in ("previous", "self-attentive-scope")]
+
+
 @pytest.mark.parametrize("decoder", DECODERS)
-@pytest.mark.parametrize("name", SUMMARIES)
-def test_incremental_decoding_matches_teacher_forcing(name, decoder):
-    model = small_model(target_context=name, decoder=decoder)
+@pytest.mark.parametrize("name, variant", CASES)
+def test_incremental_decoding_matches_teacher_forcing(name, variant, decoder):
+    model = small_model(target_context=name, decoder=decoder, **VARIANTS[variant])
     logp_full, _ = batch_logprobs(model, SRC, TGT)
     src, src_mask = pad(SRC)
     tgt, _ = pad(TGT)
@@ -98,12 +108,12 @@ def test_incremental_decoding_matches_teacher_forcing(name, decoder):
 
 
 @pytest.mark.parametrize("decoder", DECODERS)
-@pytest.mark.parametrize("name", SUMMARIES)
-def test_beam_reorder_keeps_states_consistent(name, decoder):
+@pytest.mark.parametrize("name, variant", CASES)
+def test_beam_reorder_keeps_states_consistent(name, variant, decoder):
     """Reordered rows continue exactly as the rows they were copied from."""
     from ctxnmt.decoding.beam import select_rows
 
-    model = small_model(target_context=name, decoder=decoder)
+    model = small_model(target_context=name, decoder=decoder, **VARIANTS[variant])
     src, src_mask = pad(SRC)
     tgt, _ = pad(TGT)
     perm = torch.tensor([1, 2, 0])

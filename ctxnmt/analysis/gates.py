@@ -1,0 +1,253 @@
+"""`ctxnmt analyze gates`: how much the adaptive-weighting gates trust each source.
+
+Two quantities, the papers' Tables 4 and 5:
+  hyper-gate g   mean over the hidden dimensions of g_i (the weight of the state
+                 against the input) at every source position, for each encoder
+                 recurrence with a hyper-gated cell (forward and backward for
+                 birnn; layerK-… for stacked-birnn; future, context-lower and
+                 context-upper for the CAEncoders)
+  α_s, α_y, α_c  mean over the output dimensions of the adaptive output weights
+                 of s_t, d_t and c_t for every output token of the model's own
+                 (beam-search) translation, teacher-forced
+
+Subwords and words: a word is a maximal run of BPE pieces whose pieces but the
+last end in "@@" (the tokenised, truecased word the pieces join to); its value is
+the mean of its pieces' values.  Per-token tags (`--tags`, e.g. POS) have one tag
+per such word, i.e. per token of the model's Moses tokenisation of the line: tag
+input that is already tokenised (Moses tokenisation leaves it unchanged).
+
+    from ctxnmt.analysis.gates import analyse_lines
+    rows = analyse_lines(Translator.load("runs/adaptive-both-small"), lines, tags)
+"""
+from __future__ import annotations
+
+import csv
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from ctxnmt.data.batching import pad
+from ctxnmt.data.vocab import EOS
+from ctxnmt.errors import ConfigError, DataError
+from ctxnmt.models.cells import AdaptiveGRUCell
+from ctxnmt.models.output import AdaptiveOutput
+from ctxnmt.utils.io import atomic_write
+
+OUTPUT_WEIGHTS = ("alpha_s", "alpha_y", "alpha_c")  # the order of AdaptiveOutput.weights
+
+
+# -- gate values per token ------------------------------------------------------------------
+
+def has_hyper_gates(module: torch.nn.Module) -> bool:
+    return any(isinstance(m, AdaptiveGRUCell) for m in module.modules())
+
+
+@torch.no_grad()
+def encoder_gates(model, src_ids: list[list[int]]) -> dict[str, list[torch.Tensor]]:
+    """{recurrence: [mean hyper-gate value per source token (len_i,), one per sentence]}."""
+    model.eval()
+    src, mask = (t.to(model.start.device) for t in pad(src_ids))
+    out: dict[str, list[torch.Tensor]] = {}
+    for name, rec in model.encoder.recurrences(model.src_emb(src), mask).items():
+        if not isinstance(rec.cell, AdaptiveGRUCell):
+            continue
+        g = rec.cell.hyper_gate(rec.inputs, rec.previous @ rec.cell.hidden_weight()).mean(-1)  # (B, S)
+        out[name] = [g[b, : len(ids)] for b, ids in enumerate(src_ids)]
+    return out
+
+
+@torch.no_grad()
+def output_weights(model, src_ids: list[list[int]], out_ids: list[list[int]]) -> list[torch.Tensor]:
+    """Mean α_s, α_y, α_c (len_i + 1, 3) per output token of each given output (EOS appended)."""
+    model.eval()
+    device = model.start.device
+    src, src_mask = (t.to(device) for t in pad(src_ids))
+    tgt, tgt_mask = (t.to(device) for t in pad([ids + [EOS] for ids in out_ids]))
+    enc = model.encode(src, src_mask)
+    decoder = model.decoder
+    S, D, C, _ = decoder.readout_inputs(enc, model.previous_embeddings(tgt), tgt_mask)
+    alpha = decoder.output.weights(S, D, C).mean(-1).permute(1, 2, 0)  # (B, T, 3)
+    return [alpha[b, : len(ids) + 1] for b, ids in enumerate(out_ids)]
+
+
+# -- subwords to words ----------------------------------------------------------------------
+
+def word_spans(tokens: list[str], separator: str = "@@") -> list[tuple[str, int, int]]:
+    """(word, start, end) for each word, joining BPE pieces that end in the separator."""
+    spans, start, pieces = [], 0, []
+    for i, token in enumerate(tokens):
+        if token.endswith(separator):
+            pieces.append(token[: -len(separator)])
+            continue
+        spans.append(("".join(pieces) + token, start, i + 1))
+        start, pieces = i + 1, []
+    if pieces:  # a dangling continuation: keep it as a word of its own
+        spans.append(("".join(pieces), start, len(tokens)))
+    return spans
+
+
+def word_values(values: torch.Tensor, spans) -> list[list[float]]:
+    """The mean of each word's token rows; values (tokens, …)."""
+    return [values[start:end].mean(0).reshape(-1).tolist() for _, start, end in spans]
+
+
+# -- aggregation -----------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    section: str  # source-word | source-tag | output-word | all
+    item: str
+    count: int = 0
+    sums: dict[str, float] = field(default_factory=dict)
+
+    def add(self, values: dict[str, float]) -> None:
+        self.count += 1
+        for key, value in values.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value
+
+    def means(self) -> dict[str, float]:
+        return {key: total / self.count for key, total in self.sums.items()}
+
+
+class Aggregate:
+    def __init__(self):
+        self.rows: dict[tuple[str, str], Row] = {}
+
+    def add(self, section: str, item: str, values: dict[str, float]) -> None:
+        self.rows.setdefault((section, item), Row(section, item)).add(values)
+
+    def sorted_rows(self) -> list[Row]:
+        order = {"all": 0, "source-word": 1, "source-tag": 2, "output-word": 3}
+        return sorted(self.rows.values(), key=lambda r: (order[r.section], -r.count, r.item))
+
+
+def check_tags(tags: list[str], spans_per_line: list[list], tags_path: str) -> list[list[str]]:
+    if len(tags) != len(spans_per_line):
+        raise DataError(f"{tags_path} has {len(tags)} lines but the input has {len(spans_per_line)}")
+    out = []
+    for n, (line, spans) in enumerate(zip(tags, spans_per_line), 1):
+        items = line.split()
+        if len(items) != len(spans):
+            raise DataError(f"{tags_path}:{n}: {len(items)} tags for {len(spans)} tokenised source words "
+                            f"({' '.join(w for w, _, _ in spans)[:80]})")
+        out.append(items)
+    return out
+
+
+def analyse_lines(translator, lines: list[str], tags: list[str] | None = None, beam: int | None = None,
+                  tags_path: str = "tags", batch_size: int = 32) -> list[Row]:
+    """Mean gate values per source word, per tag and per output word (see the module doc)."""
+    model = translator.model
+    gated = has_hyper_gates(model.encoder)
+    adaptive_output = isinstance(model.decoder.output, AdaptiveOutput)
+    if not gated and not adaptive_output:
+        raise ConfigError("this model has no adaptive gates (no adaptive-gru cell in its encoder and "
+                          "model.output is not 'adaptive'): nothing to analyse")
+    tokens = [translator.preprocessor.encode(line, "src") if line.strip() else [] for line in lines]
+    spans = [word_spans(t) for t in tokens]
+    tag_lists = check_tags(tags, spans, tags_path) if tags is not None else [None] * len(lines)
+    agg = Aggregate()
+    todo = [i for i, t in enumerate(tokens) if t]
+    for start in range(0, len(todo), batch_size):
+        index = todo[start: start + batch_size]
+        ids = [translator.src_vocab.encode(tokens[i], add_eos=False) for i in index]
+        if gated:
+            _add_source(agg, encoder_gates(model, ids), [spans[i] for i in index], [tag_lists[i] for i in index])
+        if adaptive_output:
+            _add_output(agg, translator, ids, beam)
+    return agg.sorted_rows()
+
+
+def _add_source(agg: Aggregate, gates: dict[str, list[torch.Tensor]], spans: list, tags: list) -> None:
+    for k, (sentence_spans, sentence_tags) in enumerate(zip(spans, tags)):
+        per_word = {name: word_values(values[k], sentence_spans) for name, values in gates.items()}
+        for w, (word, _, _) in enumerate(sentence_spans):
+            values = {f"gate_{name}": per_word[name][w][0] for name in gates}
+            agg.add("source-word", word, values)
+            agg.add("all", "source words", values)
+            if sentence_tags is not None:
+                agg.add("source-tag", sentence_tags[w], values)
+
+
+def _add_output(agg: Aggregate, translator, ids: list[list[int]], beam: int | None) -> None:
+    from ctxnmt.decoding.translator import search_ids
+
+    dec = translator.config.decoding
+    hyps = search_ids(translator.model, ids, dec, beam or dec.beam, device=translator.device)
+    outs = [h[0].tokens if h else [] for h in hyps]
+    for out_ids, alpha in zip(outs, output_weights(translator.model, ids, outs)):
+        out_tokens = [translator.tgt_vocab.token(i) for i in out_ids]
+        spans = word_spans(out_tokens) + [("</s>", len(out_tokens), len(out_tokens) + 1)]
+        for (word, _, _), values in zip(spans, word_values(alpha, spans)):
+            named = dict(zip(OUTPUT_WEIGHTS, values))
+            agg.add("output-word", word, named)
+            agg.add("all", "output words", named)
+
+
+# -- output ----------------------------------------------------------------------------------
+
+def columns(rows: list[Row]) -> list[str]:
+    seen: list[str] = []
+    for row in rows:
+        seen += [k for k in row.sums if k not in seen]
+    return seen
+
+
+def write_csv(rows: list[Row], path: str) -> None:
+    cols = columns(rows)
+    with atomic_write(path, "w") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["section", "item", "count"] + cols)
+        for row in rows:
+            means = row.means()
+            writer.writerow([row.section, row.item, row.count] + [f"{means[c]:.6f}" if c in means else ""
+                                                                   for c in cols])
+
+
+def format_table(rows: list[Row], top: int = 20) -> str:
+    """Per section, the `top` most frequent items with their mean values."""
+    cols = columns(rows)
+    lines = []
+    for section in ("all", "source-word", "source-tag", "output-word"):
+        chosen = [r for r in rows if r.section == section][:top]
+        if not chosen:
+            continue
+        keys = [c for c in cols if any(c in r.sums for r in chosen)]
+        width = max(12, max(len(r.item) for r in chosen))
+        lines.append(f"\n{section} (top {len(chosen)} by count)")
+        lines.append(f"{'item':<{width}} {'count':>6} " + " ".join(f"{k:>18}" for k in keys))
+        for r in chosen:
+            m = r.means()
+            lines.append(f"{r.item:<{width}} {r.count:>6} " + " ".join(f"{m[k]:>18.4f}" if k in m else " " * 18
+                                                            for k in keys))
+    return "\n".join(lines).lstrip("\n")
+
+
+# -- command ---------------------------------------------------------------------------------
+
+def register(sub) -> None:
+    p = sub.add_parser("gates", help="mean hyper-gate values per source word/tag and adaptive output weights "
+                                     "per output word")
+    p.add_argument("model_dir")
+    p.add_argument("-i", "--input", required=True, help="source text, one sentence per line")
+    p.add_argument("--tags", help="one tag per tokenised source word, one line per input line (e.g. POS)")
+    p.add_argument("-o", "--output", help="CSV file (written atomically); default: the table only")
+    p.add_argument("--beam", type=int, help="beam size for the translations whose α are reported")
+    p.add_argument("--top", type=int, default=20, help="items per section in the printed table")
+    p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
+    p.set_defaults(func=cmd_gates)
+
+
+def cmd_gates(args) -> int:
+    from ctxnmt.data.corpus import read_lines
+    from ctxnmt.decoding.translator import Translator
+
+    lines = read_lines(args.input, allow_empty=True)
+    tags = read_lines(args.tags, allow_empty=True) if args.tags else None
+    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
+    rows = analyse_lines(translator, lines, tags, beam=args.beam, tags_path=args.tags or "tags")
+    if args.output:
+        write_csv(rows, args.output)
+    sys.stdout.write(format_table(rows, args.top) + "\n")
+    return 0

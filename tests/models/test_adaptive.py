@@ -1,0 +1,115 @@
+"""Adaptive weighting: the hyper-gated GRU cells and the adaptive output state against
+their literal equations, alone and inside the whole model; parameter growth."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ctxnmt.config import ModelConfig
+from ctxnmt.models.cells import AdaptiveGRUCell, ScaledCandidateAdaptiveGRUCell, scan
+from ctxnmt.models.nmt import build_model, count_parameters
+from tests.models import reference as ref
+from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
+from tests.models.test_target_context import literal_mean, literal_scored
+
+
+@pytest.mark.parametrize("cls, scaled", [(AdaptiveGRUCell, False), (ScaledCandidateAdaptiveGRUCell, True)])
+def test_adaptive_cell_matches_reference(cls, scaled):
+    torch.manual_seed(1)
+    cell = cls(6, 5)
+    x, h = torch.randn(6), torch.randn(5)
+    with torch.no_grad():
+        fast = cell.step(cell.input_proj(x.unsqueeze(0)), h.unsqueeze(0))[0]
+        torch.testing.assert_close(fast, ref.adaptive_gru_step(cell, x, h, scaled_candidate=scaled), atol=1e-6,
+                                   rtol=0)
+
+
+def test_hyper_gate_extremes():
+    """g → 0: the state is ignored (h' = (1 − z) tanh(W x) with z = σ(W_z x));
+    g → 1: the input is ignored inside every gate."""
+    torch.manual_seed(2)
+    cell = AdaptiveGRUCell(4, 3)
+    x, h = torch.randn(1, 4), torch.randn(1, 3)
+    with torch.no_grad():
+        cell.W.bias[9:].fill_(-50.0)  # g ≈ 0
+        xp = cell.input_proj(x)
+        x_r, x_z, x_h, _ = xp.chunk(4, -1)
+        z = torch.sigmoid(x_z)
+        torch.testing.assert_close(cell.step(xp, h), (1 - z) * torch.tanh(x_h), atol=1e-6, rtol=0)
+        cell.W.bias[9:].fill_(50.0)  # g ≈ 1
+        xp = cell.input_proj(x)
+        hp = h @ cell.hidden_weight()
+        h_r, h_z, h_h, _ = hp.chunk(4, -1)
+        r, z = torch.sigmoid(h_r), torch.sigmoid(h_z)
+        candidate = torch.tanh(r * h_h)
+        torch.testing.assert_close(cell.step(xp, h), z * h + (1 - z) * candidate, atol=1e-6, rtol=0)
+
+
+def test_adaptive_scan_holds_state_on_padding():
+    torch.manual_seed(3)
+    cell = AdaptiveGRUCell(4, 3)
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0]])
+    with torch.no_grad():
+        states = scan(cell, cell.input_proj(torch.randn(1, 4, 4)), torch.randn(1, 3), mask)
+    torch.testing.assert_close(states[0, 2], states[0, 1], atol=0, rtol=0)  # held, not decayed by g
+    torch.testing.assert_close(states[0, 3], states[0, 1], atol=0, rtol=0)
+
+
+def test_released_variant_changes_only_the_second_transition():
+    model = small_model(cell="adaptive-gru-released", encoder="bcae")
+    dec, enc = model.decoder, model.encoder
+    assert type(dec.gru2) is ScaledCandidateAdaptiveGRUCell
+    assert all(type(c).__name__ == "ReleasedAdaptiveGRUCell" for c in (dec.gru1, enc.future, enc.lower, enc.upper))
+
+
+@pytest.mark.parametrize("overrides", [
+    {"cell": "adaptive-gru"},
+    {"cell": "adaptive-gru-released"},
+    {"cell": "gru", "encoder_cell": "adaptive-gru"},
+    {"output": "adaptive"},
+    {"output": "adaptive", "decoder": "self-attentive-rnn"},
+    {"output": "adaptive", "cell": "adaptive-gru", "encoder": "fcae", "learned_start": True},
+], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_whole_model_matches_reference(overrides):
+    model = small_model(**overrides)
+    logp, alpha = batch_logprobs(model, SRC, TGT)
+    for b, (s, t) in enumerate(zip(SRC, TGT)):
+        ref_logp, ref_alpha = ref.rnnsearch_logprobs(model, s, t)
+        torch.testing.assert_close(logp[b, : len(t)], ref_logp, atol=1e-5, rtol=0)
+        torch.testing.assert_close(alpha[b, : len(t), : len(s)], ref_alpha, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["mean", "self-attentive", "self-attentive-scope"])
+def test_adaptive_output_composes_with_target_contexts(name):
+    model = small_model(output="adaptive", target_context=name, learned_start=True)
+    summary = literal_mean if name == "mean" else literal_scored(model, name)
+    logp, _ = batch_logprobs(model, SRC, TGT)
+    for b, (s, t) in enumerate(zip(SRC, TGT)):
+        ref_logp, _ = ref.rnnsearch_logprobs(model, s, t, summary)
+        torch.testing.assert_close(logp[b, : len(t)], ref_logp, atol=1e-5, rtol=0)
+
+
+def test_adaptive_weights_are_a_per_dimension_distribution():
+    out = small_model(output="adaptive").decoder.output
+    s, d, c = torch.randn(5, 10), torch.randn(5, 8), torch.randn(5, 20)
+    with torch.no_grad():
+        alpha = out.weights(s, d, c)
+    assert alpha.shape == (3, 5, out.out_dim)
+    torch.testing.assert_close(alpha.sum(0), torch.ones(5, out.out_dim))
+    assert float(alpha.std(-1).mean()) > 0  # the weights differ between dimensions
+
+
+def test_parameter_growth():
+    e, h, a, o, v = 8, 10, 9, 12, 16
+    c = 2 * h
+
+    def count(**kw):
+        return count_parameters(build_model(ModelConfig(emb_dim=e, hidden_dim=h, att_dim=a, out_dim=o, **kw), v, v))
+
+    base = count()
+    hyper = lambda n_in: (n_in + h) * h + h  # W_g, U_g, b_g  # noqa: E731
+    assert count(encoder_cell="adaptive-gru") - base == 2 * hyper(e)
+    assert count(cell="adaptive-gru") - base == 2 * hyper(e) + hyper(e) + hyper(c)
+    assert count(cell="adaptive-gru-released") == count(cell="adaptive-gru")
+    # M_s, M_y, M_c with biases, then W_m, W_r (+ b_r), W_p: all out_dim square
+    assert count(output="adaptive") - base == (h + e + c) * o + 3 * o + 3 * o * o + o
