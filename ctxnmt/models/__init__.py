@@ -1,3 +1,3 @@
 """Model components. Importing the package registers every cell, encoder,
-decoder and target-context summary under its config name."""
-from ctxnmt.models import cells, decoders, encoders, target_context  # noqa: F401  (registration)
+decoder, target-context summary and document-context input under its config name."""
+from ctxnmt.models import cells, decoders, document, encoders, target_context  # noqa: F401  (registration)

@@ -12,7 +12,8 @@ from torch import nn
 from ctxnmt.models.attention import AdditiveAttention
 from ctxnmt.models.functional import mix
 from ctxnmt.models.output import DeepOutput
-from ctxnmt.models.registry import CELLS, DECODERS, TARGET_CONTEXTS
+from ctxnmt.models import document  # noqa: F401  (registers the document inputs)
+from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, TARGET_CONTEXTS
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -34,7 +35,8 @@ class ConditionalGRUDecoder(nn.Module):
     """
 
     def __init__(self, emb_dim: int, hidden_dim: int, att_dim: int, ctx_dim: int, out_dim: int,
-                 cell: str = "gru", target_context: str = "previous", dropout_hidden: float = 0.0, **_):
+                 cell: str = "gru", target_context: str = "previous", dropout_hidden: float = 0.0,
+                 doc_aux: str = "none", doc_init_dec: bool = False, doc_dim: int = 0, **_):
         super().__init__()
         cell_cls = CELLS.get(cell)
         self.hidden_dim, self.att_dim = hidden_dim, att_dim
@@ -46,10 +48,15 @@ class ConditionalGRUDecoder(nn.Module):
                                                            ctx_dim=ctx_dim)
         self.output = DeepOutput(hidden_dim, self.summary.out_dim, ctx_dim, out_dim)
         self.dropout_hidden = nn.Dropout(dropout_hidden)
+        # How the document summary D enters (ctxnmt.models.document); "none" without init-dec: not at all.
+        self.document = DOC_INPUTS.get(doc_aux)(doc_dim=doc_dim or hidden_dim, hidden_dim=hidden_dim,
+                                                emb_dim=emb_dim, ctx_dim=ctx_dim, init_dec=doc_init_dec)
 
     # -- encoder-side work, once per sentence ---------------------------------------
-    def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {
+    def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor,
+                doc: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """`doc` is the document summary D (B, doc_dim) of a document-context model."""
+        enc = {
             "annotations": annotations,
             "src_mask": src_mask,
             "keys": self.attention.precompute(annotations),
@@ -59,30 +66,34 @@ class ConditionalGRUDecoder(nn.Module):
             "_U1": self.gru1.hidden_weight(),
             "_Wq": self._query_weight(),
         }
+        return {**enc, **self.document.prepare(enc, doc, self.gru2)}
 
     def initial_state(self, enc: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.tanh(self.init_proj(masked_mean(enc["annotations"], enc["src_mask"])))
+        pre = self.init_proj(masked_mean(enc["annotations"], enc["src_mask"]))
+        return torch.tanh(self.document.initial_preactivation(enc, pre))
 
     def _query_weight(self) -> torch.Tensor:
         # s'_t feeds both W_d (attention) and U of GRU_2: one matmul serves both.
         return torch.cat([self.attention.query_proj.weight.t(), self.gru2.hidden_weight()], dim=1)
 
-    def _transition(self, enc, s, xp1_t):
+    def _transition(self, enc, s, xp1_t, doc_t=None):
+        """`doc_t`: the document input's per-step terms of E y_{t-1} (None for most)."""
         s1 = self.gru1.combine(xp1_t, s @ enc["_U1"], s)
         q = s1 @ enc["_Wq"]
         alpha = self.attention.weights(q[:, : self.att_dim], enc["keys"], enc["src_mask"])
-        xp2 = mix(alpha, enc["values"])
-        s = self.gru2.combine(xp2, q[:, self.att_dim:], s1)
-        return s, alpha
+        xp2, hp2 = self.document.gru2_terms(enc, mix(alpha, enc["values"]), q[:, self.att_dim:], s, s1, alpha, doc_t)
+        return self.gru2.combine(xp2, hp2, s1), alpha
 
     # -- teacher forcing ---------------------------------------------------------
     def forward(self, enc, prev_emb: torch.Tensor, tgt_mask: torch.Tensor):
         """Returns readout vectors (B, T, out_dim) and attention weights (B, T, S)."""
         s = self.initial_state(enc)
         xp1 = self.gru1.input_proj(prev_emb)
+        doc_in = self.document.input_terms(prev_emb)
+        doc_steps = doc_in.unbind(1) if doc_in is not None else [None] * xp1.size(1)
         states, alphas = [], []
-        for xp1_t in xp1.unbind(1):  # unbind: a per-step slice has a costly backward
-            s, alpha = self._transition(enc, s, xp1_t)
+        for xp1_t, doc_t in zip(xp1.unbind(1), doc_steps):  # unbind: a per-step slice has a costly backward
+            s, alpha = self._transition(enc, s, xp1_t, doc_t)
             states.append(s)
             alphas.append(alpha)
         S = torch.stack(states, dim=1)
@@ -105,7 +116,8 @@ class ConditionalGRUDecoder(nn.Module):
 
     def step(self, enc, state: dict[str, torch.Tensor], prev_emb_t: torch.Tensor):
         """One step: readout (R, out_dim), new state, α_t (R, S); R = beam × sentences."""
-        s, alpha = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t))
+        s, alpha = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t),
+                                    self.document.input_terms(prev_emb_t))
         c = mix(alpha, enc["annotations"])
         summary_state = {k: v for k, v in state.items() if k not in self.own_state}
         d, summary_state = self.summary.step(summary_state, prev_emb_t, s, c)
