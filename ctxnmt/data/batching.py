@@ -54,8 +54,9 @@ def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, (ids != PAD).float()
 
 
-def pad_context(sentences: list[list[list[int]]], k: int) -> Context:
-    """Context of each batch sentence (a list of at most k id lists) as a padded (B, k, L) block."""
+def pad_context(sentences: list[list[list[int]]], k: int | None = None) -> Context:
+    """Context of each batch sentence (its last k id lists; by default all) as a padded (B, k, L) block."""
+    k = k or max([1] + [len(ctx) for ctx in sentences])
     width = max([1] + [len(s) for ctx in sentences for s in ctx])
     ids = torch.full((len(sentences), k, width), PAD, dtype=torch.long)
     for b, ctx in enumerate(sentences):

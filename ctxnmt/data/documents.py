@@ -15,7 +15,7 @@ def check_document_ids(doc_ids: list[str], name: str, n_lines: int | None = None
     """Refuse ids that cannot describe documents: a wrong line count, an empty id, or a
     document whose lines are not consecutive (its id reappearing after another's)."""
     if n_lines is not None and len(doc_ids) != n_lines:
-        raise DataError(f"{name} has {len(doc_ids)} document ids but the input has {n_lines} lines")
+        raise DataError(f"{name}: {len(doc_ids)} document ids for {n_lines} input lines")
     first_line: dict[str, int] = {}
     for number, doc in enumerate(doc_ids, start=1):
         if not doc.strip():

@@ -23,17 +23,17 @@ def gru_step(cell, x, h):
     return z * h + (1 - z) * h_tilde
 
 
-def birnn_encode(model, src_ids):
-    """Annotations h_i = [→h_i; ←h_i] for one unpadded sentence."""
+def birnn_encode(model, src_ids, h0=None):
+    """Annotations h_i = [→h_i; ←h_i] for one unpadded sentence; h0 starts both directions."""
     enc = model.encoder
     xs = [model.src_emb.weight[i] for i in src_ids]
     H = enc.hidden_dim
-    h = torch.zeros(H)
+    h = torch.zeros(H) if h0 is None else h0
     fwd = []
     for x in xs:
         h = gru_step(enc.fwd, x, h)
         fwd.append(h)
-    h = torch.zeros(H)
+    h = torch.zeros(H) if h0 is None else h0
     bwd = [None] * len(xs)
     for i in range(len(xs) - 1, -1, -1):
         h = gru_step(enc.bwd, xs[i], h)
