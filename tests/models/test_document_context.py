@@ -185,3 +185,8 @@ def test_context_block_is_oldest_first_with_empty_slots_last():
     assert isinstance(ctx, Context) and ctx.ids.shape == (3, 3, 3)
     assert ctx.ids[2, 0].tolist() == [6, 0, 0] and ctx.ids[2, 1].tolist() == [7, 8, 9]
     assert float(ctx.mask[0].sum()) == 0.0 and float(ctx.mask[1, 1:].sum()) == 0.0
+
+
+def test_a_sentence_level_model_has_no_document_parameters():
+    """Old checkpoints keep loading: the document parts exist only when a switch is on."""
+    assert not [k for k in doc_model().state_dict() if "document" in k]
