@@ -1,6 +1,10 @@
 """Speed of model variants as ratios to the baseline, interleaved in one process.
 
     python benchmarks/variants.py configs/bench.yaml model.target_context=mean model.target_context=self-attentive
+    python benchmarks/variants.py configs/bench.yaml model.doc_init_enc=true,model.doc_init_dec=true
+
+Document-context variants (model.doc_*) get each sentence's previous source
+sentences, in training and in decoding, from the corpus's .doc files.
 
 On a shared, noisy machine, configs measured one after the other drift by ±10%;
 here every variant's training step and decoding batch alternate with the
@@ -35,6 +39,7 @@ def main() -> None:
 
     from ctxnmt.config import load_config
     from ctxnmt.data.batching import epoch_batches, make_batch
+    from ctxnmt.data.documents import previous_sentences
     from ctxnmt.data.prepare import data_fingerprint, encode_split, prepare, read_split
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.models.nmt import build_model, count_parameters
@@ -58,33 +63,43 @@ def main() -> None:
     t = base.training
     batches = epoch_batches([len(s) for s in train.src], [len(s) for s in train.tgt], t.batch_tokens, t.batch_sents,
                             t.seed, 0)[: args.rounds + 2]
+    # K → each training sentence's previous sentences, for the document-context variants
+    k_of = [cfg.model.doc_sents if cfg.model.uses_document else 0 for cfg in configs]
+    train_context = {k: previous_sentences(train.docs, k) for k in set(k_of) if k}
     train_rate = {n: [] for n in names}
     for r, index in enumerate(batches):
-        batch = make_batch(index, train.src, train.tgt)
-        for name, model, opt in zip(names, models, optimizers):
+        batch = {k: make_batch(index, train.src, train.tgt, train_context.get(k), k) for k in set(k_of)}
+        for name, model, opt, k in zip(names, models, optimizers, k_of):
             model.train()
             start = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            nll, n = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
-            (nll / batch.n_sents).backward()
+            b = batch[k]
+            nll, n = model.loss(b.src, b.src_mask, b.tgt, b.tgt_mask, context=b.context)
+            (nll / b.n_sents).backward()
             opt.step()
             if r >= 2:
                 train_rate[name].append(n / (time.perf_counter() - start))
     test = read_split(base.data, "test")
     k = min(args.decode_sents, len(test.src))
     src = encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:k], test.tgt[:k]).src
+    test_context = {K: [[src[j] for j in c] for c in previous_sentences(test.docs[:k], K)]
+                    for K in set(k_of) if K}
     decode_rate = {n: [] for n in names}
     for chunk in range(0, k, 50):
-        for name, model in zip(names, models):
+        for name, model, K in zip(names, models, k_of):
             start = time.perf_counter()
-            search_ids(model, src[chunk: chunk + 50], base.decoding, beam=args.beam, batch_size=50)
+            ctx = test_context[K][chunk: chunk + 50] if K else None
+            search_ids(model, src[chunk: chunk + 50], base.decoding, beam=args.beam, batch_size=50, context=ctx)
             decode_rate[name].append(len(src[chunk: chunk + 50]) / (time.perf_counter() - start))
     train_base = statistics.mean(train_rate["baseline"])
     decode_base = statistics.mean(decode_rate["baseline"])
-    print(f"{'variant':<40} {'params':>11} {'train tok/s':>12} {'ratio':>6} {'beam sent/s':>12} {'ratio':>6}")
+    params_base = count_parameters(models[0])
+    print(f"{'variant':<40} {'params':>11} {'ratio':>6} {'train tok/s':>12} {'ratio':>6} {'beam sent/s':>12} "
+          f"{'ratio':>6}")
     for name, model in zip(names, models):
         tr, de = statistics.mean(train_rate[name]), statistics.mean(decode_rate[name])
-        print(f"{name:<40} {count_parameters(model):>11,} {tr:>12.0f} {tr / train_base:>6.3f} "
+        params = count_parameters(model)
+        print(f"{name:<40} {params:>11,} {params / params_base:>6.3f} {tr:>12.0f} {tr / train_base:>6.3f} "
               f"{de:>12.1f} {de / decode_base:>6.3f}")
     print(f"\n{args.rounds} interleaved training steps per variant on the first batches of epoch 1; "
           f"beam {args.beam} over {k} test sentences in interleaved chunks of 50; "

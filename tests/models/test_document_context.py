@@ -167,7 +167,8 @@ def test_parameters_added_by_each_part():
     def growth(**switches):
         return count_parameters(doc_model(doc_dim=d, **switches)) - base
 
-    rnns = (3 * d * e + 3 * d + 3 * d * d) + (3 * d * d + 3 * d + 3 * d * d)  # sentence GRU (e→d), document GRU (d→d)
+    # sentence GRU (e → d) and document GRU (d → d): W, b, U each
+    rnns = (3 * d * e + 3 * d + 3 * d * d) + (3 * d * d + 3 * d + 3 * d * d)
     assert growth(doc_init_enc=True) == rnns + d * h  # + the projection of D to the encoder's size
     assert growth(doc_init_dec=True) == rnns + h * d
     assert growth(doc_aux="aux") == rnns + 3 * h * d
