@@ -33,6 +33,8 @@ def main() -> None:
     parser.add_argument("--decode-sents", type=int, default=200)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--checkpoint", help="baseline weights to decode with (loaded non-strictly)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="torch threads (1 on a busy machine: waiting threads spin)")
     args = parser.parse_args()
 
     import torch
@@ -45,7 +47,7 @@ def main() -> None:
     from ctxnmt.models.nmt import build_model, count_parameters
     from ctxnmt.training.checkpoint import load_checkpoint
 
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(args.threads)
     names = ["baseline"] + args.variants
     configs = [load_config(args.config, [] if n == "baseline" else n.split(",")) for n in names]
     base = configs[0]
@@ -92,18 +94,22 @@ def main() -> None:
             search_ids(model, src[chunk: chunk + 50], base.decoding, beam=args.beam, batch_size=50, context=ctx)
             decode_rate[name].append(len(src[chunk: chunk + 50]) / (time.perf_counter() - start))
     train_base = statistics.mean(train_rate["baseline"])
-    decode_base = statistics.mean(decode_rate["baseline"])
+    decode_base = mean(decode_rate["baseline"])
     params_base = count_parameters(models[0])
     print(f"{'variant':<40} {'params':>11} {'ratio':>6} {'train tok/s':>12} {'ratio':>6} {'beam sent/s':>12} "
           f"{'ratio':>6}")
     for name, model in zip(names, models):
-        tr, de = statistics.mean(train_rate[name]), statistics.mean(decode_rate[name])
+        tr, de = statistics.mean(train_rate[name]), mean(decode_rate[name])
         params = count_parameters(model)
         print(f"{name:<40} {params:>11,} {params / params_base:>6.3f} {tr:>12.0f} {tr / train_base:>6.3f} "
               f"{de:>12.1f} {de / decode_base:>6.3f}")
     print(f"\n{args.rounds} interleaved training steps per variant on the first batches of epoch 1; "
           f"beam {args.beam} over {k} test sentences in interleaved chunks of 50; "
           f"{'trained baseline weights' if args.checkpoint else 'random weights'}")
+
+
+def mean(rates: list[float]) -> float:
+    return statistics.mean(rates) if rates else float("nan")  # --decode-sents 0: training only
 
 
 if __name__ == "__main__":
