@@ -2,6 +2,10 @@
 
     python benchmarks/variants.py configs/bench.yaml model.target_context=mean model.target_context=self-attentive
     python benchmarks/variants.py configs/bench.yaml --preset encoders-adaptive --rounds 3 --decode-sents 50
+    python benchmarks/variants.py configs/bench.yaml model.doc_init_enc=true,model.doc_init_dec=true
+
+Document-context variants (model.doc_*) get each sentence's previous source
+sentences, in training and in decoding, from the corpus's .doc files.
 
 On a shared, noisy machine, configs measured one after the other drift by ±10%;
 here every variant's training step and decoding batch alternate with the
@@ -47,7 +51,8 @@ def main() -> None:
     parser.add_argument("--decode-sents", type=int, default=200)
     parser.add_argument("--decode-batch", type=int, default=50, help="sentences per interleaved decoding chunk")
     parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads (0: every core; 1 on a busy machine, where waiting threads spin)")
     parser.add_argument("--checkpoint", help="baseline weights to decode with (loaded non-strictly)")
     args = parser.parse_args()
 
@@ -55,6 +60,7 @@ def main() -> None:
 
     from ctxnmt.config import load_config
     from ctxnmt.data.batching import epoch_batches, make_batch
+    from ctxnmt.data.documents import previous_sentences
     from ctxnmt.data.prepare import data_fingerprint, encode_split, prepare, read_split
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.models.nmt import build_model, count_parameters
@@ -81,38 +87,52 @@ def main() -> None:
     t = base.training
     batches = epoch_batches([len(s) for s in train.src], [len(s) for s in train.tgt], t.batch_tokens, t.batch_sents,
                             t.seed, 0)[: args.rounds + 2]
+    # K → each training sentence's previous sentences, for the document-context variants
+    k_of = [cfg.model.doc_sents if cfg.model.uses_document else 0 for cfg in configs]
+    train_context = {k: previous_sentences(train.docs, k) for k in set(k_of) if k}
     train_rate = {n: [] for n in names}
     for r, index in enumerate(batches):
-        batch = make_batch(index, train.src, train.tgt)
-        for name, model, opt in zip(names, models, optimizers):
+        batch = {k: make_batch(index, train.src, train.tgt, train_context.get(k), k) for k in set(k_of)}
+        for name, model, opt, k in zip(names, models, optimizers, k_of):
             model.train()
             start = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            nll, n = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
-            (nll / batch.n_sents).backward()
+            b = batch[k]
+            nll, n = model.loss(b.src, b.src_mask, b.tgt, b.tgt_mask, context=b.context)
+            (nll / b.n_sents).backward()
             opt.step()
             if r >= 2:
                 train_rate[name].append(n / (time.perf_counter() - start))
     test = read_split(base.data, "test")
     k = min(args.decode_sents, len(test.src))
     src = encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:k], test.tgt[:k]).src
+    test_context = {K: [[src[j] for j in c] for c in previous_sentences(test.docs[:k], K)]
+                    for K in set(k_of) if K}
     decode_rate = {n: [] for n in names}
     for chunk in range(0, k, args.decode_batch):
         piece = src[chunk: chunk + args.decode_batch]
-        for name, model in zip(names, models):
+        for name, model, K in zip(names, models, k_of):
             start = time.perf_counter()
-            search_ids(model, piece, base.decoding, beam=args.beam, batch_size=args.decode_batch)
+            ctx = test_context[K][chunk: chunk + args.decode_batch] if K else None
+            search_ids(model, piece, base.decoding, beam=args.beam, batch_size=args.decode_batch, context=ctx)
             decode_rate[name].append(len(piece) / (time.perf_counter() - start))
     train_base = statistics.mean(train_rate["baseline"])
-    decode_base = statistics.mean(decode_rate["baseline"])
-    print(f"{'variant':<40} {'params':>11} {'train tok/s':>12} {'ratio':>6} {'beam sent/s':>12} {'ratio':>6}")
+    decode_base = mean(decode_rate["baseline"])
+    params_base = count_parameters(models[0])
+    print(f"{'variant':<40} {'params':>11} {'ratio':>6} {'train tok/s':>12} {'ratio':>6} {'beam sent/s':>12} "
+          f"{'ratio':>6}")
     for name, model in zip(names, models):
-        tr, de = statistics.mean(train_rate[name]), statistics.mean(decode_rate[name])
-        print(f"{name:<40} {count_parameters(model):>11,} {tr:>12.0f} {tr / train_base:>6.3f} "
+        tr, de = statistics.mean(train_rate[name]), mean(decode_rate[name])
+        params = count_parameters(model)
+        print(f"{name:<40} {params:>11,} {params / params_base:>6.3f} {tr:>12.0f} {tr / train_base:>6.3f} "
               f"{de:>12.1f} {de / decode_base:>6.3f}")
     print(f"\n{args.rounds} interleaved training steps per variant on the first batches of epoch 1; "
           f"beam {args.beam} over {k} test sentences in interleaved chunks of {args.decode_batch}; "
           f"{'trained baseline weights' if args.checkpoint else 'random weights'}")
+
+
+def mean(rates: list[float]) -> float:
+    return statistics.mean(rates) if rates else float("nan")  # --decode-sents 0: training only
 
 
 if __name__ == "__main__":

@@ -62,6 +62,18 @@ class ModelConfig:
     dropout_emb: float = 0.0
     dropout_hidden: float = 0.0
     dropout_out: float = 0.5
+    # Cross-sentence context (Wang et al.): D summarises the K previous source sentences of the
+    # same document; each switch below is one way of giving it to the model, all combinable.
+    doc_init_enc: bool = False  # D (projected if sizes differ) initialises every encoder GRU
+    doc_init_dec: bool = False  # s_0 = tanh(W_init mean(h) + W_D D)
+    doc_aux: str = "none"  # D as input of the decoder transition: none | aux | gated-aux | gated-aux-code
+    doc_sents: int = 3  # K previous sentences
+    doc_dim: int = 0  # sentence- and document-RNN size; 0 = hidden_dim
+    doc_embeddings: str = "shared"  # history sentences use the source embeddings, or "separate" ones
+
+    @property
+    def uses_document(self) -> bool:
+        return self.doc_init_enc or self.doc_init_dec or self.doc_aux != "none"
 
 
 @dataclass
@@ -227,6 +239,10 @@ def validate(config: Config) -> None:
     for name in ("dropout_emb", "dropout_hidden", "dropout_out"):
         if not 0.0 <= getattr(m, name) < 1.0:
             raise ConfigError(f"model.{name} must be in [0, 1)")
+    if m.doc_embeddings not in ("shared", "separate"):
+        raise ConfigError(f"model.doc_embeddings must be 'shared' or 'separate', got '{m.doc_embeddings}'")
+    if m.uses_document and m.doc_sents < 1:
+        raise ConfigError(f"model.doc_sents must be at least 1 for a document-context model, got {m.doc_sents}")
     if config.data.corpus not in ("bible", "files"):
         raise ConfigError(f"data.corpus must be 'bible' or 'files', got '{config.data.corpus}'")
 

@@ -15,12 +15,27 @@ from ctxnmt.data.vocab import PAD
 
 
 @dataclass
+class Context:
+    """Each sentence's previous source sentences (document context), oldest first.
+
+    Sentence b's n_b ≤ K context sentences fill slots 0 … n_b − 1; the other slots
+    are empty (all PAD), and a sentence without context has only empty slots."""
+
+    ids: torch.Tensor  # (B, K, L) PAD-padded
+    mask: torch.Tensor  # (B, K, L) float, 1 on real tokens
+
+    def to(self, device) -> Context:
+        return Context(self.ids.to(device), self.mask.to(device))
+
+
+@dataclass
 class Batch:
     indices: torch.Tensor  # positions in the dataset
     src: torch.Tensor  # (B, S) ids, PAD-padded
     src_mask: torch.Tensor  # (B, S) float, 1 on real tokens
     tgt: torch.Tensor  # (B, T) ids ending in EOS
     tgt_mask: torch.Tensor
+    context: Context | None = None
 
     @property
     def n_sents(self) -> int:
@@ -28,7 +43,7 @@ class Batch:
 
     def to(self, device) -> Batch:
         return Batch(self.indices, self.src.to(device), self.src_mask.to(device), self.tgt.to(device),
-                     self.tgt_mask.to(device))
+                     self.tgt_mask.to(device), self.context.to(device) if self.context is not None else None)
 
 
 def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,10 +54,27 @@ def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, (ids != PAD).float()
 
 
-def make_batch(indices: list[int], src: list[list[int]], tgt: list[list[int]]) -> Batch:
+def pad_context(sentences: list[list[list[int]]], k: int | None = None) -> Context:
+    """Context of each batch sentence (its last k id lists; by default all) as a padded (B, k, L) block."""
+    k = k or max([1] + [len(ctx) for ctx in sentences])
+    width = max([1] + [len(s) for ctx in sentences for s in ctx])
+    ids = torch.full((len(sentences), k, width), PAD, dtype=torch.long)
+    for b, ctx in enumerate(sentences):
+        for j, s in enumerate(ctx[-k:]):
+            ids[b, j, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return Context(ids, (ids != PAD).float())
+
+
+def make_batch(indices: list[int], src: list[list[int]], tgt: list[list[int]],
+               context: list[list[int]] | None = None, k: int = 0) -> Batch:
+    """`context[i]` lists the dataset positions of sentence i's previous sentences (see
+    ctxnmt.data.documents); with it the batch carries their source ids, at most k each."""
     s, sm = pad([src[i] for i in indices])
     t, tm = pad([tgt[i] for i in indices])
-    return Batch(torch.tensor(indices), s, sm, t, tm)
+    ctx = None
+    if context is not None:
+        ctx = pad_context([[src[j] for j in context[i]] for i in indices], k)
+    return Batch(torch.tensor(indices), s, sm, t, tm, ctx)
 
 
 def epoch_batches(src_lens: list[int], tgt_lens: list[int], batch_tokens: int, batch_sents: int,

@@ -41,12 +41,15 @@ def _normalise(logprob: torch.Tensor | float, length: int, alpha: float):
 @torch.no_grad()
 def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5, nbest: int = 1,
                 length_penalty: float = 1.0, max_len_ratio: float = 2.0, max_len_extra: int = 10,
-                return_attention: bool = False) -> list[list[Hypothesis]]:
-    """Translate a padded batch; returns for each sentence its `nbest` best hypotheses."""
+                return_attention: bool = False, context=None) -> list[list[Hypothesis]]:
+    """Translate a padded batch; returns for each sentence its `nbest` best hypotheses.
+    `context` (ctxnmt.data.batching.Context): previous source sentences, for document-context models."""
     B, K = src.size(0), beam
     src_len = src_mask.sum(1).tolist()
     sentences = [_Sentence(max_len=int(max_len_ratio * n) + max_len_extra) for n in src_len]
-    enc = model.encode(src, src_mask)  # one copy per sentence, shared by its K rows
+    # one copy per sentence, shared by its K rows; context only when given, so that models
+    # without document context keep their plain encode(src, src_mask)
+    enc = model.encode(src, src_mask) if context is None else model.encode(src, src_mask, context)
     state = model.init_state(enc, K)
     active = list(range(B))  # original index of each sentence still searched
     scores = torch.full((B, K), float("-inf"), device=src.device)

@@ -5,6 +5,7 @@ import json
 import sys
 
 from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.documents import check_document_ids
 from ctxnmt.utils.io import atomic_write
 
 
@@ -22,6 +23,9 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, help="sentences decoded together")
     p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
     p.add_argument("--attention", metavar="JSONL", help="write attention weights, one JSON object per line")
+    p.add_argument("--doc-ids", metavar="FILE",
+                   help="one document id per input line (like a corpus .doc file): document-context models "
+                        "read each line's previous lines of the same document")
     p.set_defaults(func=cmd_translate)
 
 
@@ -41,8 +45,12 @@ def cmd_translate(args) -> int:
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir, checkpoint=args.checkpoint,
                                  ensemble_mode=args.ensemble_mode)
     lines = _read_input(args.input)
+    doc_ids = None
+    if args.doc_ids:
+        doc_ids = read_lines(args.doc_ids, allow_empty=True)
+        check_document_ids(doc_ids, args.doc_ids, len(lines))
     results = translator.translate(lines, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size,
-                                   return_attention=bool(args.attention))
+                                   return_attention=bool(args.attention), doc_ids=doc_ids)
     if args.nbest > 1:
         out = [f"{i} ||| {h.text} ||| {h.score:.4f}" for i, r in enumerate(results) for h in (r.nbest or [r])]
     else:

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from ctxnmt.config import Config, DecodingConfig, load_config
-from ctxnmt.data.batching import pad
+from ctxnmt.data.batching import pad, pad_context
+from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_pipeline
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, beam_search
@@ -42,25 +43,32 @@ def _sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
 
 @torch.no_grad()
 def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, nbest: int = 1,
-               batch_size: int | None = None, device="cpu", return_attention: bool = False) -> list[list[Hypothesis]]:
-    """Beam search for a list of id sequences (non-empty), batched by similar length."""
+               batch_size: int | None = None, device="cpu", return_attention: bool = False,
+               context: list[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
+    """Beam search for a list of id sequences (non-empty), batched by similar length.
+
+    `context[i]`: sentence i's previous source sentences (id lists, oldest first) for a
+    document-context model; it travels with sentence i through the length sorting."""
     model.eval()
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
     for index in _sorted_batches([len(s) for s in src_ids], batch_size or dec.batch_size):
         src, mask = pad([src_ids[i] for i in index])
+        ctx = None
+        if context is not None:
+            ctx = pad_context([context[i] for i in index]).to(device)
         hyps = beam_search(model, src.to(device), mask.to(device), beam=beam, nbest=nbest,
                            length_penalty=dec.length_penalty, max_len_ratio=dec.max_len_ratio,
-                           return_attention=return_attention)
+                           return_attention=return_attention, context=ctx)
         for i, h in zip(index, hyps):
             results[i] = h
     return results
 
 
 def translate_ids(model, src_ids, preprocessor, tgt_vocab: Vocab, dec: DecodingConfig, beam: int, device="cpu",
-                  nbest: int = 1) -> list[Translation]:
+                  nbest: int = 1, context: list[list[list[int]]] | None = None) -> list[Translation]:
     """Translations of already encoded sources (used by validation)."""
     out = []
-    for hyps in search_ids(model, [s or [0] for s in src_ids], dec, beam, nbest, device=device):
+    for hyps in search_ids(model, [s or [0] for s in src_ids], dec, beam, nbest, device=device, context=context):
         out.append(_to_translation(hyps, preprocessor, tgt_vocab, []))
     return out
 
@@ -81,6 +89,7 @@ class Translator:
         self.preprocessor, self.src_vocab, self.tgt_vocab = preprocessor, src_vocab, tgt_vocab
         self.device = device
         self.warn = lambda msg: print(f"warning: {msg}", file=sys.stderr)
+        self._warned: set[str] = set()
 
     @classmethod
     def load(cls, model_dir: str | Path | list, checkpoint: str | None = None, device: str = "cpu",
@@ -117,12 +126,15 @@ class Translator:
         return cls(first.config, model, first.preprocessor, first.src_vocab, first.tgt_vocab, device)
 
     def translate(self, lines: list[str], beam: int | None = None, nbest: int = 1, batch_size: int | None = None,
-                  return_attention: bool = False) -> list[Translation]:
+                  return_attention: bool = False, doc_ids: list[str] | None = None) -> list[Translation]:
+        """`doc_ids[i]`: line i's document; a document-context model then reads each line's
+        previous lines of its document as context (see ctxnmt.data.documents)."""
         dec = self.config.decoding
         beam = beam or dec.beam
         pieces, owners, src_tokens = self._segment(lines)
         ids = [self.src_vocab.encode(p, add_eos=False) for p in pieces]
-        hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention)
+        context = self._document_context(lines, doc_ids, owners, src_tokens)
+        hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention, context)
         per_piece = [_to_translation(h, self.preprocessor, self.tgt_vocab, p) for h, p in zip(hyps, pieces)]
         out = [Translation("") for _ in lines]
         for line_no in range(len(lines)):
@@ -135,6 +147,33 @@ class Translator:
                                            [t for p in parts for t in p.tokens])
                 out[line_no].nbest = [out[line_no]]
         return out
+
+    def _document_context(self, lines, doc_ids, owners, src_tokens) -> list[list[list[int]]] | None:
+        """Each piece's previous source sentences: its line's previous non-empty lines in the same
+        document (every piece of an over-long line gets its line's context)."""
+        cfg = self.config.model
+        if not cfg.uses_document:
+            if doc_ids is not None:
+                self._warn_once("this model uses no document context; the document ids are ignored")
+            return None
+        if doc_ids is None:
+            self._warn_once("this model uses document context but no document ids were given (--doc-ids): "
+                            "every sentence is translated with empty context")
+            return None
+        check_document_ids(doc_ids, "doc_ids", len(lines))
+        limit = self.config.decoding.max_src_len
+        line_ids = {n: self.src_vocab.encode(t[:limit], add_eos=False) for n, t in src_tokens.items()}
+        previous = previous_sentences(doc_ids, cfg.doc_sents, [n in line_ids for n in range(len(lines))])
+        context: list[list[list[int]]] = [[] for _ in range(sum(len(o) for o in owners.values()))]
+        for line_no, piece_nos in owners.items():
+            for p in piece_nos:
+                context[p] = [line_ids[j] for j in previous[line_no]]
+        return context
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            self.warn(message)
 
     def _segment(self, lines: list[str]):
         """Subword pieces to translate, and which line each piece belongs to."""

@@ -144,6 +144,16 @@ def scan(cell: RecurrentCell, xp: torch.Tensor, h0: torch.Tensor, mask: torch.Te
     return torch.stack(out, dim=1)
 
 
+def final_state(cell: RecurrentCell, xp: torch.Tensor, h0: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The last state (B, H) of a forward scan; padding holds it, so it is each row's
+    state after its last real position (h0 for a row with none)."""
+    U = cell.hidden_weight()
+    h = h0
+    for x_t, m_t in zip(xp.unbind(1), mask.unbind(1)):  # unbind: see scan()
+        h = hold_on_padding(cell.combine(x_t, h @ U, h), h, m_t)
+    return h
+
+
 def biscan(fwd: RecurrentCell, bwd: RecurrentCell, xp_f: torch.Tensor, xp_b: torch.Tensor,
            h0: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Both directions in one loop: at step t the forward cell reads position t and the

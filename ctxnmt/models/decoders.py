@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from ctxnmt.models.attention import AdditiveAttention
+from ctxnmt.models import document  # noqa: F401  (registers the document inputs)
 from ctxnmt.models.functional import additive_energy, mix
-from ctxnmt.models.registry import CELLS, DECODERS, OUTPUTS, TARGET_CONTEXTS
+from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, OUTPUTS, TARGET_CONTEXTS
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -34,7 +35,8 @@ class ConditionalGRUDecoder(nn.Module):
 
     def __init__(self, emb_dim: int, hidden_dim: int, att_dim: int, ctx_dim: int, out_dim: int,
                  cell: str = "gru", target_context: str = "previous", output: str = "deep",
-                 dropout_hidden: float = 0.0, **_):
+                 dropout_hidden: float = 0.0, doc_aux: str = "none", doc_init_dec: bool = False, doc_dim: int = 0,
+                 **_):
         super().__init__()
         cell_cls = CELLS.get(cell)
         self.hidden_dim, self.att_dim = hidden_dim, att_dim
@@ -46,10 +48,15 @@ class ConditionalGRUDecoder(nn.Module):
                                                            ctx_dim=ctx_dim)
         self.output = OUTPUTS.get(output)(hidden_dim, self.summary.out_dim, ctx_dim, out_dim)
         self.dropout_hidden = nn.Dropout(dropout_hidden)
+        # How the document summary D enters (ctxnmt.models.document); "none" without init-dec: not at all.
+        self.document = DOC_INPUTS.get(doc_aux)(doc_dim=doc_dim or hidden_dim, hidden_dim=hidden_dim,
+                                                emb_dim=emb_dim, ctx_dim=ctx_dim, init_dec=doc_init_dec)
 
     # -- encoder-side work, once per sentence ---------------------------------------
-    def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {
+    def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor,
+                doc: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """`doc` is the document summary D (B, doc_dim) of a document-context model."""
+        enc = {
             "annotations": annotations,
             "src_mask": src_mask,
             "keys": self.attention.precompute(annotations),
@@ -59,21 +66,23 @@ class ConditionalGRUDecoder(nn.Module):
             "_U1": self.gru1.hidden_weight(),
             "_Wq": self._query_weight(),
         }
+        return {**enc, **self.document.prepare(enc, doc, self.gru2)}
 
     def initial_state(self, enc: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.tanh(self.init_proj(masked_mean(enc["annotations"], enc["src_mask"])))
+        pre = self.init_proj(masked_mean(enc["annotations"], enc["src_mask"]))
+        return torch.tanh(self.document.initial_preactivation(enc, pre))
 
     def _query_weight(self) -> torch.Tensor:
         # s'_t feeds both W_d (attention) and U of GRU_2: one matmul serves both.
         return torch.cat([self.attention.query_proj.weight.t(), self.gru2.hidden_weight()], dim=1)
 
-    def _transition(self, enc, s, xp1_t):
+    def _transition(self, enc, s, xp1_t, doc_t=None):
+        """`doc_t`: the document input's per-step terms of E y_{t-1} (None for most)."""
         s1 = self.gru1.combine(xp1_t, s @ enc["_U1"], s)
         q = s1 @ enc["_Wq"]
         alpha = self.attention.weights(q[:, : self.att_dim], enc["keys"], enc["src_mask"])
-        xp2 = mix(alpha, enc["values"])
-        s = self.gru2.combine(xp2, q[:, self.att_dim:], s1)
-        return s, alpha
+        xp2, hp2 = self.document.gru2_terms(enc, mix(alpha, enc["values"]), q[:, self.att_dim:], s, s1, alpha, doc_t)
+        return self.gru2.combine(xp2, hp2, s1), alpha
 
     # -- teacher forcing ---------------------------------------------------------
     def forward(self, enc, prev_emb: torch.Tensor, tgt_mask: torch.Tensor):
@@ -91,9 +100,11 @@ class ConditionalGRUDecoder(nn.Module):
         """Decoder states s_1 … s_T (B, T, H) and attention weights (B, T, S) under teacher forcing."""
         s = self.initial_state(enc)
         xp1 = self.gru1.input_proj(prev_emb)
+        doc_in = self.document.input_terms(prev_emb)
+        doc_steps = doc_in.unbind(1) if doc_in is not None else [None] * xp1.size(1)
         states, alphas = [], []
-        for xp1_t in xp1.unbind(1):  # unbind: a per-step slice has a costly backward
-            s, alpha = self._transition(enc, s, xp1_t)
+        for xp1_t, doc_t in zip(xp1.unbind(1), doc_steps):  # unbind: a per-step slice has a costly backward
+            s, alpha = self._transition(enc, s, xp1_t, doc_t)
             states.append(s)
             alphas.append(alpha)
         return torch.stack(states, dim=1), torch.stack(alphas, dim=1)
@@ -121,7 +132,8 @@ class ConditionalGRUDecoder(nn.Module):
 
     def advance(self, enc, state, prev_emb_t):
         """s_t and α_t for one step, and the decoder's own new state entries."""
-        s, alpha = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t))
+        s, alpha = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t),
+                                    self.document.input_terms(prev_emb_t))
         return s, alpha, {"s": s}
 
     def output_extra_step(self, state, s):
@@ -201,8 +213,8 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
         self.W_x = nn.Linear(emb_dim, hidden_dim, bias=False)
         self.v_m = nn.Linear(hidden_dim, 1, bias=False)
 
-    def prepare(self, annotations, src_mask):
-        enc = super().prepare(annotations, src_mask)
+    def prepare(self, annotations, src_mask, doc=None):
+        enc = super().prepare(annotations, src_mask, doc)
         enc["_Wmq"] = torch.cat([self.W_m.weight, self.W_q.weight]).t()  # once per batch
         return enc
 
@@ -221,10 +233,12 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
         key, query = self._remember(enc, s)
         states, keys = [s], [key]
         xp1, xq = self.gru1.input_proj(prev_emb), self.W_x(prev_emb)
+        doc_in = self.document.input_terms(prev_emb)
+        doc_steps = doc_in.unbind(1) if doc_in is not None else [None] * xp1.size(1)
         alphas = []
-        for xp1_t, xq_t in zip(xp1.unbind(1), xq.unbind(1)):
+        for xp1_t, xq_t, doc_t in zip(xp1.unbind(1), xq.unbind(1), doc_steps):
             tilde = self._read(torch.stack(states, dim=1), torch.stack(keys, dim=1), query + xq_t)
-            s, alpha = self._transition(enc, tilde, xp1_t)
+            s, alpha = self._transition(enc, tilde, xp1_t, doc_t)
             key, query = self._remember(enc, s)
             states.append(s)
             keys.append(key)
@@ -238,7 +252,8 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
 
     def advance(self, enc, state, prev_emb_t):
         tilde = self._read(state["mem_states"], state["mem_keys"], state["mem_query"] + self.W_x(prev_emb_t))
-        s, alpha = self._transition(enc, tilde, self.gru1.input_proj(prev_emb_t))
+        s, alpha = self._transition(enc, tilde, self.gru1.input_proj(prev_emb_t),
+                                    self.document.input_terms(prev_emb_t))
         key, query = self._remember(enc, s)
         return s, alpha, {"s": s, "mem_states": torch.cat([state["mem_states"], s.unsqueeze(1)], dim=1),
                           "mem_keys": torch.cat([state["mem_keys"], key.unsqueeze(1)], dim=1), "mem_query": query}

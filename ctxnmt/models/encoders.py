@@ -3,10 +3,12 @@ decoder how wide they are, so attention and initialisation sizes follow from
 the encoder rather than from constants.
 
 Every recurrence holds its state on padding (cells.hold_on_padding), so a
-sentence gets the same annotations alone and in a padded batch.  Besides
-`forward`, an encoder lists its recurrences (`recurrences`): for each, the cell,
-its input projection and the state each step read, which is all an analysis
-needs to recompute a cell's gates outside the time loop."""
+sentence gets the same annotations alone and in a padded batch.  Every encoder
+takes an optional initial state h0 (B, state_dim) for all of its recurrences
+(document context initialises the encoder with it); None is the usual zero
+state.  Besides `forward`, an encoder lists its recurrences (`recurrences`): for
+each, the cell, its input projection and the state each step read, which is all
+an analysis needs to recompute a cell's gates outside the time loop."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -34,8 +36,10 @@ def earlier_states(states: torch.Tensor, reverse: bool = False) -> torch.Tensor:
 
 class Encoder(nn.Module):
     out_dim: int
+    state_dim: int  # size of the initial state h0 that forward accepts
 
-    def forward(self, emb: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+    def forward(self, emb: torch.Tensor, mask: torch.Tensor,
+                h0: torch.Tensor | None = None) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
 
     def recurrences(self, emb: torch.Tensor, mask: torch.Tensor) -> dict[str, Recurrence]:  # pragma: no cover
@@ -50,16 +54,18 @@ class BiRNNLayer(nn.Module):
         cell_cls = CELLS.get(cell)
         self.fwd = cell_cls(input_dim, hidden_dim)
         self.bwd = cell_cls(input_dim, hidden_dim)
-        self.hidden_dim = hidden_dim
+        self.hidden_dim = self.state_dim = hidden_dim
 
-    def directions(self, x: torch.Tensor, mask: torch.Tensor):
+    def directions(self, x: torch.Tensor, mask: torch.Tensor, h0: torch.Tensor | None = None):
+        """h0 starts both directions (as in Wang et al.'s released code)."""
         xp_f, xp_b = self.fwd.input_proj(x), self.bwd.input_proj(x)
-        h0 = x.new_zeros(x.size(0), self.hidden_dim)
+        if h0 is None:
+            h0 = x.new_zeros(x.size(0), self.hidden_dim)
         fwd, bwd = biscan(self.fwd, self.bwd, xp_f, xp_b, h0, mask)
         return (xp_f, fwd), (xp_b, bwd)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        (_, fwd), (_, bwd) = self.directions(x, mask)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+        (_, fwd), (_, bwd) = self.directions(x, mask, h0)
         return torch.cat([fwd, bwd], dim=-1)
 
     def traced(self, x, mask, prefix: str = "") -> tuple[torch.Tensor, dict[str, Recurrence]]:
@@ -92,11 +98,13 @@ class StackedBiRNNEncoder(Encoder):
         self.layers = nn.ModuleList(
             BiRNNLayer(emb_dim if k == 0 else 2 * hidden_dim, hidden_dim, cell) for k in range(layers))
         self.out_dim = 2 * hidden_dim
+        self.state_dim = hidden_dim
 
-    def forward(self, emb, mask):
+    def forward(self, emb, mask, h0=None):
+        """h0 starts every layer's two directions."""
         x = emb
         for layer in self.layers:
-            x = layer(x, mask)
+            x = layer(x, mask, h0)
         return x
 
     def recurrences(self, emb, mask):
@@ -125,10 +133,12 @@ class ContextAwareEncoder(Encoder):
         self.future = cell_cls(emb_dim, hidden_dim)
         self.lower = cell_cls(emb_dim, hidden_dim)
         self.upper = cell_cls(hidden_dim, hidden_dim)
-        self.hidden_dim = self.out_dim = hidden_dim
+        self.hidden_dim = self.out_dim = self.state_dim = hidden_dim
 
-    def _run(self, emb: torch.Tensor, mask: torch.Tensor):
-        h0 = emb.new_zeros(emb.size(0), self.hidden_dim)
+    def _run(self, emb: torch.Tensor, mask: torch.Tensor, h0: torch.Tensor | None = None):
+        """h0 starts both the future-context and the context-aware recurrence."""
+        if h0 is None:
+            h0 = emb.new_zeros(emb.size(0), self.hidden_dim)
         future = scan(self.future, self.future.input_proj(emb), h0, mask, reverse=not self.context_reverse)
         xp_lower, xp_upper = self.lower.input_proj(emb), self.upper.input_proj(future)
         U_lower, U_upper = self.lower.hidden_weight(), self.upper.hidden_weight()
@@ -143,8 +153,8 @@ class ContextAwareEncoder(Encoder):
             history[i], annotations[i] = tilde, h
         return future, xp_lower, xp_upper, torch.stack(history, 1), torch.stack(annotations, 1)
 
-    def forward(self, emb, mask):
-        return self._run(emb, mask)[-1]
+    def forward(self, emb, mask, h0=None):
+        return self._run(emb, mask, h0)[-1]
 
     def recurrences(self, emb, mask):
         future, xp_lower, xp_upper, history, annotations = self._run(emb, mask)

@@ -6,7 +6,9 @@ import torch
 from torch import nn
 
 from ctxnmt.config import ModelConfig
+from ctxnmt.data.batching import Context
 from ctxnmt.data.vocab import PAD
+from ctxnmt.models.document import HierarchicalSummary
 from ctxnmt.models.functional import linear_cross_entropy
 from ctxnmt.models.registry import DECODERS, ENCODERS
 
@@ -27,11 +29,18 @@ class NMTModel(nn.Module):
         self.start = nn.Parameter(torch.zeros(cfg.emb_dim), requires_grad=cfg.learned_start)
         self.encoder = ENCODERS.get(cfg.encoder)(emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim,
                                                  cell=cfg.encoder_cell or cfg.cell, layers=cfg.encoder_layers)
+        doc_dim = cfg.doc_dim or cfg.hidden_dim
         self.decoder = DECODERS.get(cfg.decoder)(
             emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, att_dim=cfg.att_dim, ctx_dim=self.encoder.out_dim,
             out_dim=out_dim, cell=cfg.cell, target_context=cfg.target_context, output=cfg.output,
-            dropout_hidden=cfg.dropout_hidden,
+            dropout_hidden=cfg.dropout_hidden, doc_aux=cfg.doc_aux, doc_init_dec=cfg.doc_init_dec, doc_dim=doc_dim,
         )
+        # Cross-sentence context: the hierarchical summary D of the previous source sentences.
+        self.document = None
+        if cfg.uses_document:
+            self.document = HierarchicalSummary(
+                cfg.emb_dim, doc_dim, cfg.cell, init_enc_dim=self.encoder.state_dim if cfg.doc_init_enc else 0,
+                history_vocab=src_vocab_size if cfg.doc_embeddings == "separate" else 0)
         self.generator = nn.Linear(out_dim, tgt_vocab_size)
         if cfg.tie_embeddings:
             self.generator.weight = self.tgt_emb.weight
@@ -41,10 +50,23 @@ class NMTModel(nn.Module):
         init_weights(self, cfg.init)
 
     # -- encoder ---------------------------------------------------------------
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor,
+               context: Context | None = None) -> dict[str, torch.Tensor]:
+        """`context`: each sentence's previous source sentences; a document-context model
+        given none uses the empty context (D = 0), a sentence-level model ignores it."""
         emb = self.dropout_emb(self.src_emb(src))
-        annotations = self.dropout_hidden(self.encoder(emb, src_mask))
-        return self.decoder.prepare(annotations, src_mask)
+        doc = self.summarise_document(context, src.size(0), emb)
+        h0 = self.document.encoder_state(doc) if doc is not None else None
+        annotations = self.dropout_hidden(self.encoder(emb, src_mask, h0))
+        return self.decoder.prepare(annotations, src_mask, doc)
+
+    def summarise_document(self, context: Context | None, batch: int, like: torch.Tensor) -> torch.Tensor | None:
+        """D (B, doc_dim), or None for a sentence-level model."""
+        if self.document is None:
+            return None
+        if context is None:
+            return self.document.empty(batch, like)
+        return self.dropout_hidden(self.document(context.ids, context.mask, self.src_emb, self.dropout_emb))
 
     # -- teacher forcing ---------------------------------------------------------
     def previous_embeddings(self, tgt: torch.Tensor) -> torch.Tensor:
@@ -53,21 +75,21 @@ class NMTModel(nn.Module):
         start = self.start.expand(tgt.size(0), 1, -1)
         return self.dropout_emb(torch.cat([start, emb], dim=1))
 
-    def forward(self, src, src_mask, tgt, tgt_mask):
+    def forward(self, src, src_mask, tgt, tgt_mask, context: Context | None = None):
         """Readouts (B, T, out_dim) and attention (B, T, S) under teacher forcing."""
-        enc = self.encode(src, src_mask)
+        enc = self.encode(src, src_mask, context)
         return self.decoder(enc, self.previous_embeddings(tgt), tgt_mask)
 
     def logits(self, readout: torch.Tensor) -> torch.Tensor:
         return self.generator(self.dropout_out(readout))
 
-    def loss(self, src, src_mask, tgt, tgt_mask, label_smoothing: float = 0.0):
+    def loss(self, src, src_mask, tgt, tgt_mask, label_smoothing: float = 0.0, context: Context | None = None):
         """Summed token cross-entropy and the number of target tokens.
 
         The softmax runs only on real (unpadded) positions: padding costs no
         output-layer work.
         """
-        readout, _ = self(src, src_mask, tgt, tgt_mask)
+        readout, _ = self(src, src_mask, tgt, tgt_mask, context)
         keep = tgt_mask.bool()
         nll = linear_cross_entropy(self.dropout_out(readout[keep]), self.generator.weight, self.generator.bias,
                                    tgt[keep], label_smoothing)
@@ -113,8 +135,9 @@ def init_weights(model: nn.Module, scheme: str) -> None:
                         nn.init.orthogonal_(block)
                 else:
                     param.normal_(0.0, 0.01)
-        for emb in (model.src_emb, model.tgt_emb):
-            emb.weight[PAD].zero_()
+        for emb in (model.src_emb, model.tgt_emb, getattr(model.document, "history_emb", None)):
+            if emb is not None:
+                emb.weight[PAD].zero_()
 
 
 def count_parameters(model: nn.Module) -> int:

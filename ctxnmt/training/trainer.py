@@ -22,7 +22,7 @@ from ctxnmt.data.prepare import Prepared, prepare
 from ctxnmt.models.nmt import NMTModel, build_model, count_parameters
 from ctxnmt.training.checkpoint import check_compatible, load_checkpoint, load_model_state, save_checkpoint
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
-from ctxnmt.training.validate import validate
+from ctxnmt.training.validate import document_context, validate
 from ctxnmt.utils.io import atomic_write
 
 
@@ -89,6 +89,8 @@ class Trainer:
         self.device = torch.device(config.training.device)
         self.data: Prepared = prepare(config, log=self.log)
         save_config(config, self.model_dir / "config.yaml")
+        self.train_context = document_context(self.data.train, config, "train")
+        document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
         self.model: NMTModel = build_model(config.model, len(self.data.src_vocab), len(self.data.tgt_vocab))
         self.model.to(self.device)
         t = config.training
@@ -149,7 +151,8 @@ class Trainer:
         self.model.train()
         set_lr(self.optimizer, self.schedule.lr(self.progress.update))
         self.optimizer.zero_grad(set_to_none=True)
-        nll, n_tokens = self.model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask, t.label_smoothing)
+        nll, n_tokens = self.model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask, t.label_smoothing,
+                                        batch.context)
         # dl4mt: cross-entropy summed over each sentence, averaged over the batch.
         (nll / batch.n_sents).backward()
         if t.clip_norm > 0:
@@ -171,7 +174,8 @@ class Trainer:
                 self.log(f"epoch {p.epoch + 1}: {len(batches)} batches, padding {ps:.1%} source / {pt:.1%} target")
             for index in batches[p.batch_in_epoch:]:
                 start = time.perf_counter()
-                loss, n_tokens = self.train_step(make_batch(index, train.src, train.tgt).to(self.device))
+                batch = make_batch(index, train.src, train.tgt, self.train_context, self.config.model.doc_sents)
+                loss, n_tokens = self.train_step(batch.to(self.device))
                 if not math.isfinite(loss):
                     self.log(f"update {p.update + 1}: loss is {loss}; stopping")
                     p.stopped = "non-finite loss"

@@ -7,18 +7,35 @@ import torch
 
 from ctxnmt.config import Config
 from ctxnmt.data.batching import epoch_batches, make_batch
+from ctxnmt.data.documents import check_document_ids, previous_sentences
+from ctxnmt.data.prepare import split_paths
+from ctxnmt.errors import DataError
+
+
+def document_context(split, config: Config, name: str) -> list[list[int]] | None:
+    """Each sentence's previous sentences in `split` for a document-context model (None for
+    a sentence-level one); a DataError if the split has no document ids."""
+    if not config.model.uses_document:
+        return None
+    if split.docs is None:
+        path = split_paths(config.data, name)[2]
+        raise DataError(f"{path}: no such file; a document-context model (model.doc_*) needs document ids "
+                        f"for the {name} split")
+    where = str(split_paths(config.data, name)[2]) + (" (line numbers of kept pairs)" if name == "train" else "")
+    check_document_ids(split.docs, where)
+    return previous_sentences(split.docs, config.model.doc_sents)
 
 
 @torch.no_grad()
 def dev_perplexity(model, src: list[list[int]], tgt: list[list[int]], batch_tokens: int, batch_sents: int,
-                   device) -> float:
+                   device, context: list[list[int]] | None = None, k: int = 0) -> float:
     model.eval()
     total, tokens = 0.0, 0
     batches = epoch_batches([len(s) for s in src], [len(t) for t in tgt], batch_tokens, batch_sents, 0, 0,
                             shuffle=False)
     for index in batches:
-        b = make_batch(index, src, tgt).to(device)
-        nll, n = model.loss(b.src, b.src_mask, b.tgt, b.tgt_mask)
+        b = make_batch(index, src, tgt, context, k).to(device)
+        nll, n = model.loss(b.src, b.src_mask, b.tgt, b.tgt_mask, context=b.context)
         total, tokens = total + float(nll), tokens + n
     return math.exp(min(total / max(tokens, 1), 50.0))
 
@@ -28,13 +45,18 @@ def validate(model, data, config: Config, device) -> dict[str, float]:
     t = config.training
     dev = data.dev
     n = t.valid_max_sents or len(dev.src)
-    result = {"ppl": dev_perplexity(model, dev.src[:n], dev.tgt[:n], t.batch_tokens, t.batch_sents, device)}
+    k = config.model.doc_sents
+    context = document_context(dev, config, "dev")
+    context = context[:n] if context is not None else None  # context lies before a sentence: still in dev[:n]
+    result = {"ppl": dev_perplexity(model, dev.src[:n], dev.tgt[:n], t.batch_tokens, t.batch_sents, device,
+                                    context, k)}
     if t.valid_bleu:
         from ctxnmt.decoding.translator import translate_ids
         from ctxnmt.evaluation.metrics import bleu
 
+        sentences = None if context is None else [[dev.src[j] for j in c] for c in context]
         hyps = translate_ids(model, dev.src[:n], data.preprocessor, data.tgt_vocab, config.decoding,
-                             beam=t.valid_beam, device=device)
+                             beam=t.valid_beam, device=device, context=sentences)
         result["bleu"] = bleu([h.text for h in hyps], dev.raw_tgt[:n]).value
     model.train()
     return result

@@ -57,9 +57,9 @@ def cell_step(cell, x, h):
     raise AssertionError(f"no reference for cell {name}")
 
 
-def run_cell(cell, xs, reverse=False):
-    """States of `cell` over the vectors xs, read left to right (or right to left), h_0 = 0."""
-    h = torch.zeros(cell.hidden_size)
+def run_cell(cell, xs, reverse=False, h0=None):
+    """States of `cell` over the vectors xs, read left to right (or right to left), from h0 (default 0)."""
+    h = torch.zeros(cell.hidden_size) if h0 is None else h0
     out = [None] * len(xs)
     for i in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
         h = cell_step(cell, xs[i], h)
@@ -67,16 +67,16 @@ def run_cell(cell, xs, reverse=False):
     return out
 
 
-def birnn_layer(layer, xs):
-    fwd, bwd = run_cell(layer.fwd, xs), run_cell(layer.bwd, xs, reverse=True)
+def birnn_layer(layer, xs, h0=None):
+    fwd, bwd = run_cell(layer.fwd, xs, h0=h0), run_cell(layer.bwd, xs, reverse=True, h0=h0)
     return [torch.cat([f, b]) for f, b in zip(fwd, bwd)]
 
 
-def context_aware_encode(enc, xs, context_reverse):
+def context_aware_encode(enc, xs, context_reverse, h0=None):
     """CAEncoder: h^c from the future GRU (read against the context-aware direction), then
     h̃_i = GRU_lower(E x_i, h^a_{i∓1}), h^a_i = GRU_upper(h^c_i, h̃_i); annotations h^a_i."""
-    future = run_cell(enc.future, xs, reverse=not context_reverse)
-    h = torch.zeros(enc.hidden_dim)
+    future = run_cell(enc.future, xs, reverse=not context_reverse, h0=h0)
+    h = torch.zeros(enc.hidden_dim) if h0 is None else h0
     annotations = [None] * len(xs)
     for i in (range(len(xs) - 1, -1, -1) if context_reverse else range(len(xs))):
         h_tilde = cell_step(enc.lower, xs[i], h)
@@ -85,24 +85,24 @@ def context_aware_encode(enc, xs, context_reverse):
     return annotations
 
 
-def encode(model, src_ids):
-    """Annotations of one unpadded sentence, for every registered encoder."""
+def encode(model, src_ids, h0=None):
+    """Annotations of one unpadded sentence, for every registered encoder; h0 starts every recurrence."""
     enc, name = model.encoder, model.cfg.encoder
     xs = [model.src_emb.weight[i] for i in src_ids]
     if name == "birnn":
-        return torch.stack(birnn_layer(enc, xs))
+        return torch.stack(birnn_layer(enc, xs, h0))
     if name == "stacked-birnn":
         for layer in enc.layers:  # the lower layer's [→h_i; ←h_i] is the upper layer's input
-            xs = birnn_layer(layer, xs)
+            xs = birnn_layer(layer, xs, h0)
         return torch.stack(xs)
     if name in ("fcae", "bcae"):
-        return torch.stack(context_aware_encode(enc, xs, context_reverse=name == "bcae"))
+        return torch.stack(context_aware_encode(enc, xs, context_reverse=name == "bcae", h0=h0))
     raise AssertionError(f"no reference for encoder {name}")
 
 
-def birnn_encode(model, src_ids):
-    """Annotations h_i = [→h_i; ←h_i] for one unpadded sentence."""
-    return encode(model, src_ids)
+def birnn_encode(model, src_ids, h0=None):
+    """Annotations h_i = [→h_i; ←h_i] for one unpadded sentence; h0 starts both directions."""
+    return encode(model, src_ids, h0)
 
 
 def output_preactivation(out, s, d, c):

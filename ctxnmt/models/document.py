@@ -1,0 +1,181 @@
+"""Cross-sentence context (Wang et al., "Exploiting cross-sentence context for NMT").
+
+The K previous source sentences of the same document are summarised
+hierarchically:
+
+  S_k = last state of the sentence RNN over sentence k's embeddings
+  D   = last state of the document RNN over S_1 … S_K   (oldest first)
+
+and D reaches the model in combinable ways: `init-enc` (encoder initial state),
+`init-dec` (s_0 = tanh(W_init mean(h) + W_D D)) and one auxiliary input of the
+decoder's second transition, registered by name in DOC_INPUTS: `none`, `aux`,
+`gated-aux` (the paper's gate) and `gated-aux-code` (the authors' released gate).
+
+With no previous sentence (the first sentence of a document, or translation
+without document ids) D = 0, the document RNN's initial state: every
+integration except the released code's gate then computes exactly the
+sentence-level model's function.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ctxnmt.data.vocab import PAD
+from ctxnmt.models.cells import final_state
+from ctxnmt.models.functional import mix
+from ctxnmt.models.registry import CELLS, DOC_INPUTS
+
+
+def per_row(rows: torch.Tensor, per_sentence: torch.Tensor) -> torch.Tensor:
+    """Broadcast per-sentence vectors (N, F) over rows (R, ·), R = N × hypotheses (beam)."""
+    N = per_sentence.size(0)
+    return per_sentence.unsqueeze(1).expand(N, rows.size(0) // N, per_sentence.size(-1)).reshape(-1,
+                                                                                                  per_sentence.size(-1))
+
+
+class HierarchicalSummary(nn.Module):
+    """D from a (B, K, L) block of context sentences: all B·K sentences go through the
+    sentence RNN in one padded call, then the document RNN reads S_1 … S_K with empty
+    slots masked (its state is held), so D is its state after the newest real sentence."""
+
+    def __init__(self, emb_dim: int, doc_dim: int, cell: str = "gru", init_enc_dim: int = 0,
+                 history_vocab: int = 0):
+        super().__init__()
+        cell_cls = CELLS.get(cell)
+        self.doc_dim = doc_dim
+        self.sentence_rnn = cell_cls(emb_dim, doc_dim)
+        self.document_rnn = cell_cls(doc_dim, doc_dim)
+        # The released code's option: history sentences with their own embedding matrix.
+        self.history_emb = nn.Embedding(history_vocab, emb_dim, padding_idx=PAD) if history_vocab else None
+        # init-enc: D itself when the sizes agree (the released code); otherwise tanh(W D), bias-free so
+        # that D = 0 still gives the zero state of a sentence-level encoder.
+        self.to_encoder = nn.Linear(doc_dim, init_enc_dim, bias=False) if init_enc_dim not in (0, doc_dim) else None
+        self.init_enc = bool(init_enc_dim)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, shared_emb: nn.Embedding,
+                dropout: nn.Module | None = None) -> torch.Tensor:
+        B, K, L = ids.shape
+        emb = (self.history_emb or shared_emb)(ids.view(B * K, L))
+        if dropout is not None:
+            emb = dropout(emb)
+        zeros = emb.new_zeros(B * K, self.doc_dim)
+        S = final_state(self.sentence_rnn, self.sentence_rnn.input_proj(emb), zeros, mask.view(B * K, L))
+        present = mask.amax(-1)  # (B, K): an empty slot is no sentence
+        xp = self.document_rnn.input_proj(S.view(B, K, self.doc_dim))
+        return final_state(self.document_rnn, xp, zeros[:B], present)
+
+    def empty(self, batch: int, like: torch.Tensor) -> torch.Tensor:
+        """D without any previous sentence."""
+        return like.new_zeros(batch, self.doc_dim)
+
+    def encoder_state(self, doc: torch.Tensor) -> torch.Tensor | None:
+        """The encoder's initial state under init-enc, else None (the zero state)."""
+        if not self.init_enc:
+            return None
+        return doc if self.to_encoder is None else torch.tanh(self.to_encoder(doc))
+
+
+# -- how D reaches the cGRU decoder ---------------------------------------------------
+
+@DOC_INPUTS.register("none")
+class DocumentInput(nn.Module):
+    """The decoder's interface to D.  This base adds D to no transition; with init_dec it
+    adds W_D D inside s_0's tanh.  Subclasses change GRU_2's pre-activation terms:
+
+      prepare(enc, doc)              per-sentence work (D terms, per-annotation terms)
+      input_terms(prev_emb)          terms of E y_{t-1}, for all steps outside the loop
+      gru2_terms(enc, xp2, hp2, …)   GRU_2's input and recurrent terms at one step
+    """
+
+    def __init__(self, doc_dim: int, hidden_dim: int, emb_dim: int, ctx_dim: int, init_dec: bool = False, **_):
+        super().__init__()
+        self.init_from_document = nn.Linear(doc_dim, hidden_dim, bias=False) if init_dec else None  # W_D
+
+    def prepare(self, enc: dict, doc: torch.Tensor | None, gru2) -> dict:
+        return {} if doc is None else {"doc": doc}
+
+    def initial_preactivation(self, enc: dict, pre: torch.Tensor) -> torch.Tensor:
+        if self.init_from_document is None:
+            return pre
+        return pre + self.init_from_document(enc["doc"])
+
+    def input_terms(self, prev_emb: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def gru2_terms(self, enc, xp2, hp2, s_prev, s1, alpha, y_term):
+        return xp2, hp2
+
+
+@DOC_INPUTS.register("aux")
+class AuxiliaryInput(DocumentInput):
+    """D is an input of GRU_2 beside c_t: its pre-activation gains W_D D.  That term is
+    constant over t, and α_t sums to one, so it is added to the per-annotation values
+    W h_i + b once per sentence and costs nothing in the time loop."""
+
+    def __init__(self, doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs):
+        super().__init__(doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs)
+        self.from_document = nn.Linear(doc_dim, 3 * hidden_dim, bias=False)
+
+    def prepare(self, enc, doc, gru2):
+        return {"doc": doc, "values": enc["values"] + self.from_document(doc).unsqueeze(1)}
+
+
+@DOC_INPUTS.register("gated-aux")
+class GatedAuxiliaryInput(AuxiliaryInput):
+    """The paper's gate: GRU_2 gains W_D (z_t ⊙ D) with
+    z_t = σ(U_z s_{t-1} + W_z E y_{t-1} + C_z c_t + b_z).
+
+    W_z E y_{t-1} + b_z is computed for all steps before the loop and C_z c_t as
+    Σ_i α_ti (C_z h_i) from per-sentence terms; per step remain U_z s_{t-1} and the
+    product with W_D."""
+
+    def __init__(self, doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs):
+        super().__init__(doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs)
+        self.gate_state = nn.Linear(hidden_dim, doc_dim, bias=False)  # U_z
+        self.gate_word = nn.Linear(emb_dim, doc_dim)  # W_z, b_z
+        self.gate_context = nn.Linear(ctx_dim, doc_dim, bias=False)  # C_z
+
+    def prepare(self, enc, doc, gru2):
+        return {"doc": doc, "gate_values": self.gate_context(enc["annotations"])}
+
+    def input_terms(self, prev_emb):
+        return self.gate_word(prev_emb)
+
+    def gate(self, enc, s_prev, alpha, y_term):
+        return torch.sigmoid(self.gate_state(s_prev) + y_term + mix(alpha, enc["gate_values"]))
+
+    def gru2_terms(self, enc, xp2, hp2, s_prev, s1, alpha, y_term):
+        z = self.gate(enc, s_prev, alpha, y_term)
+        return xp2 + self.from_document(z * per_row(z, enc["doc"])), hp2
+
+
+@DOC_INPUTS.register("gated-aux-code")
+class CodeGatedAuxiliaryInput(AuxiliaryInput):
+    """The gate of the authors' released code (tuzhaopeng/LC-NMT): one gate per GRU_2
+    pre-activation unit, g_t = σ(G_s s'_t + G_c c_t + G_D D + b_g), interpolating the
+    current sentence's terms with D's:
+
+      r, z pre-activations    (1 − g) ⊙ (W c_t + U s'_t) + g ⊙ W_D D + b
+      candidate               tanh((1 − g) ⊙ (W c_t + r ⊙ U s'_t) + g ⊙ W_D D + b)
+
+    With q = W c_t + b (GRU_2's input term) this is q + g ⊙ (W_D D + b − q) with the
+    recurrent terms scaled by 1 − g, so the GRU arithmetic itself is unchanged.
+    G_c c_t + G_D D + b_g is Σ_i α_ti (G_c h_i + G_D D + b_g): per-sentence terms."""
+
+    def __init__(self, doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs):
+        super().__init__(doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs)
+        self.gate_state = nn.Linear(hidden_dim, 3 * hidden_dim, bias=False)  # G_s, on s'_t
+        self.gate_context = nn.Linear(ctx_dim, 3 * hidden_dim, bias=False)  # G_c
+        self.gate_document = nn.Linear(doc_dim, 3 * hidden_dim)  # G_D, b_g
+
+    def prepare(self, enc, doc, gru2):
+        gate_values = self.gate_context(enc["annotations"]) + self.gate_document(doc).unsqueeze(1)
+        return {"doc": doc, "doc_terms": self.from_document(doc) + gru2.W.bias, "gate_values": gate_values}
+
+    def gate(self, enc, s1, alpha):
+        return torch.sigmoid(self.gate_state(s1) + mix(alpha, enc["gate_values"]))
+
+    def gru2_terms(self, enc, xp2, hp2, s_prev, s1, alpha, y_term):
+        g = self.gate(enc, s1, alpha)
+        return xp2 + g * (per_row(g, enc["doc_terms"]) - xp2), (1 - g) * hp2

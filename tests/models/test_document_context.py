@@ -1,0 +1,193 @@
+"""Cross-sentence context (Wang et al.): the hierarchical summary D and each way of
+integrating it, against literal per-step references; incremental decoding against
+teacher forcing; the empty context; the gates."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ctxnmt.config import ModelConfig
+from ctxnmt.data.batching import Context, pad, pad_context
+from ctxnmt.errors import ConfigError
+from ctxnmt.models.nmt import build_model, count_parameters
+from tests.models import reference_document as ref
+from tests.models.test_rnnsearch import SRC, TGT
+
+# previous sentences of each SRC sentence, oldest first: none, one, three
+CONTEXT = [[], [[4, 5, 6]], [[7, 8], [9, 10, 11, 12, 13, 14], [5]]]
+
+INTEGRATIONS = {
+    "init-enc": dict(doc_init_enc=True),
+    "init-dec": dict(doc_init_dec=True),
+    "aux": dict(doc_aux="aux"),
+    "gated-aux": dict(doc_aux="gated-aux"),
+    "gated-aux-code": dict(doc_aux="gated-aux-code"),
+    "init-both-gated-aux": dict(doc_init_enc=True, doc_init_dec=True, doc_aux="gated-aux"),
+    "init-enc-projected": dict(doc_init_enc=True, doc_dim=7),  # D of another size than the encoder's state
+    "separate-embeddings": dict(doc_init_dec=True, doc_aux="aux", doc_embeddings="separate"),
+}
+
+
+def doc_model(decoder: str = "cgru", **switches) -> torch.nn.Module:
+    torch.manual_seed(0)
+    cfg = ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9, dropout_out=0.0, init="pytorch", decoder=decoder,
+                      **switches)
+    model = build_model(cfg, 16, 16)
+    with torch.no_grad():
+        model.start.normal_()
+    return model.eval()
+
+
+def forward_logprobs(model, src_ids=SRC, tgt_ids=TGT, context=CONTEXT):
+    src, src_mask = pad(src_ids)
+    tgt, tgt_mask = pad(tgt_ids)
+    ctx = pad_context(context, 3) if context is not None else None
+    readout, _ = model(src, src_mask, tgt, tgt_mask, ctx)
+    return torch.log_softmax(model.logits(readout), -1)
+
+
+@pytest.mark.parametrize("embeddings", ["shared", "separate"])
+def test_hierarchical_summary_matches_literal_reference(embeddings):
+    model = doc_model(doc_aux="aux", doc_embeddings=embeddings, doc_dim=6)
+    ctx = pad_context(CONTEXT, 3)  # different numbers of sentences and lengths: padding in both RNNs
+    D = model.document(ctx.ids, ctx.mask, model.src_emb)
+    for b, sentences in enumerate(CONTEXT):
+        torch.testing.assert_close(D[b], ref.hierarchical_summary(model, sentences), atol=1e-6, rtol=0)
+    alone = model.document(*(lambda c: (c.ids, c.mask))(pad_context([CONTEXT[2]], 3)), model.src_emb)
+    torch.testing.assert_close(alone[0], D[2], atol=1e-6, rtol=0)
+
+
+def test_first_sentence_has_zero_summary():
+    model = doc_model(doc_aux="aux")
+    ctx = pad_context([[], []], 3)
+    assert float(model.document(ctx.ids, ctx.mask, model.src_emb).detach().abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("name", list(INTEGRATIONS))
+def test_teacher_forcing_matches_literal_reference(name):
+    model = doc_model(**INTEGRATIONS[name])
+    logp = forward_logprobs(model)
+    for b, (s, t) in enumerate(zip(SRC, TGT)):
+        torch.testing.assert_close(logp[b, : len(t)], ref.document_logprobs(model, s, t, CONTEXT[b]),
+                                   atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["init-enc", "init-dec", "aux", "gated-aux", "init-both-gated-aux",
+                                  "init-enc-projected"])
+def test_without_previous_sentences_the_model_is_the_sentence_model(name):
+    """D = 0 for a document's first sentence (and without document ids): every integration but
+    the released gate then computes the sentence-level model with the same shared weights."""
+    model = doc_model(**INTEGRATIONS[name])
+    baseline = doc_model()
+    baseline.load_state_dict(model.state_dict(), strict=False)
+    expected = forward_logprobs(baseline, context=None)
+    torch.testing.assert_close(forward_logprobs(model, context=None), expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(forward_logprobs(model, context=[[], [], []]), expected, atol=1e-6, rtol=0)
+
+
+def test_context_changes_the_prediction():
+    model = doc_model(**INTEGRATIONS["init-both-gated-aux"])
+    with_ctx, without = forward_logprobs(model), forward_logprobs(model, context=None)
+    assert float((with_ctx[1] - without[1]).detach().abs().max()) > 1e-3
+    torch.testing.assert_close(with_ctx[0], without[0], atol=1e-6, rtol=0)  # sentence 0 has no context
+
+
+@pytest.mark.parametrize("decoder", ["cgru", "self-attentive-rnn"])
+@pytest.mark.parametrize("name", list(INTEGRATIONS))
+def test_incremental_decoding_matches_teacher_forcing(name, decoder):
+    model = doc_model(decoder, **INTEGRATIONS[name])
+    logp_full = forward_logprobs(model)
+    src, src_mask = pad(SRC)
+    tgt, _ = pad(TGT)
+    with torch.no_grad():
+        enc = model.encode(src, src_mask, pad_context(CONTEXT, 3))
+        state = model.init_state(enc)
+        prev = None
+        for t in range(tgt.size(1)):
+            logp, state, _ = model.step(enc, state, prev)
+            for b, ids in enumerate(TGT):
+                if t < len(ids):
+                    torch.testing.assert_close(logp[b], logp_full[b, t], atol=1e-5, rtol=0)
+            prev = tgt[:, t]
+
+
+@pytest.mark.parametrize("name", ["aux", "gated-aux", "gated-aux-code"])
+def test_beam_rows_share_their_sentence_summary(name):
+    """With K hypotheses per sentence, every row continues with its own sentence's D, and
+    reordered rows continue as the rows they were copied from."""
+    from ctxnmt.decoding.beam import select_rows
+
+    model = doc_model(**INTEGRATIONS[name])
+    src, src_mask = pad(SRC)
+    tgt, _ = pad(TGT)
+    K = 2
+    with torch.no_grad():
+        enc = model.encode(src, src_mask, pad_context(CONTEXT, 3))
+        single = model.init_state(enc)
+        state = model.init_state(enc, beam=K)
+        logp1, single, _ = model.step(enc, single, None)
+        logpK, state, _ = model.step(enc, state, None)
+        torch.testing.assert_close(logpK, logp1.repeat_interleave(K, 0), atol=1e-6, rtol=0)
+        perm = torch.tensor([1, 0, 2, 3, 5, 4])  # rows stay within their sentence
+        prev = tgt[:, 0].repeat_interleave(K)
+        ref_logp, _, _ = model.step(enc, state, prev)
+        logp_perm, _, _ = model.step(enc, select_rows(state, perm), prev[perm])
+    torch.testing.assert_close(logp_perm, ref_logp[perm], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["gated-aux", "gated-aux-code"])
+def test_gates_lie_in_the_open_unit_interval_and_match_the_reference(name, monkeypatch):
+    model = doc_model(**INTEGRATIONS[name])
+    seen = []
+    gate = model.decoder.document.gate
+    monkeypatch.setattr(model.decoder.document, "gate", lambda *a: seen.append(gate(*a)) or seen[-1])
+    forward_logprobs(model, SRC[2:], TGT[2:], CONTEXT[2:])
+    literal = []
+    ref.document_logprobs(model, SRC[2], TGT[2], CONTEXT[2], gates=literal)
+    assert len(seen) == len(TGT[2]) == len(literal)
+    for fast, slow in zip(seen, literal):
+        assert bool(((fast > 0) & (fast < 1)).all())
+        torch.testing.assert_close(fast[0], slow, atol=1e-6, rtol=0)
+
+
+def test_gated_aux_with_the_gate_forced_open_equals_aux():
+    gated = doc_model(doc_aux="gated-aux")
+    with torch.no_grad():
+        gated.decoder.document.gate_word.bias.fill_(100.0)  # σ(100) = 1 in float32
+    aux = doc_model(doc_aux="aux")
+    missing, unexpected = aux.load_state_dict(gated.state_dict(), strict=False)
+    assert not missing and all(".gate_" in k for k in unexpected)
+    torch.testing.assert_close(forward_logprobs(gated), forward_logprobs(aux), atol=1e-6, rtol=0)
+
+
+def test_parameters_added_by_each_part():
+    e, h, c, d = 8, 10, 20, 6  # embeddings, decoder state, annotations, D
+    base = count_parameters(doc_model())
+
+    def growth(**switches):
+        return count_parameters(doc_model(doc_dim=d, **switches)) - base
+
+    # sentence GRU (e → d) and document GRU (d → d): W, b, U each
+    rnns = (3 * d * e + 3 * d + 3 * d * d) + (3 * d * d + 3 * d + 3 * d * d)
+    assert growth(doc_init_enc=True) == rnns + d * h  # + the projection of D to the encoder's size
+    assert growth(doc_init_dec=True) == rnns + h * d
+    assert growth(doc_aux="aux") == rnns + 3 * h * d
+    assert growth(doc_aux="gated-aux") == rnns + 3 * h * d + h * d + e * d + d + c * d
+    assert growth(doc_aux="aux", doc_embeddings="separate") == rnns + 3 * h * d + 16 * e
+
+
+def test_unknown_integration_is_a_config_error():
+    with pytest.raises(ConfigError, match="unknown doc_aux 'gated'.*gated-aux"):
+        doc_model(doc_aux="gated")
+
+
+def test_context_block_is_oldest_first_with_empty_slots_last():
+    ctx = pad_context([[], [[4, 5]], [[6], [7, 8, 9]]], 3)
+    assert isinstance(ctx, Context) and ctx.ids.shape == (3, 3, 3)
+    assert ctx.ids[2, 0].tolist() == [6, 0, 0] and ctx.ids[2, 1].tolist() == [7, 8, 9]
+    assert float(ctx.mask[0].sum()) == 0.0 and float(ctx.mask[1, 1:].sum()) == 0.0
+
+
+def test_a_sentence_level_model_has_no_document_parameters():
+    """Old checkpoints keep loading: the document parts exist only when a switch is on."""
+    assert not [k for k in doc_model().state_dict() if "document" in k]
