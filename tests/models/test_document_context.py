@@ -92,7 +92,7 @@ def test_context_changes_the_prediction():
     torch.testing.assert_close(with_ctx[0], without[0], atol=1e-6, rtol=0)  # sentence 0 has no context
 
 
-@pytest.mark.parametrize("decoder", ["cgru", "self-attentive-rnn"])
+@pytest.mark.parametrize("decoder", ["cgru", "self-attentive-rnn", "memory-rnn"])
 @pytest.mark.parametrize("name", list(INTEGRATIONS))
 def test_incremental_decoding_matches_teacher_forcing(name, decoder):
     model = doc_model(decoder, **INTEGRATIONS[name])
@@ -191,3 +191,19 @@ def test_context_block_is_oldest_first_with_empty_slots_last():
 def test_a_sentence_level_model_has_no_document_parameters():
     """Old checkpoints keep loading: the document parts exist only when a switch is on."""
     assert not [k for k in doc_model().state_dict() if "document" in k]
+
+
+@pytest.mark.parametrize("encoder", ["birnn", "stacked-birnn", "fcae", "bcae"])
+@pytest.mark.parametrize("cell", ["gru", "adaptive-gru"])
+def test_every_encoder_starts_from_the_document_state(encoder, cell):
+    """init-enc with any encoder: each recurrence starts from h0, alone or in a padded batch."""
+    from tests.models.reference import encode
+
+    model = doc_model(encoder=encoder, cell=cell, doc_init_enc=True)
+    src, src_mask = pad(SRC)
+    h0 = torch.randn(len(SRC), model.encoder.state_dim)
+    with torch.no_grad():
+        annotations = model.encoder(model.src_emb(src), src_mask, h0)
+        for b, ids in enumerate(SRC):
+            expected = encode(model, ids, h0[b])
+            torch.testing.assert_close(annotations[b, : len(ids)], expected, atol=1e-5, rtol=0)
