@@ -31,6 +31,7 @@ class TestSet:
     lang: str
     src: list[str]
     refs: list[str]
+    doc_path: Path | None = None  # the test set's document ids, for document-context models
 
 
 @dataclass
@@ -49,11 +50,21 @@ class Output:
 def load_test_set(run: Run, log=print) -> TestSet:
     data = run.config.data
     ensure_corpus(data, log)
-    src_path, ref_path, _ = split_paths(data, "test")
+    src_path, ref_path, doc_path = split_paths(data, "test")
     src, refs = read_lines(src_path), read_lines(ref_path)
     if len(src) != len(refs):
         raise DataError(f"{src_path} has {len(src)} lines but {ref_path} has {len(refs)}")
-    return TestSet(src_path, ref_path, data.tgt_lang, src, refs)
+    return TestSet(src_path, ref_path, data.tgt_lang, src, refs, doc_path if doc_path.is_file() else None)
+
+
+def document_ids(run: Run, test: TestSet) -> Path | None:
+    """The test set's document ids when the run's model reads previous sentences."""
+    if not run.config.model.uses_document:
+        return None
+    if test.doc_path is None:
+        raise DataError(f"system '{run.system}' uses document context but the test set has no .doc file "
+                        f"next to {test.src_path}")
+    return test.doc_path
 
 
 def file_hash(path: Path) -> str:
@@ -110,8 +121,10 @@ def _translate(run: Run, test: TestSet, out: Path) -> dict[str, Any]:
 
     setup_threads(run.config.training.threads)
     translator = Translator.load(run.model_dir, device=run.config.training.device)
+    doc_path = document_ids(run, test)
+    doc_ids = read_lines(doc_path) if doc_path else None
     start = time.perf_counter()
-    results = translator.translate(test.src)
+    results = translator.translate(test.src, doc_ids=doc_ids)
     seconds = time.perf_counter() - start
     with atomic_write(out, "w") as fh:
         fh.writelines(r.text + "\n" for r in results)

@@ -137,8 +137,9 @@ def train_command(config_path: str, overrides: list[str]) -> str:
     return command("ctxnmt", "train", config_path, *[part for item in overrides for part in ("--set", item)])
 
 
-def translate_command(model_dir: Path, test: TestSet, hyp: Path) -> str:
-    return command("ctxnmt", "translate", model_dir, "-i", test.src_path, "-o", hyp)
+def translate_command(model_dir: Path, test: TestSet, hyp: Path, doc_ids: Path | None = None) -> str:
+    return command("ctxnmt", "translate", model_dir, "-i", test.src_path, "-o", hyp,
+                   *(["--doc-ids", doc_ids] if doc_ids else []))
 
 
 def score_command(hyp: Path, test: TestSet) -> str:

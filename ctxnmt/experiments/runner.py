@@ -16,6 +16,7 @@ from ctxnmt.experiments import report as rep
 from ctxnmt.experiments.evaluate import (
     Output,
     TestSet,
+    document_ids,
     external_output,
     hyp_path,
     load_test_set,
@@ -104,7 +105,8 @@ def row_commands(experiment: Experiment, name: str, runs: list[Run], outputs: di
         if run.system == name:
             hyp = hyp_path(run, test)
             commands += [rep.train_command(run.config_path, run.overrides),
-                         rep.translate_command(run.model_dir, test, hyp), rep.score_command(hyp, test)]
+                         rep.translate_command(run.model_dir, test, hyp, document_ids(run, test)),
+                         rep.score_command(hyp, test)]
     if experiment.system(name).external:
         commands.append(rep.score_command(outputs[name][0].hyp_path, test))
     if name != experiment.baseline:

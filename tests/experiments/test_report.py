@@ -68,3 +68,25 @@ def test_external_output_must_match_the_test_set(tmp_path):
         external_output("rules", str(tmp_path / "out.en"), test, tmp_path)
     (tmp_path / "out.en").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
     assert external_output("rules", str(tmp_path / "out.en"), test, tmp_path).scores["bleu"] == pytest.approx(100.0)
+
+
+def test_document_context_systems_translate_with_the_test_document_ids(tmp_path):
+    from ctxnmt.config import load_config
+    from ctxnmt.errors import DataError
+    from ctxnmt.experiments.evaluate import TestSet, document_ids
+    from ctxnmt.experiments.report import translate_command
+    from ctxnmt.experiments.runs import Run
+
+    def run(**model) -> Run:
+        overrides = [f"model.{k}={v}" for k, v in model.items()]
+        return Run("sys", 1, "c.yaml", overrides, load_config(None, overrides))
+
+    docs = tmp_path / "test.doc"
+    with_docs = TestSet(tmp_path / "test.es", tmp_path / "test.en", "en", ["a"], ["b"], docs)
+    without = TestSet(tmp_path / "test.es", tmp_path / "test.en", "en", ["a"], ["b"])
+    assert document_ids(run(), with_docs) is None
+    assert document_ids(run(doc_aux="gated-aux"), with_docs) == docs
+    with pytest.raises(DataError, match="uses document context but the test set has no .doc file"):
+        document_ids(run(doc_init_enc="true"), without)
+    assert translate_command(Path("m"), with_docs, Path("h")).endswith("-o h")
+    assert translate_command(Path("m"), with_docs, Path("h"), docs).endswith(f"--doc-ids {docs}")
