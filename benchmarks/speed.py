@@ -198,14 +198,16 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
 
 def print_table(results: list[dict]) -> None:
     base = results[0]
-    head = (f"{'config':<34} {'params':>9} {'train tok/s':>12} {'ratio':>6} {'compute':>8} {'shapes':>7} {'peak RSS':>9} "
-            f"{'greedy tok/s':>13} {'beam5 tok/s':>12} {'beam5 sent/s':>13} {'beam10 tok/s':>13} {'ratio b5':>9}")
+    head = (f"{'config':<34} {'params':>9} {'train tok/s':>12} {'ratio':>6} {'compute':>8} {'shapes':>7} "
+            f"{'peak RSS':>9} {'greedy tok/s':>13} {'beam5 tok/s':>12} {'beam5 sent/s':>13} {'beam10 tok/s':>13} "
+            f"{'ratio b5':>9}")
     print(head)
     print("-" * len(head))
     for r in results:
         name = Path(r["config"]).stem + ("" if not r["overrides"] else " " + " ".join(r["overrides"]))
         print(f"{name[:34]:<34} {r['parameters'] / 1e6:>8.1f}M {r['train_tok_s']:>12.0f} "
-              f"{r['train_tok_s'] / base['train_tok_s']:>6.2f} {r['compute_fraction']:>8.0%} {r['compute_fraction_model_shapes']:>7.0%} "
+              f"{r['train_tok_s'] / base['train_tok_s']:>6.2f} {r['compute_fraction']:>8.0%} "
+              f"{r['compute_fraction_model_shapes']:>7.0%} "
               f"{r['peak_rss_mb'] / 1024:>8.2f}G {r['beam1_tok_s']:>13.0f} {r['beam5_tok_s']:>12.0f} "
               f"{r['beam5_sents_s']:>13.1f} {r['beam10_tok_s']:>13.0f} "
               f"{r['beam5_tok_s'] / base['beam5_tok_s']:>9.2f}")

@@ -86,8 +86,8 @@ def summarise_tests(tests: list[dict[str, Any]], metric: str) -> dict[str, Any]:
     max_p = max(t["p_value"] for t in tests)
     direction = "better" if all(d > 0 for d in improvements) else "worse" if all(d < 0 for d in improvements) else ""
     marks = next((m for threshold, m in THRESHOLDS if max_p < threshold), "") if direction else ""
-    return {"test": tests[0]["test"], "metric": tests[0]["metric"], "max_p": max_p, "direction": direction, "marks": marks,
-            "p_values": [t["p_value"] for t in tests], "deltas": [t["delta"] for t in tests]}
+    return {"test": tests[0]["test"], "metric": tests[0]["metric"], "max_p": max_p, "direction": direction,
+            "marks": marks, "p_values": [t["p_value"] for t in tests], "deltas": [t["delta"] for t in tests]}
 
 
 def significance_cell(row: Row) -> str:

@@ -14,6 +14,7 @@ from ctxnmt.config import save_config
 from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig
 from ctxnmt.lm.model import ResidualLM, detach
+from ctxnmt.training.budget import budget_reached
 from ctxnmt.training.checkpoint import save_checkpoint
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.training.trainer import Logger, setup_threads
@@ -74,14 +75,7 @@ class LMTrainer:
                  f"{self.train_data.numel():,} training tokens in {t.batch_size} streams")
 
     def _limit(self) -> str:
-        t, p = self.config.training, self.progress
-        if t.max_updates and p.update >= t.max_updates:
-            return f"reached {t.max_updates} updates"
-        if t.max_epochs and p.epoch >= t.max_epochs:
-            return f"reached {t.max_epochs} epochs"
-        if t.max_minutes and p.elapsed >= 60 * t.max_minutes:
-            return f"reached the {t.max_minutes:g}-minute budget"
-        return ""
+        return budget_reached(self.config.training, self.progress)
 
     def _update(self, tokens, targets, state):
         t = self.config.training

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.models.attention import AdditiveAttention
 from ctxnmt.models import document  # noqa: F401  (registers the document inputs)
+from ctxnmt.models.attention import AdditiveAttention
 from ctxnmt.models.functional import additive_energy, mix
 from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, OUTPUTS, TARGET_CONTEXTS
 

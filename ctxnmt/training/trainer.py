@@ -20,6 +20,7 @@ from ctxnmt.config import Config, save_config
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
 from ctxnmt.data.prepare import Prepared, prepare
 from ctxnmt.models.nmt import NMTModel, build_model, count_parameters
+from ctxnmt.training.budget import budget_reached
 from ctxnmt.training.checkpoint import check_compatible, load_checkpoint, load_model_state, save_checkpoint
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.training.validate import document_context, validate
@@ -137,14 +138,7 @@ class Trainer:
 
     # -- the loop ----------------------------------------------------------------
     def _limits_reached(self) -> str:
-        t, p = self.config.training, self.progress
-        if t.max_updates and p.update >= t.max_updates:
-            return f"reached {t.max_updates} updates"
-        if t.max_epochs and p.epoch >= t.max_epochs:
-            return f"reached {t.max_epochs} epochs"
-        if t.max_minutes and p.elapsed >= 60 * t.max_minutes:
-            return f"reached the {t.max_minutes:g}-minute budget"
-        return ""
+        return budget_reached(self.config.training, self.progress)
 
     def train_step(self, batch) -> tuple[float, int]:
         t = self.config.training

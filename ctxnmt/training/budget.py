@@ -1,0 +1,16 @@
+"""Training budgets shared by every trainer: updates, epochs and minutes of training."""
+from __future__ import annotations
+
+
+def budget_reached(training, progress) -> str:
+    """Why training must stop now ("" = it may go on).  `training` has max_updates,
+    max_epochs and max_minutes (0 = unlimited); `progress` has update, epoch and elapsed
+    seconds of training, validation excluded."""
+    t, p = training, progress
+    if t.max_updates and p.update >= t.max_updates:
+        return f"reached {t.max_updates} updates"
+    if t.max_epochs and p.epoch >= t.max_epochs:
+        return f"reached {t.max_epochs} epochs"
+    if t.max_minutes and p.elapsed >= 60 * t.max_minutes:
+        return f"reached the {t.max_minutes:g}-minute budget"
+    return ""
