@@ -2,6 +2,8 @@
 
     python benchmarks/variants.py configs/bench.yaml model.target_context=mean model.target_context=self-attentive
     python benchmarks/variants.py configs/bench.yaml --preset encoders-adaptive --rounds 3 --decode-sents 50
+    python benchmarks/variants.py configs/bench.yaml --preset target-context --preset encoders-adaptive \
+        --preset document --threads 1
     python benchmarks/variants.py configs/bench.yaml model.doc_init_enc=true,model.doc_init_dec=true
 
 Document-context variants (model.doc_*) get each sentence's previous source
@@ -28,6 +30,20 @@ sys.path.insert(0, str(ROOT))
 
 # Named variant lists: label -> comma-separated overrides.
 PRESETS = {
+    "target-context": {  # issue 4: summaries of the previous target words and the decoders compared with them
+        "mean": "model.target_context=mean",
+        "self-attentive (content)": "model.target_context=self-attentive",
+        "memory-rnn": "model.decoder=memory-rnn",
+        "self-attentive-rnn": "model.decoder=self-attentive-rnn",
+    },
+    "document": {  # issue 6: cross-sentence context, K = 3
+        "doc init-enc": "model.doc_init_enc=true",
+        "doc init-dec": "model.doc_init_dec=true",
+        "doc init-both": "model.doc_init_enc=true,model.doc_init_dec=true",
+        "doc aux": "model.doc_aux=aux",
+        "doc gated-aux": "model.doc_aux=gated-aux",
+        "doc init-both gated-aux": "model.doc_init_enc=true,model.doc_init_dec=true,model.doc_aux=gated-aux",
+    },
     "encoders-adaptive": {  # issue 5: context-aware encoders and adaptive weighting
         "stacked-birnn": "model.encoder=stacked-birnn",
         "fcae": "model.encoder=fcae",
@@ -44,7 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config")
     parser.add_argument("variants", nargs="*", help="comma-separated overrides per variant, e.g. model.cell=gru")
-    parser.add_argument("--preset", choices=sorted(PRESETS), help="add a named list of variants")
+    parser.add_argument("--preset", choices=sorted(PRESETS), action="append", default=[],
+                        help="add a named list of variants (repeatable)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override for every model, the baseline included (e.g. training.batch_sents=20)")
     parser.add_argument("--rounds", type=int, default=8, help="training steps per variant (after 2 warm-up)")
@@ -67,7 +84,9 @@ def main() -> None:
     from ctxnmt.training.checkpoint import load_checkpoint
 
     torch.set_num_threads(args.threads or os.cpu_count())
-    variants = {v: v for v in args.variants} | PRESETS.get(args.preset, {})
+    variants = {v: v for v in args.variants}
+    for preset in args.preset:
+        variants |= PRESETS[preset]
     if not variants:
         parser.error("give variants or --preset")
     names = ["baseline"] + list(variants)
