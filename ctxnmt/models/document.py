@@ -29,9 +29,8 @@ from ctxnmt.models.registry import CELLS, DOC_INPUTS
 
 def per_row(rows: torch.Tensor, per_sentence: torch.Tensor) -> torch.Tensor:
     """Broadcast per-sentence vectors (N, F) over rows (R, ·), R = N × hypotheses (beam)."""
-    N = per_sentence.size(0)
-    return per_sentence.unsqueeze(1).expand(N, rows.size(0) // N, per_sentence.size(-1)).reshape(-1,
-                                                                                                  per_sentence.size(-1))
+    N, F = per_sentence.shape
+    return per_sentence.unsqueeze(1).expand(N, rows.size(0) // N, F).reshape(-1, F)
 
 
 class HierarchicalSummary(nn.Module):
