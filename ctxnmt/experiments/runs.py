@@ -22,6 +22,9 @@ from ctxnmt.errors import ConfigError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
 
 FRESH, RESUME, DONE = "fresh", "resume", "done"
+# Settings that change only speed or logging, not what a run learns: a finished run
+# stays valid when they differ (e.g. it was trained with one thread beside another run).
+SPEED_ONLY = ("training.threads", "training.log_every")
 
 
 @dataclass
@@ -70,7 +73,7 @@ def run_state(run: Run) -> str:
         saved = load_config(saved_path).to_dict()
     except ConfigError as err:
         raise ConfigError(f"{directory}: its config.yaml no longer loads ({err})") from None
-    key = first_difference(saved, run.config.to_dict())
+    key = first_difference(saved, run.config.to_dict(), ignore=SPEED_ONLY)
     if key is not None:
         raise ConfigError(f"{directory} was trained with a different config: {key} is "
                           f"{_lookup(saved, key)!r} there but {_lookup(run.config.to_dict(), key)!r} in this "
@@ -80,15 +83,16 @@ def run_state(run: Run) -> str:
     return RESUME if last else FRESH
 
 
-def first_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> str | None:
-    """The first dotted key (in b's order) whose value differs between two nested dicts."""
+def first_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "",
+                     ignore: tuple[str, ...] = ()) -> str | None:
+    """The first dotted key (in b's order, none of `ignore`) whose value differs between two nested dicts."""
     for key in [*b, *(k for k in a if k not in b)]:
         left, right = a.get(key), b.get(key)
         if isinstance(left, dict) and isinstance(right, dict):
-            inner = first_difference(left, right, f"{prefix}{key}.")
+            inner = first_difference(left, right, f"{prefix}{key}.", ignore)
             if inner is not None:
                 return inner
-        elif left != right:
+        elif left != right and f"{prefix}{key}" not in ignore:
             return f"{prefix}{key}"
     return None
 

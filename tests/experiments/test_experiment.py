@@ -210,3 +210,18 @@ def test_dry_run_lists_states_and_commands(finished, capsys):
     assert "base seed 1234: done, exp/systems/base/seed1234" in out
     assert "--set training.max_updates=20 --set training.max_minutes=0" in out
     assert "dropper: external output" in out
+
+
+def test_a_speed_only_setting_keeps_a_finished_run(finished, tmp_path, capsys):
+    """Threads and logging change how fast a run goes, not what it learns: no retraining."""
+    work = copy_experiment(finished, tmp_path)
+    _, path, _ = finished
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw["overrides"] = [*raw.get("overrides", []), "training.threads=1", "training.log_every=3"]
+    (work / "tiny-experiment.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    before = digest(work / "exp/systems/base/seed1234/checkpoints/last.pt")
+    with chdir(work):
+        code = main(["experiment", "tiny-experiment.yaml", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and "base seed 1234: done" in out
+    assert digest(work / "exp/systems/base/seed1234/checkpoints/last.pt") == before
