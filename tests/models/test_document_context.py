@@ -11,7 +11,7 @@ from ctxnmt.data.batching import Context, pad, pad_context
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.nmt import build_model, count_parameters
 from tests.models import reference_document as ref
-from tests.models.test_rnnsearch import SRC, TGT
+from tests.models.test_rnnsearch import SRC, TGT, assert_steps_match_teacher_forcing
 
 # previous sentences of each SRC sentence, oldest first: none, one, three
 CONTEXT = [[], [[4, 5, 6]], [[7, 8], [9, 10, 11, 12, 13, 14], [5]]]
@@ -97,18 +97,7 @@ def test_context_changes_the_prediction():
 def test_incremental_decoding_matches_teacher_forcing(name, decoder):
     model = doc_model(decoder, **INTEGRATIONS[name])
     logp_full = forward_logprobs(model)
-    src, src_mask = pad(SRC)
-    tgt, _ = pad(TGT)
-    with torch.no_grad():
-        enc = model.encode(src, src_mask, pad_context(CONTEXT, 3))
-        state = model.init_state(enc)
-        prev = None
-        for t in range(tgt.size(1)):
-            logp, state, _ = model.step(enc, state, prev)
-            for b, ids in enumerate(TGT):
-                if t < len(ids):
-                    torch.testing.assert_close(logp[b], logp_full[b, t], atol=1e-5, rtol=0)
-            prev = tgt[:, t]
+    assert_steps_match_teacher_forcing(model, logp_full, pad_context(CONTEXT, 3))
 
 
 @pytest.mark.parametrize("name", ["aux", "gated-aux", "gated-aux-code"])

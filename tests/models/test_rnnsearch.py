@@ -100,3 +100,19 @@ def test_papers_initialisation():
 def test_tied_output_embeddings_share_storage():
     model = build_model(ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9, tie_embeddings=True), 16, 16)
     assert model.generator.weight.data_ptr() == model.tgt_emb.weight.data_ptr()
+
+
+def assert_steps_match_teacher_forcing(model, logp_full, context=None):
+    """Incremental decoding (init_state / step, as beam search runs it) gives the teacher-forced
+    log-probabilities (B, T, V) of SRC → TGT at every real target position."""
+    src, src_mask = pad(SRC)
+    tgt, _ = pad(TGT)
+    with torch.no_grad():
+        enc = model.encode(src, src_mask) if context is None else model.encode(src, src_mask, context)
+        state, prev = model.init_state(enc), None
+        for t in range(tgt.size(1)):
+            logp, state, _ = model.step(enc, state, prev)
+            for b, ids in enumerate(TGT):
+                if t < len(ids):
+                    torch.testing.assert_close(logp[b], logp_full[b, t], atol=1e-5, rtol=0)
+            prev = tgt[:, t]

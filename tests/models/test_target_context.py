@@ -9,7 +9,7 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.models.nmt import build_model, count_parameters
 from tests.models import reference as ref
-from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
+from tests.models.test_rnnsearch import SRC, TGT, assert_steps_match_teacher_forcing, batch_logprobs, small_model
 
 SCORED = ["self-attentive", "self-attentive-sum", "self-attentive-product", "self-attentive-dot",
           "self-attentive-scope"]
@@ -93,18 +93,7 @@ CASES = [(name, variant) for variant in ("plain", "adaptive-output") for name in
 def test_incremental_decoding_matches_teacher_forcing(name, variant, decoder):
     model = small_model(target_context=name, decoder=decoder, **VARIANTS[variant])
     logp_full, _ = batch_logprobs(model, SRC, TGT)
-    src, src_mask = pad(SRC)
-    tgt, _ = pad(TGT)
-    with torch.no_grad():
-        enc = model.encode(src, src_mask)
-        state = model.init_state(enc)
-        prev = None
-        for t in range(tgt.size(1)):
-            logp, state, _ = model.step(enc, state, prev)
-            for b, ids in enumerate(TGT):
-                if t < len(ids):
-                    torch.testing.assert_close(logp[b], logp_full[b, t], atol=1e-5, rtol=0)
-            prev = tgt[:, t]
+    assert_steps_match_teacher_forcing(model, logp_full)
 
 
 @pytest.mark.parametrize("decoder", DECODERS)
