@@ -12,7 +12,6 @@ single verse is queried on its own; and a final ``(ModuleName)`` line.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -23,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ctxnmt.data.corpus import write_lines_atomic
 from ctxnmt.errors import DataError
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, file_sha256
 
 SOURCE_MODULE = "spaRV1909eb"
 TARGET_MODULE = "engKJV2006eb"
@@ -277,7 +276,7 @@ def _write_splits(out_dir: str, splits, src, tgt) -> dict[str, dict]:
             file_name = f"{name}.{suffix}"
             path = os.path.join(out_dir, file_name)
             write_lines_atomic(path, lines)
-            files[file_name] = {"lines": len(lines), "sha256": _sha256(path)}
+            files[file_name] = {"lines": len(lines), "sha256": file_sha256(path)}
     return files
 
 
@@ -298,17 +297,11 @@ def _existing_build(out_dir: str) -> dict | None:
         return None
     for file_name, info in files.items():
         path = os.path.join(out_dir, file_name)
-        if not os.path.isfile(path) or not isinstance(info, dict) or _sha256(path) != info.get("sha256"):
+        if not os.path.isfile(path) or not isinstance(info, dict) or file_sha256(path) != info.get("sha256"):
             return None
     return stats
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # --- talking to diatheke -------------------------------------------------------------

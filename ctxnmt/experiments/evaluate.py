@@ -6,7 +6,6 @@ recomputes exactly what changed or is missing and nothing else.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from ctxnmt.data.prepare import ensure_corpus, split_paths
 from ctxnmt.errors import DataError
 from ctxnmt.experiments.runs import Run
 from ctxnmt.experiments.spec import SignificanceSpec
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, file_sha256
 
 SCORE_KEYS = ("bleu_tok", "bleu", "chrf", "ter")
 
@@ -67,12 +66,6 @@ def document_ids(run: Run, test: TestSet) -> Path | None:
     return test.doc_path
 
 
-def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cached(path: Path, key: dict[str, Any], compute: Callable[[], dict[str, Any]],
@@ -103,10 +96,10 @@ def hyp_path(run: Run, test: TestSet) -> Path:
 def translate_run(run: Run, test: TestSet, log=print) -> dict[str, Any]:
     """Translate the test set with the run's selected checkpoint and beam; timed."""
     out = hyp_path(run, test)
-    key = {"checkpoint": file_hash(checkpoint_path(run)), "input": file_hash(test.src_path)}
+    key = {"checkpoint": file_sha256(checkpoint_path(run)), "input": file_sha256(test.src_path)}
 
     def output_intact(info: dict[str, Any]) -> bool:
-        return out.is_file() and file_hash(out) == info.get("output_sha256")
+        return out.is_file() and file_sha256(out) == info.get("output_sha256")
 
     info, was_cached = cached(run.model_dir / "decode.json", key, lambda: _translate(run, test, out), output_intact)
     if was_cached:
@@ -131,7 +124,7 @@ def _translate(run: Run, test: TestSet, out: Path) -> dict[str, Any]:
     return {"checkpoint": checkpoint_path(run).name, "beam": run.config.decoding.beam,
             "device": run.config.training.device, "sentences": len(test.src), "seconds": seconds,
             "sentences_per_s": len(test.src) / seconds if seconds else 0.0,
-            "parameters": count_parameters(translator.model), "output_sha256": file_hash(out)}
+            "parameters": count_parameters(translator.model), "output_sha256": file_sha256(out)}
 
 
 def score_output(hyp: Path, test: TestSet, cache: Path) -> dict[str, Any]:
@@ -145,7 +138,7 @@ def score_output(hyp: Path, test: TestSet, cache: Path) -> dict[str, Any]:
         return {**{k: scores[k].value for k in SCORE_KEYS},
                 "signatures": {k: f"{scores[k].name}|{scores[k].signature}" for k in SCORE_KEYS}}
 
-    key = {"hyp": file_hash(hyp), "ref": file_hash(test.ref_path), "lang": test.lang}
+    key = {"hyp": file_sha256(hyp), "ref": file_sha256(test.ref_path), "lang": test.lang}
     return cached(cache, key, compute)[0]
 
 
@@ -164,8 +157,8 @@ def significance(baseline: Output, system: Output, test: TestSet, spec: Signific
                          n=spec.samples or None, seed=spec.seed)
         return result.to_dict()
 
-    key = {"baseline": file_hash(baseline.hyp_path), "system": file_hash(system.hyp_path),
-           "ref": file_hash(test.ref_path), "spec": {**spec.__dict__}}
+    key = {"baseline": file_sha256(baseline.hyp_path), "system": file_sha256(system.hyp_path),
+           "ref": file_sha256(test.ref_path), "spec": {**spec.__dict__}}
     return cached(cache, key, compute)[0]
 
 
