@@ -45,6 +45,24 @@ def test_additive_energy_matches_plain_with_gradients():
         torch.testing.assert_close(additive_energy(keys, query, v), plain)
 
 
+def test_additive_energy_float32_close_to_tanh_including_gradients():
+    """The sigmoid form rounds differently from torch.tanh, by a few 1e-8 per element in float32."""
+    from ctxnmt.models.functional import additive_energy
+
+    torch.manual_seed(3)
+    leaves = [torch.randn(6, 9, 64) * 2, torch.randn(6, 1, 64) * 2, torch.randn(64) / 8]
+    fast = [x.clone().requires_grad_() for x in leaves]
+    plain = [x.clone().requires_grad_() for x in leaves]
+    grad = torch.randn(6, 1, 9)
+    e_fast = additive_energy(*fast)
+    e_plain = torch.tanh(plain[0].unsqueeze(1) + plain[1].unsqueeze(2)) @ plain[2]
+    torch.testing.assert_close(e_fast, e_plain, rtol=0, atol=2e-6)
+    e_fast.backward(grad)
+    e_plain.backward(grad)
+    for a, b in zip(fast, plain):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=2e-6)
+
+
 def test_model_gradients_equal_plain_autograd(monkeypatch):
     """The whole model's gradients with the custom functions equal plain autograd's."""
     import ctxnmt.models.attention as attention
