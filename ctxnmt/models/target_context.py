@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ctxnmt.errors import ConfigError
+from ctxnmt.models.functional import additive_energy
 from ctxnmt.models.registry import TARGET_CONTEXTS
 
 
@@ -206,16 +207,12 @@ def _causal_softmax(e: torch.Tensor) -> torch.Tensor:
     return torch.softmax(e.masked_fill(~causal, float("-inf")), dim=-1)
 
 
-def _additive(v: nn.Linear, keys: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    return v(torch.tanh(keys.unsqueeze(1) + q.unsqueeze(2))).squeeze(-1)
-
-
 @TARGET_CONTEXTS.register("self-attentive-sum")
 class SumSelfAttentiveResidual(QuerySelfAttentiveResidual):
     """e_ti = vᵀ tanh(W_y E y_i + W_c c_t)."""
 
     def energy(self, keys, prev, q):
-        return _additive(self.v, keys, q)
+        return additive_energy(keys, q, self.v.weight[0])
 
 
 @TARGET_CONTEXTS.register("self-attentive-product")
@@ -243,4 +240,4 @@ class ScopeSelfAttentiveResidual(QuerySelfAttentiveResidual):
     query = "state"
 
     def energy(self, keys, prev, q):
-        return _additive(self.v, keys, q)
+        return additive_energy(keys, q, self.v.weight[0])
