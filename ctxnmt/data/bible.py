@@ -302,8 +302,6 @@ def _existing_build(out_dir: str) -> dict | None:
     return stats
 
 
-
-
 # --- talking to diatheke -------------------------------------------------------------
 
 

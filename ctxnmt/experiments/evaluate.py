@@ -66,8 +66,6 @@ def document_ids(run: Run, test: TestSet) -> Path | None:
     return test.doc_path
 
 
-
-
 def cached(path: Path, key: dict[str, Any], compute: Callable[[], dict[str, Any]],
            still_valid: Callable[[dict[str, Any]], bool] = lambda value: True) -> tuple[dict[str, Any], bool]:
     """The value stored at ``path`` under ``key``, else ``compute()`` stored there; and whether it was cached."""

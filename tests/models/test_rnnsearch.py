@@ -108,7 +108,7 @@ def assert_steps_match_teacher_forcing(model, logp_full, context=None):
     src, src_mask = pad(SRC)
     tgt, _ = pad(TGT)
     with torch.no_grad():
-        enc = model.encode(src, src_mask) if context is None else model.encode(src, src_mask, context)
+        enc = model.encode(src, src_mask, context)
         state, prev = model.init_state(enc), None
         for t in range(tgt.size(1)):
             logp, state, _ = model.step(enc, state, prev)
