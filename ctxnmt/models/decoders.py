@@ -11,7 +11,7 @@ from torch import nn
 
 from ctxnmt.models import document  # noqa: F401  (registers the document inputs)
 from ctxnmt.models.attention import AdditiveAttention
-from ctxnmt.models.functional import additive_energy, mix
+from ctxnmt.models.functional import additive_energy, mix, read_every_step
 from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, OUTPUTS, TARGET_CONTEXTS
 
 
@@ -66,7 +66,11 @@ class ConditionalGRUDecoder(nn.Module):
             "_U1": self.gru1.hidden_weight(),
             "_Wq": self._query_weight(),
         }
-        return {**enc, **self.document.prepare(enc, doc, self.gru2)}
+        enc = {**enc, **self.document.prepare(enc, doc, self.gru2)}
+        for name in ("values", "gate_values"):  # mixed by α_t at every step
+            if name in enc:
+                enc[name] = read_every_step(enc[name])
+        return enc
 
     def initial_state(self, enc: dict[str, torch.Tensor]) -> torch.Tensor:
         pre = self.init_proj(masked_mean(enc["annotations"], enc["src_mask"]))

@@ -20,12 +20,15 @@ class _Mix(torch.autograd.Function):
 
     The generic bmm backward forms ∂v as a batch of rank-1 products (a bmm with
     inner size K = 1 during training), which CPU BLAS runs at a few GFLOP/s; a
-    broadcast multiply gives the same numbers an order of magnitude faster."""
+    broadcast multiply gives the same numbers an order of magnitude faster.
+    Values read at every decoder step (`read_every_step`) instead leave their
+    factors (α, ∂out) with the values' `_MixBank`, which forms ∂v once."""
 
     @staticmethod
     @_custom_fwd
     def forward(ctx, alpha, values):
         ctx.save_for_backward(alpha, values)
+        ctx.bank = getattr(values, "_mix_bank", None)
         return torch.bmm(alpha, values)
 
     @staticmethod
@@ -35,11 +38,65 @@ class _Mix(torch.autograd.Function):
         grad_alpha = torch.bmm(grad, values.transpose(1, 2)) if ctx.needs_input_grad[0] else None
         grad_values = None
         if ctx.needs_input_grad[1]:
-            if alpha.size(1) == 1:
+            if ctx.bank is not None:
+                ctx.bank.deposit(alpha, grad)
+            elif alpha.size(1) == 1:
                 grad_values = alpha.transpose(1, 2) * grad  # (N, S, 1) * (N, 1, D)
             else:
                 grad_values = torch.bmm(alpha.transpose(1, 2), grad)
         return grad_alpha, grad_values
+
+
+class _MixBank:
+    """The backward factors (α_t, ∂out_t) of every step's mix over one values tensor."""
+
+    def __init__(self):
+        self.alphas: list[torch.Tensor] = []
+        self.grads: list[torch.Tensor] = []
+
+    def deposit(self, alpha: torch.Tensor, grad: torch.Tensor) -> None:
+        self.alphas.append(alpha)
+        self.grads.append(grad)
+
+    def gradient(self) -> torch.Tensor | None:
+        """Σ_t α_tᵀ ∂out_t as one bmm with inner size T (not T products of size 1)."""
+        if not self.alphas:
+            return None
+        alphas, grads = torch.cat(self.alphas, dim=1), torch.cat(self.grads, dim=1)
+        self.alphas, self.grads = [], []  # a second backward pass (retain_graph) deposits anew
+        return torch.bmm(alphas.transpose(1, 2), grads)
+
+
+class _ReadEveryStep(torch.autograd.Function):
+    """Identity whose backward pass runs after every step's mix has deposited its factors
+    (each step's node feeds this one) and hands the values their summed gradient.
+
+    Per-step gradients (N, S, D) would otherwise be allocated and added one by one: at
+    the bench size 17 MB per decoder step, 19% of a training step."""
+
+    @staticmethod
+    def forward(ctx, values, bank):
+        ctx.bank = bank
+        ctx.set_materialize_grads(False)
+        return values.view_as(values)
+
+    @staticmethod
+    def backward(ctx, grad):
+        banked = ctx.bank.gradient()
+        if grad is None:
+            return banked, None
+        return (grad if banked is None else grad + banked), None
+
+
+def read_every_step(values: torch.Tensor) -> torch.Tensor:
+    """`values` (N, S, D) as the decoder steps' `mix` should see them while training: the
+    gradient of all steps is formed at once.  Outside autograd, values unchanged."""
+    if not (torch.is_grad_enabled() and values.requires_grad):
+        return values
+    bank = _MixBank()
+    shared = _ReadEveryStep.apply(values, bank)
+    shared._mix_bank = bank  # read by _Mix.forward; a tensor attribute survives no reindexing, as wanted
+    return shared
 
 
 def mix(alpha: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -54,43 +111,45 @@ def mix(alpha: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 class _LinearCrossEntropy(torch.autograd.Function):
     """Summed cross-entropy of softmax(x Wᵀ + b) against targets, in row chunks.
 
-    The full (tokens × vocabulary) logits are never stored: each chunk's logits
-    are recomputed in the backward pass.  That costs one extra matrix product but
-    saves three tokens × vocabulary tensors (logits, log-probabilities and their
-    gradient), the largest allocations of a training step."""
+    The full (tokens × vocabulary) logits are never stored, and the gradient is
+    formed in the forward pass, chunk by chunk, while each chunk's probabilities
+    are at hand: the loss is a scalar, so its backward pass only scales what was
+    formed by the incoming gradient.  Recomputing the logits in the backward pass
+    instead would cost one more tokens × vocabulary product and softmax (the
+    softmax layer is about a third of a training step at the bench size)."""
 
     @staticmethod
     @functools.partial(torch.amp.custom_fwd, device_type="cuda", cast_inputs=torch.float32)  # softmax in fp32
     def forward(ctx, x, weight, bias, target, smoothing, chunk):
+        eps, V = smoothing, weight.size(0)
         total = x.new_zeros(())
+        grad_x = torch.empty_like(x)
+        grad_w = torch.zeros_like(weight)
+        grad_b = torch.zeros_like(bias)
         for start in range(0, x.size(0), chunk):
-            logits = F.linear(x[start: start + chunk], weight, bias)
-            total += F.cross_entropy(logits, target[start: start + chunk], reduction="sum",
-                                     label_smoothing=smoothing)
-        ctx.save_for_backward(x, weight, bias, target)
-        ctx.smoothing, ctx.chunk = smoothing, chunk
+            xs, ts = x[start: start + chunk], target[start: start + chunk]
+            logp = torch.log_softmax(F.linear(xs, weight, bias), dim=-1)
+            rows = torch.arange(ts.size(0), device=ts.device)
+            # loss = −(1 − ε) log p_target − ε/V Σ_v log p_v  (F.cross_entropy's label smoothing)
+            total -= logp[rows, ts].sum() * (1.0 - eps)
+            if eps:
+                total -= logp.sum() * (eps / V)
+            # ∂loss/∂logits = softmax − ((1 − ε)·onehot + ε/V)
+            g = logp.exp_()
+            if eps:
+                g -= eps / V
+            g[rows, ts] -= 1.0 - eps
+            torch.mm(g, weight, out=grad_x[start: start + chunk])
+            grad_w.addmm_(g.t(), xs)
+            grad_b += g.sum(0)
+        ctx.save_for_backward(grad_x, grad_w, grad_b)
         return total
 
     @staticmethod
     @_custom_bwd
     def backward(ctx, grad_out):
-        x, weight, bias, target = ctx.saved_tensors
-        eps, V = ctx.smoothing, weight.size(0)
-        grad_x = torch.empty_like(x)
-        grad_w = torch.zeros_like(weight)
-        grad_b = torch.zeros_like(bias)
-        for start in range(0, x.size(0), ctx.chunk):
-            xs, ts = x[start: start + ctx.chunk], target[start: start + ctx.chunk]
-            # ∂loss/∂logits = softmax − ((1 − ε)·onehot + ε/V)
-            g = torch.softmax(F.linear(xs, weight, bias), dim=-1)
-            if eps:
-                g -= eps / V
-            g[torch.arange(ts.size(0), device=ts.device), ts] -= 1.0 - eps
-            g *= grad_out
-            grad_x[start: start + ctx.chunk] = g @ weight
-            grad_w.addmm_(g.t(), xs)
-            grad_b += g.sum(0)
-        return grad_x, grad_w, grad_b, None, None, None
+        grad_x, grad_w, grad_b = ctx.saved_tensors
+        return grad_x * grad_out, grad_w * grad_out, grad_b * grad_out, None, None, None
 
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor,

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from ctxnmt.models.functional import linear_cross_entropy, mix
+from ctxnmt.models.functional import linear_cross_entropy, mix, read_every_step
 
 
 @pytest.mark.parametrize("rows_per_sentence", [1, 3])
@@ -29,6 +29,49 @@ def test_chunked_linear_cross_entropy_matches_plain(smoothing):
     plain = F.cross_entropy(F.linear(x, w, b), t, reduction="sum", label_smoothing=smoothing)
     torch.testing.assert_close(fast, plain)
     torch.autograd.gradcheck(lambda x, w, b: linear_cross_entropy(x, w, b, t, smoothing, 10), (x, w, b))
+    # The gradient is formed in the forward pass; the backward pass must still scale it.
+    (2.5 * linear_cross_entropy(x, w, b, t, smoothing, chunk=10)).backward()
+    fast_grads = [p.grad.clone() for p in (x, w, b)]
+    for p in (x, w, b):
+        p.grad = None
+    (2.5 * plain).backward()
+    for fast_grad, p in zip(fast_grads, (x, w, b)):
+        torch.testing.assert_close(fast_grad, p.grad)
+
+
+def _steps_over(values, alphas):
+    """A toy recurrence: each step mixes `values` with its α and feeds the next step's weights."""
+    out, carry = [], torch.zeros(alphas[0].size(0), values.size(2), dtype=values.dtype)
+    for a in alphas:
+        weights = torch.softmax(a + carry[:, : a.size(1)], -1)
+        carry = mix(weights, values) * 0.5 + carry
+        out.append(carry)
+    return torch.stack(out).sum() + (values ** 2).sum()  # values also used outside the steps
+
+
+@pytest.mark.parametrize("rows_per_sentence", [1, 2])
+def test_read_every_step_gives_the_summed_gradient_of_all_steps(rows_per_sentence):
+    torch.manual_seed(4)
+    values = torch.randn(3, 4, 5, dtype=torch.double, requires_grad=True)
+    alphas = [torch.randn(3 * rows_per_sentence, 4, dtype=torch.double, requires_grad=True) for _ in range(6)]
+    banked = _steps_over(read_every_step(values), alphas)
+    banked_grads = torch.autograd.grad(banked, [values] + alphas, retain_graph=True)
+    plain = _steps_over(values, alphas)
+    torch.testing.assert_close(banked, plain)
+    for a, b in zip(banked_grads, torch.autograd.grad(plain, [values] + alphas)):
+        torch.testing.assert_close(a, b)
+    # A second backward pass through the retained graph deposits and sums anew.
+    for a, b in zip(torch.autograd.grad(banked, [values] + alphas), banked_grads):
+        torch.testing.assert_close(a, b)
+    torch.autograd.gradcheck(lambda v, *a: _steps_over(read_every_step(v), a), (values, *alphas))
+
+
+def test_read_every_step_is_the_identity_outside_autograd():
+    values = torch.randn(2, 3, 4)
+    assert read_every_step(values) is values
+    with torch.no_grad():
+        leaf = values.clone().requires_grad_()
+        assert read_every_step(leaf) is leaf
 
 
 def test_additive_energy_matches_plain_with_gradients():
