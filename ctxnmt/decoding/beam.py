@@ -87,10 +87,12 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5,
         active = [active[j] for j in keep]
         scores = alive_scores.index_select(0, keep_t)
         prev = tok_of.index_select(0, keep_t).view(-1)
-        history = torch.cat([history.index_select(0, row_index), prev.view(-1, 1)], dim=1)
-        if att_history is not None:
-            att_history = att_history.index_select(0, row_index)
-        state = select_rows(state, row_index)
+        if K > 1 or len(keep) < n:  # otherwise (greedy, no sentence finished) every row stays where it is
+            history = history.index_select(0, row_index)
+            if att_history is not None:
+                att_history = att_history.index_select(0, row_index)
+            state = select_rows(state, row_index)
+        history = torch.cat([history, prev.view(-1, 1)], dim=1)
     return [sorted(s.finished, key=lambda h: -h.score)[:nbest] for s in sentences]
 
 

@@ -116,3 +116,15 @@ def assert_steps_match_teacher_forcing(model, logp_full, context=None):
                 if t < len(ids):
                     torch.testing.assert_close(logp[b], logp_full[b, t], atol=1e-5, rtol=0)
             prev = tgt[:, t]
+
+
+@pytest.mark.parametrize("rows", [3, 40, 300])
+def test_decoding_log_probs_equal_the_softmax_layer_in_either_layout(rows):
+    """log_probs takes the product as (W_o tᵀ)ᵀ below 256 rows; it must not change the numbers."""
+    model = small_model()
+    readout = torch.randn(rows, model.cfg.emb_dim)
+    expected = torch.log_softmax(model.logits(readout), -1)
+    with torch.no_grad():
+        fast = model.log_probs(readout)
+    assert fast.shape == (rows, 16) and fast.is_contiguous()
+    torch.testing.assert_close(fast, expected, rtol=1e-5, atol=1e-6)
