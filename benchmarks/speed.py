@@ -11,8 +11,9 @@ against the first config.  For each it reports:
   - decoding sentences/s and generated tokens/s for greedy, beam 5 and beam 10
     on the first --decode-sents test sentences (batched beam search);
   - the analytic FLOPs per target token of training (forward + backward ≈ 3×
-    forward) and the measured float32 matmul throughput of this machine, so that
-    the fraction of the compute limit reached can be printed.
+    forward) and the float32 matmul throughput of this machine, sampled between the
+    timed training batches, so that the fraction of the compute limit reached can
+    be printed.
 Decoding speed depends on output lengths, so use --checkpoint with a trained
 model for meaningful sentences/s (a random model often runs to the length limit).
 """
@@ -31,18 +32,31 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def matmul_gflops(device, size: int = 2048, reps: int = 10) -> float:
-    import torch
+class MatmulProbe:
+    """The machine's float32 matmul rate (2048² products), sampled between the timed
+    training batches: a shared machine's speed drifts by ±20% within a minute, so the
+    compute fraction compares the training rate with the rate of the same moments."""
 
-    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
-    for _ in range(2):
-        a @ b
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    sync(device)
-    return 2 * size ** 3 * reps / (time.perf_counter() - start) / 1e9
+    def __init__(self, device, size: int = 2048):
+        import torch
+
+        self.device, self.size = device, size
+        self.a, self.b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+        self.flops = self.seconds = 0.0
+        self.sample(reps=2, record=False)  # warm-up
+
+    def sample(self, reps: int = 2, record: bool = True) -> None:
+        sync(self.device)
+        start = time.perf_counter()
+        for _ in range(reps):
+            self.a @ self.b
+        sync(self.device)
+        if record:
+            self.seconds += time.perf_counter() - start
+            self.flops += 2.0 * self.size ** 3 * reps
+
+    def gflops(self) -> float:
+        return self.flops / self.seconds / 1e9
 
 
 def model_gemm_shapes(cfg, vocab: int, batch: int, src_len: int, tgt_len: int) -> list[tuple[int, int, int, int]]:
@@ -70,7 +84,7 @@ def model_gemm_gflops(device, shapes, reps: int = 3) -> float:
     """The float32 rate of this model's own matrix-product shapes: total FLOPs over total
     time, each shape timed with its count.  This is issue 3's "80–140 GFLOP/s for this
     model's shapes", the ceiling that small per-step products impose; the 2048² rate
-    (matmul_gflops) is the machine's peak."""
+    (MatmulProbe) is the machine's peak."""
     import torch
 
     flops = seconds = 0.0
@@ -143,8 +157,11 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     model.train()
     tokens, elapsed = 0, 0.0
+    probe = MatmulProbe(device)
     for i, index in enumerate(batches):
         batch = make_batch(index, train.src, train.tgt).to(device)
+        if i >= args.warmup:
+            probe.sample()
         sync(device)
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
@@ -162,7 +179,7 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     mean_src = sum(src_lens[i] for b in timed for i in b) / sum(len(b) for b in timed)
     mean_tgt = sum(tgt_lens[i] for b in timed for i in b) / sum(len(b) for b in timed)
     flops = 3 * forward_flops_per_target_token(cfg, len(data.tgt_vocab), mean_src, mean_tgt)
-    gflops = matmul_gflops(device)
+    gflops = probe.gflops()
     shape_gflops = model_gemm_gflops(device, model_gemm_shapes(
         cfg, len(data.tgt_vocab), round(sum(len(b) for b in timed) / len(timed)), round(mean_src), round(mean_tgt)))
     result = {
@@ -212,7 +229,8 @@ def print_table(results: list[dict]) -> None:
               f"{r['beam5_sents_s']:>13.1f} {r['beam10_tok_s']:>13.0f} "
               f"{r['beam5_tok_s'] / base['beam5_tok_s']:>9.2f}")
     r = base
-    print(f"\nmatmul {r['matmul_gflops']:.0f} GFLOP/s (float32, 2048²; 'compute' column), "
+    print(f"\nmatmul {r['matmul_gflops']:.0f} GFLOP/s (float32, 2048², sampled between the training batches; "
+          f"'compute' column), "
           f"{r['model_shape_gflops']:.0f} GFLOP/s at this model's own product shapes ('shapes' column), "
           f"{r['threads']} threads on {r['device']}; "
           f"training ≈ {r['train_flops_per_token'] / 1e6:.0f} MFLOP per target token; "
