@@ -22,13 +22,13 @@ class _Mix(torch.autograd.Function):
     inner size K = 1 during training), which CPU BLAS runs at a few GFLOP/s; a
     broadcast multiply gives the same numbers an order of magnitude faster.
     Values read at every decoder step (`read_every_step`) instead leave their
-    factors (α, ∂out) with the values' `StepBank`, which forms ∂v once."""
+    factors (α, ∂out) with the values' `_MixBank`, which forms ∂v once."""
 
     @staticmethod
     @_custom_fwd
     def forward(ctx, alpha, values):
         ctx.save_for_backward(alpha, values)
-        ctx.bank = getattr(values, "_step_bank", None)
+        ctx.bank = getattr(values, "_mix_bank", None)
         return torch.bmm(alpha, values)
 
     @staticmethod
@@ -39,7 +39,7 @@ class _Mix(torch.autograd.Function):
         grad_values = None
         if ctx.needs_input_grad[1]:
             if ctx.bank is not None:
-                ctx.bank.add_mix(alpha, grad)
+                ctx.bank.deposit(alpha, grad)
             elif alpha.size(1) == 1:
                 grad_values = alpha.transpose(1, 2) * grad  # (N, S, 1) * (N, 1, D)
             else:
@@ -47,47 +47,29 @@ class _Mix(torch.autograd.Function):
         return grad_alpha, grad_values
 
 
-class StepBank:
-    """The gradient of a per-sentence tensor that every decoder step reads (attention
-    keys, GRU_2's input terms), gathered across the steps of one backward pass.
-
-    Mixes deposit their factors (α_t, ∂out_t), formed at the end as one bmm with
-    inner size T instead of T rank-1 products; energies add their (N, S, A) terms
-    into one buffer in place, with the common factor applied once."""
+class _MixBank:
+    """The backward factors (α_t, ∂out_t) of every step's mix over one values tensor."""
 
     def __init__(self):
         self.alphas: list[torch.Tensor] = []
         self.grads: list[torch.Tensor] = []
-        self.dense: torch.Tensor | None = None
-        self.scale: torch.Tensor | None = None
 
-    def add_mix(self, alpha: torch.Tensor, grad: torch.Tensor) -> None:
+    def deposit(self, alpha: torch.Tensor, grad: torch.Tensor) -> None:
         self.alphas.append(alpha)
         self.grads.append(grad)
 
-    def add_product(self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> None:
-        """Adds scale ⊙ x ⊙ weight (weight broadcast over x's last dimension); the
-        scale, the same at every step, is applied once when the gradient is formed."""
-        if self.dense is None:
-            self.dense, self.scale = x * weight, scale
-        else:
-            self.dense.addcmul_(x, weight)
-
     def gradient(self) -> torch.Tensor | None:
-        total = None
-        if self.alphas:
-            alphas, grads = torch.cat(self.alphas, dim=1), torch.cat(self.grads, dim=1)
-            total = torch.bmm(alphas.transpose(1, 2), grads)
-        if self.dense is not None:
-            dense = self.dense.mul_(self.scale)
-            total = dense if total is None else total.add_(dense)
-        self.__init__()  # a second backward pass (retain_graph) deposits anew
-        return total
+        """Σ_t α_tᵀ ∂out_t as one bmm with inner size T (not T products of size 1)."""
+        if not self.alphas:
+            return None
+        alphas, grads = torch.cat(self.alphas, dim=1), torch.cat(self.grads, dim=1)
+        self.alphas, self.grads = [], []  # a second backward pass (retain_graph) deposits anew
+        return torch.bmm(alphas.transpose(1, 2), grads)
 
 
 class _ReadEveryStep(torch.autograd.Function):
-    """Identity whose backward pass runs after every step has made its deposit in the
-    bank (each step's node feeds this one) and hands the tensor its summed gradient.
+    """Identity whose backward pass runs after every step's mix has deposited its factors
+    (each step's node feeds this one) and hands the values their summed gradient.
 
     Per-step gradients (N, S, D) would otherwise be allocated and added one by one: at
     the bench size 17 MB per decoder step, 19% of a training step."""
@@ -107,14 +89,13 @@ class _ReadEveryStep(torch.autograd.Function):
 
 
 def read_every_step(values: torch.Tensor) -> torch.Tensor:
-    """`values` (N, S, D) as the decoder steps' `mix` and `additive_energy` should see
-    them while training: the gradient of all steps is formed at once.  Outside
-    autograd, values unchanged."""
+    """`values` (N, S, D) as the decoder steps' `mix` should see them while training: the
+    gradient of all steps is formed at once.  Outside autograd, values unchanged."""
     if not (torch.is_grad_enabled() and values.requires_grad):
         return values
-    bank = StepBank()
+    bank = _MixBank()
     shared = _ReadEveryStep.apply(values, bank)
-    shared._step_bank = bank  # read by the steps' functions; a tensor attribute survives no reindexing, as wanted
+    shared._mix_bank = bank  # read by _Mix.forward; a tensor attribute survives no reindexing, as wanted
     return shared
 
 
@@ -190,38 +171,26 @@ class _AdditiveEnergy(torch.autograd.Function):
     and ∂e/∂x = 4 v ⊙ σ(1 − σ): the same function, rounded differently (absolute
     differences of a few 1e-8), because PyTorch's vectorised float32 sigmoid is
     about four times faster than its tanh on CPU, and these (N, K, S, A) tanh
-    passes were 13% of a training step at the bench size.
-
-    The backward pass touches the (N, K, S, A) tensor as few times as it can: 4v
-    is factored out of every sum, ∂q and ∂v are matrix products that read it once,
-    and keys read at every step (`read_every_step`) add their term in place into
-    their bank instead of returning a fresh tensor per step."""
+    passes were 13% of a training step at the bench size."""
 
     @staticmethod
     @_custom_fwd
     def forward(ctx, keys, query, v):
         ctx.save_for_backward(keys, query, v)
-        ctx.bank = getattr(keys, "_step_bank", None)
         return _energy_from_sigmoid(_doubled_sigmoid(keys, query), v)
 
     @staticmethod
     @_custom_bwd
     def backward(ctx, grad):  # grad: (N, K, S)
         keys, query, v = ctx.saved_tensors
-        N, K, S, A = grad.size(0), grad.size(1), grad.size(2), v.size(0)
         sig = _doubled_sigmoid(keys, query)
-        grad_keys = grad_query = grad_v = None
+        grad_v = None
         if ctx.needs_input_grad[2]:  # Σ grad · (2σ − 1)
-            grad_v = torch.mv(sig.view(-1, A).t(), grad.reshape(-1)).mul_(2).sub_(grad.sum())
-        slope = sig.addcmul_(sig, sig, value=-1.0)  # σ(1 − σ); ∂e/∂pre = 4v ⊙ slope
-        scale = 4 * v
-        if ctx.needs_input_grad[1]:
-            grad_query = torch.bmm(grad.reshape(N * K, 1, S), slope.view(N * K, S, A)).view(N, K, A).mul_(scale)
-        if ctx.needs_input_grad[0]:
-            if ctx.bank is not None and K == 1:
-                ctx.bank.add_product(slope.view(N, S, A), grad.reshape(N, S, 1), scale)
-            else:
-                grad_keys = (slope * grad.unsqueeze(-1)).sum(1).mul_(scale)
+            grad_v = 2 * torch.einsum("nks,nksa->a", grad, sig) - grad.sum()
+        # ∂e/∂pre = v ⊙ (1 − tanh²) = 4 v ⊙ σ(1 − σ), scaled by the incoming gradient
+        grad_pre = sig.addcmul_(sig, sig, value=-1.0).mul_(4 * v).mul_(grad.unsqueeze(-1))
+        grad_query = grad_pre.sum(2) if ctx.needs_input_grad[1] else None
+        grad_keys = grad_pre.sum(1) if ctx.needs_input_grad[0] else None
         return grad_keys, grad_query, grad_v
 
 
