@@ -116,7 +116,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     are at hand: the loss is a scalar, so its backward pass only scales what was
     formed by the incoming gradient.  Recomputing the logits in the backward pass
     instead would cost one more tokens × vocabulary product and softmax (the
-    softmax layer is about a third of a training step at the bench size)."""
+    softmax layer was about a third of a profiled training step at the bench size)."""
 
     @staticmethod
     @functools.partial(torch.amp.custom_fwd, device_type="cuda", cast_inputs=torch.float32)  # softmax in fp32
