@@ -58,9 +58,9 @@ def main() -> None:
     args = parser.parse_args()
 
     import ctxnmt.models.attention as attention
+    from benchmarks.common import first_batches, prepared_data, test_sources
     from ctxnmt.config import load_config
-    from ctxnmt.data.batching import epoch_batches, make_batch
-    from ctxnmt.data.prepare import data_fingerprint, encode_split, prepare, read_split
+    from ctxnmt.data.batching import make_batch
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.models.functional import additive_energy
     from ctxnmt.models.nmt import build_model
@@ -69,16 +69,14 @@ def main() -> None:
     torch.set_num_threads(args.threads or os.cpu_count())
     torch.manual_seed(0)
     cfg = load_config(args.config, [])
-    cfg.model_dir = str(ROOT / "runs" / "bench-prep" / data_fingerprint(cfg.data))
-    data = prepare(cfg, log=lambda message: print(message, file=sys.stderr))
+    data = prepared_data(cfg)
     model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
     if args.checkpoint:
         model.load_state_dict(load_checkpoint(args.checkpoint)["model"])
     forms = {"tanh": tanh_energy, "sigmoid (ctxnmt)": additive_energy}
 
-    train, t = data.train, cfg.training
-    src_lens, tgt_lens = [len(s) for s in train.src], [len(s) for s in train.tgt]
-    indices = epoch_batches(src_lens, tgt_lens, t.batch_tokens, t.batch_sents, t.seed, 0)[: args.batches + 1]
+    train = data.train
+    indices = first_batches(cfg, train, args.batches + 1)
     train_rate = {name: [0, 0.0] for name in forms}
     model.train()
     for i, index in enumerate(indices):
@@ -94,13 +92,12 @@ def main() -> None:
                 train_rate[name][0] += n
                 train_rate[name][1] += time.perf_counter() - start
 
-    test = read_split(cfg.data, "test")
-    n = min(args.decode_sents, len(test.src))
-    split = encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:n], test.tgt[:n])
+    sources = test_sources(cfg, data, args.decode_sents)
+    n = len(sources)
     decode_rate = {name: [0, 0.0] for name in forms}
     model.eval()
     for i, start_sent in enumerate(range(0, n, args.decode_batch)):
-        chunk = split.src[start_sent: start_sent + args.decode_batch]
+        chunk = sources[start_sent: start_sent + args.decode_batch]
         for name, energy in (list(forms.items()) if i % 2 else list(forms.items())[::-1]):
             attention.additive_energy = energy
             start = time.perf_counter()

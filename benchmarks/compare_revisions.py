@@ -26,27 +26,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 WORKER = r'''
 import json, sys, time
-root, config, threads, batches, decode_batch, beam, prep_root = sys.argv[1:8]
-sys.path.insert(0, root)
+root, config, threads, batches, decode_batch, beam, main_root = sys.argv[1:8]
+sys.path[:0] = [root, main_root]  # the revision's ctxnmt; the benchmark helpers of this checkout
 import torch
+from benchmarks.common import first_batches, prepared_data, test_sources
 from ctxnmt.config import load_config
-from ctxnmt.data.batching import epoch_batches, make_batch
-from ctxnmt.data.prepare import data_fingerprint, encode_split, prepare, read_split
+from ctxnmt.data.batching import make_batch
 from ctxnmt.decoding.translator import search_ids
 from ctxnmt.models.nmt import build_model
 
 torch.set_num_threads(int(threads))
 torch.manual_seed(0)
 cfg = load_config(config, [])
-cfg.model_dir = str(prep_root + "/" + data_fingerprint(cfg.data))
-data = prepare(cfg, log=lambda message: print(message, file=sys.stderr))
+data = prepared_data(cfg)
 model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-train, t = data.train, cfg.training
-src_lens, tgt_lens = [len(s) for s in train.src], [len(s) for s in train.tgt]
-indices = epoch_batches(src_lens, tgt_lens, t.batch_tokens, t.batch_sents, t.seed, 0)[: int(batches)]
-test = read_split(cfg.data, "test")
-split = encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src, test.tgt)
+train = data.train
+indices = first_batches(cfg, train, int(batches))
+sources = test_sources(cfg, data)
 print("ready", flush=True)
 for line in sys.stdin:
     kind, i = line.split()
@@ -63,7 +60,7 @@ for line in sys.stdin:
         optimizer.step()
         check = float(nll.detach())
     else:
-        chunk = split.src[i * int(decode_batch): (i + 1) * int(decode_batch)]
+        chunk = sources[i * int(decode_batch): (i + 1) * int(decode_batch)]
         hyps = search_ids(model, chunk, cfg.decoding, beam=int(beam), batch_size=int(decode_batch), device="cpu")
         n = sum(len(h[0].tokens) + 1 for h in hyps)
         check = hyps[0][0].tokens[:8]
@@ -82,7 +79,7 @@ def checkout(rev: str, into: Path) -> Path:
 def start_worker(code_root: Path, args) -> subprocess.Popen:
     worker = subprocess.Popen(
         [sys.executable, "-c", WORKER, str(code_root), str(Path(args.config).resolve()), str(args.threads),
-         str(args.batches + 1), str(args.decode_batch), str(args.beam), str(ROOT / "runs" / "bench-prep")],
+         str(args.batches + 1), str(args.decode_batch), str(args.beam), str(ROOT)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     if worker.stdout.readline().strip() != "ready":
         raise SystemExit(f"the worker for {code_root} did not start")

@@ -127,9 +127,9 @@ def forward_flops_per_target_token(cfg, vocab: int, src_len: float, tgt_len: flo
 def measure(config_path: str, overrides: list[str], args) -> dict:
     import torch
 
+    from benchmarks.common import first_batches, prepared_data, test_sources
     from ctxnmt.config import load_config
-    from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
-    from ctxnmt.data.prepare import data_fingerprint, encode_split, prepare, read_split
+    from ctxnmt.data.batching import make_batch, padding_ratio
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.models.nmt import build_model, count_parameters
     from ctxnmt.training.checkpoint import load_checkpoint
@@ -138,9 +138,7 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     torch.manual_seed(0)
     cfg = load_config(config_path, overrides)
     device = torch.device(args.device)
-    # Every config with the same data settings shares one prepared directory.
-    cfg.model_dir = str(ROOT / "runs" / "bench-prep" / data_fingerprint(cfg.data))
-    data = prepare(cfg, log=lambda message: print(message, file=sys.stderr))
+    data = prepared_data(cfg)
     model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
     if args.checkpoint:
         # Not strict: a variant keeps its extra parameters (e.g. W_y, v) at their initial values
@@ -149,11 +147,9 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
         if missing:
             print(f"not in the checkpoint, left initialised: {', '.join(missing)}", file=sys.stderr)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    t = cfg.training
     train = data.train
     src_lens, tgt_lens = [len(s) for s in train.src], [len(s) for s in train.tgt]
-    batches = epoch_batches(src_lens, tgt_lens, t.batch_tokens, t.batch_sents, t.seed, 0)
-    batches = batches[: args.warmup + args.train_batches]
+    batches = first_batches(cfg, train, args.warmup + args.train_batches)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     model.train()
     tokens, elapsed = 0, 0.0
@@ -194,15 +190,14 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
         "model_shape_gflops": shape_gflops,
         "compute_fraction_model_shapes": tokens / elapsed * flops / (shape_gflops * 1e9),
     }
-    test = read_split(cfg.data, "test")
-    n = min(args.decode_sents, len(test.src))
-    split = encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:n], test.tgt[:n])
+    sources = test_sources(cfg, data, args.decode_sents)
+    n = len(sources)
     model.eval()
     for beam in (1, 5, 10):
         sync(device)
         start = time.perf_counter()
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16):
-            hyps = search_ids(model, split.src, cfg.decoding, beam=beam, batch_size=args.decode_batch,
+            hyps = search_ids(model, sources, cfg.decoding, beam=beam, batch_size=args.decode_batch,
                               device=device)
         sync(device)
         seconds = time.perf_counter() - start

@@ -75,10 +75,11 @@ def main() -> None:
 
     import torch
 
+    from benchmarks.common import first_batches, prepared_data, test_sources
     from ctxnmt.config import load_config
-    from ctxnmt.data.batching import epoch_batches, make_batch
+    from ctxnmt.data.batching import make_batch
     from ctxnmt.data.documents import previous_sentences
-    from ctxnmt.data.prepare import data_fingerprint, encode_split, prepare, read_split
+    from ctxnmt.data.prepare import read_split
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.models.nmt import build_model, count_parameters
     from ctxnmt.training.checkpoint import load_checkpoint
@@ -92,8 +93,7 @@ def main() -> None:
     names = ["baseline"] + list(variants)
     configs = [load_config(args.config, args.set + ([] if n == "baseline" else variants[n].split(","))) for n in names]
     base = configs[0]
-    base.model_dir = str(ROOT / "runs" / "bench-prep" / data_fingerprint(base.data))
-    data = prepare(base, log=lambda message: print(message, file=sys.stderr))
+    data = prepared_data(base)
     models, optimizers = [], []
     for cfg in configs:
         torch.manual_seed(0)
@@ -103,9 +103,7 @@ def main() -> None:
         models.append(model)
         optimizers.append(torch.optim.Adam(model.parameters(), lr=1e-5))
     train = data.train
-    t = base.training
-    batches = epoch_batches([len(s) for s in train.src], [len(s) for s in train.tgt], t.batch_tokens, t.batch_sents,
-                            t.seed, 0)[: args.rounds + 2]
+    batches = first_batches(base, train, args.rounds + 2)
     # K → each training sentence's previous sentences, for the document-context variants
     k_of = [cfg.model.doc_sents if cfg.model.uses_document else 0 for cfg in configs]
     train_context = {k: previous_sentences(train.docs, k) for k in set(k_of) if k}
@@ -122,9 +120,9 @@ def main() -> None:
             opt.step()
             if r >= 2:
                 train_rate[name].append(n / (time.perf_counter() - start))
-    test = read_split(base.data, "test")
-    k = min(args.decode_sents, len(test.src))
-    src = encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:k], test.tgt[:k]).src
+    src = test_sources(base, data, args.decode_sents)
+    k = len(src)
+    test = read_split(base.data, "test")  # its document structure, for the document-context variants
     test_context = {K: [[src[j] for j in c] for c in previous_sentences(test.docs[:k], K)]
                     for K in set(k_of) if K}
     decode_rate = {n: [] for n in names}

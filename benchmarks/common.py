@@ -1,0 +1,42 @@
+"""Set-up shared by the benchmarks: prepared data, the first training batches, test sources.
+
+Every benchmark with the same data settings shares one prepared directory under
+runs/bench-prep, keyed by the data fingerprint, so the corpus is tokenised and BPE
+is learnt once.  Only ctxnmt functions that older revisions also have are used here,
+because benchmarks/compare_revisions.py calls these helpers with an older
+revision's package on the path.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PREP_ROOT = ROOT / "runs" / "bench-prep"
+
+
+def prepared_data(cfg):
+    """The prepared corpus and vocabularies for `cfg.data` (cfg.model_dir is pointed at the shared copy)."""
+    from ctxnmt.data.prepare import data_fingerprint, prepare
+
+    cfg.model_dir = str(PREP_ROOT / data_fingerprint(cfg.data))
+    return prepare(cfg, log=lambda message: print(message, file=sys.stderr))
+
+
+def first_batches(cfg, train, count: int) -> list[list[int]]:
+    """Sentence indices of the first `count` training batches of epoch 1 (the same for every
+    config with the same data and batching settings)."""
+    from ctxnmt.data.batching import epoch_batches
+
+    t = cfg.training
+    return epoch_batches([len(s) for s in train.src], [len(s) for s in train.tgt], t.batch_tokens, t.batch_sents,
+                         t.seed, 0)[:count]
+
+
+def test_sources(cfg, data, count: int | None = None) -> list[list[int]]:
+    """The first `count` test sentences (all if None) as source id sequences."""
+    from ctxnmt.data.prepare import encode_split, read_split
+
+    test = read_split(cfg.data, "test")
+    n = len(test.src) if count is None else min(count, len(test.src))
+    return encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:n], test.tgt[:n]).src
