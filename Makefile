@@ -19,6 +19,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m ctxnmt.models.kernels
 	@touch $@
 
 # The SWORD Bible modules and the diatheke reader, from Debian.

@@ -6,13 +6,15 @@ loop:
   hidden_weight()        the matrix U with h @ U giving all recurrent terms
   combine(xp, hp, h)     the gate arithmetic; parameter-free, so the same code
                          runs on stacked directions or beams
-`step(xp, h)` is the plain one-step call built from them.
+`step(xp, h)` is the plain one-step call built from them, and `combine_held(xp, hp,
+h, mask)` the gate arithmetic with the state held on padding.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from ctxnmt.models.functional import gru_gates
 from ctxnmt.models.registry import CELLS
 
 
@@ -47,6 +49,11 @@ class RecurrentCell(nn.Module):
     def combine(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    @classmethod
+    def combine_held(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """combine, keeping h where mask (1 for real tokens) is 0."""
+        return hold_on_padding(cls.combine(xp, hp, h), h, mask)
+
 
 @CELLS.register("gru")
 class GRUCell(RecurrentCell):
@@ -55,11 +62,23 @@ class GRUCell(RecurrentCell):
     r = σ(W_r x + U_r h), z = σ(W_z x + U_z h),
     h̃ = tanh(W x + r ⊙ (U h)),  h' = z ⊙ h + (1 − z) ⊙ h̃.
     The reset gate multiplies U h (not h) as in dl4mt, which lets all three
-    recurrent products share one matrix multiplication.
+    recurrent products share one matrix multiplication.  On CPU the gates run as
+    one fused kernel (functional.gru_gates); `reference_combine` is the same
+    arithmetic in PyTorch operations, which every other device runs.
     """
 
+    @classmethod
+    def combine(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        fused = gru_gates(xp, hp, h)
+        return cls.reference_combine(xp, hp, h) if fused is None else fused
+
+    @classmethod
+    def combine_held(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        fused = gru_gates(xp, hp, h, mask)
+        return hold_on_padding(cls.reference_combine(xp, hp, h), h, mask) if fused is None else fused
+
     @staticmethod
-    def combine(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    def reference_combine(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         x_r, x_z, x_h = xp.chunk(3, dim=-1)
         h_r, h_z, h_h = hp.chunk(3, dim=-1)
         r = torch.sigmoid(x_r + h_r)
@@ -139,7 +158,7 @@ def scan(cell: RecurrentCell, xp: torch.Tensor, h0: torch.Tensor, mask: torch.Te
     xs, ms = xp.unbind(1), mask.unbind(1)
     h, out = h0, [None] * xp.size(1)
     for t in steps:
-        h = hold_on_padding(cell.combine(xs[t], h @ U, h), h, ms[t])
+        h = cell.combine_held(xs[t], h @ U, h, ms[t])
         out[t] = h
     return torch.stack(out, dim=1)
 
@@ -150,7 +169,7 @@ def final_state(cell: RecurrentCell, xp: torch.Tensor, h0: torch.Tensor, mask: t
     U = cell.hidden_weight()
     h = h0
     for x_t, m_t in zip(xp.unbind(1), mask.unbind(1)):  # unbind: see scan()
-        h = hold_on_padding(cell.combine(x_t, h @ U, h), h, m_t)
+        h = cell.combine_held(x_t, h @ U, h, m_t)
     return h
 
 
@@ -166,7 +185,7 @@ def biscan(fwd: RecurrentCell, bwd: RecurrentCell, xp_f: torch.Tensor, xp_b: tor
     h = h0.expand(2, *h0.shape) if h0.dim() == 2 else h0
     out = []
     for x_t, m_t in zip(xp.unbind(2), m.unbind(2)):  # unbind: see scan()
-        h = hold_on_padding(fwd.combine(x_t, torch.bmm(h, U), h), h, m_t)
+        h = fwd.combine_held(x_t, torch.bmm(h, U), h, m_t)
         out.append(h)
     states = torch.stack(out, dim=2)  # (2, B, T, H)
     return states[0], states[1].flip(1)

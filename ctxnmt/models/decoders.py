@@ -67,7 +67,7 @@ class ConditionalGRUDecoder(nn.Module):
             "_Wq": self._query_weight(),
         }
         enc = {**enc, **self.document.prepare(enc, doc, self.gru2)}
-        for name in ("values", "gate_values"):  # mixed by α_t at every step
+        for name in ("keys", "values", "gate_values"):  # read at every step
             if name in enc:
                 enc[name] = read_every_step(enc[name])
         return enc

@@ -22,13 +22,13 @@ class _Mix(torch.autograd.Function):
     inner size K = 1 during training), which CPU BLAS runs at a few GFLOP/s; a
     broadcast multiply gives the same numbers an order of magnitude faster.
     Values read at every decoder step (`read_every_step`) instead leave their
-    factors (α, ∂out) with the values' `_MixBank`, which forms ∂v once."""
+    factors (α, ∂out) with the values' `_StepBank`, which forms ∂v once."""
 
     @staticmethod
     @_custom_fwd
     def forward(ctx, alpha, values):
         ctx.save_for_backward(alpha, values)
-        ctx.bank = getattr(values, "_mix_bank", None)
+        ctx.bank = getattr(values, "_step_bank", None)
         return torch.bmm(alpha, values)
 
     @staticmethod
@@ -47,24 +47,34 @@ class _Mix(torch.autograd.Function):
         return grad_alpha, grad_values
 
 
-class _MixBank:
-    """The backward factors (α_t, ∂out_t) of every step's mix over one values tensor."""
+class _StepBank:
+    """What every decoder step's backward pass leaves for one tensor read at every step:
+    the mix's factors (α_t, ∂out_t), and the energy kernel's running sum of ∂keys."""
 
     def __init__(self):
         self.alphas: list[torch.Tensor] = []
         self.grads: list[torch.Tensor] = []
+        self.summed: torch.Tensor | None = None
 
     def deposit(self, alpha: torch.Tensor, grad: torch.Tensor) -> None:
         self.alphas.append(alpha)
         self.grads.append(grad)
 
+    def accumulator(self, like: torch.Tensor) -> torch.Tensor:
+        """The running sum that kernels add their gradients into."""
+        if self.summed is None:
+            self.summed = torch.zeros_like(like)
+        return self.summed
+
     def gradient(self) -> torch.Tensor | None:
-        """Σ_t α_tᵀ ∂out_t as one bmm with inner size T (not T products of size 1)."""
-        if not self.alphas:
-            return None
-        alphas, grads = torch.cat(self.alphas, dim=1), torch.cat(self.grads, dim=1)
-        self.alphas, self.grads = [], []  # a second backward pass (retain_graph) deposits anew
-        return torch.bmm(alphas.transpose(1, 2), grads)
+        """The sum, with Σ_t α_tᵀ ∂out_t as one bmm of inner size T (not T products of size 1)."""
+        total, self.summed = self.summed, None  # a second backward pass (retain_graph) deposits anew
+        if self.alphas:
+            alphas, grads = torch.cat(self.alphas, dim=1), torch.cat(self.grads, dim=1)
+            self.alphas, self.grads = [], []
+            mixed = torch.bmm(alphas.transpose(1, 2), grads)
+            total = mixed if total is None else total.add_(mixed)
+        return total
 
 
 class _ReadEveryStep(torch.autograd.Function):
@@ -89,13 +99,14 @@ class _ReadEveryStep(torch.autograd.Function):
 
 
 def read_every_step(values: torch.Tensor) -> torch.Tensor:
-    """`values` (N, S, D) as the decoder steps' `mix` should see them while training: the
-    gradient of all steps is formed at once.  Outside autograd, values unchanged."""
+    """`values` (N, S, D) as the decoder steps' `mix` (or the fused energy, for attention
+    keys) should see them while training: the gradient of all steps is formed at once.
+    Outside autograd, values unchanged."""
     if not (torch.is_grad_enabled() and values.requires_grad):
         return values
-    bank = _MixBank()
+    bank = _StepBank()
     shared = _ReadEveryStep.apply(values, bank)
-    shared._mix_bank = bank  # read by _Mix.forward; a tensor attribute survives no reindexing, as wanted
+    shared._step_bank = bank  # read by _Mix and _FusedEnergy; a tensor attribute survives no reindexing, as wanted
     return shared
 
 
@@ -206,6 +217,77 @@ def _energy_from_sigmoid(sig: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def additive_energy(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """vᵀ tanh(k_i + q) as (N, K, S) for keys (N, S, A), queries (N, K, A) and v (A,)."""
+    if _fusable(keys, query, v):
+        query = query.contiguous()
+        if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
+            return _FusedEnergy.apply(keys, query, v)
+        return torch.ops.ctxnmt.additive_energy(keys.contiguous(), query, v.contiguous())
     if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
         return _AdditiveEnergy.apply(keys, query, v)
     return _energy_from_sigmoid(_doubled_sigmoid(keys, query), v)  # nothing is kept for a backward pass
+
+
+# -- the fused CPU kernels (ctxnmt/models/kernels.cpp) ---------------------------------------
+
+def _fusable(*tensors: torch.Tensor) -> bool:
+    """The fused kernels serve float32 CPU tensors; GPUs, float64 (gradcheck) and builds
+    without the kernels take the PyTorch path."""
+    if not all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors):
+        return False
+    from ctxnmt.models import kernels
+
+    return kernels.available()
+
+
+class _FusedEnergy(torch.autograd.Function):
+    """additive_energy in one pass per direction; nothing of size (N, K, S, A) is formed.
+    Keys read at every step (`read_every_step`) take their gradient as a running sum."""
+
+    @staticmethod
+    def forward(ctx, keys, query, v):
+        ctx.bank = getattr(keys, "_step_bank", None)
+        keys, v = keys.contiguous(), v.contiguous()
+        ctx.save_for_backward(keys, query, v)
+        return torch.ops.ctxnmt.additive_energy(keys, query, v)
+
+    @staticmethod
+    def backward(ctx, grad):
+        keys, query, v = ctx.saved_tensors
+        banked = ctx.bank is not None and ctx.needs_input_grad[0]
+        grad_keys = ctx.bank.accumulator(keys) if banked else torch.zeros_like(keys)
+        grad_query, grad_v = torch.ops.ctxnmt.additive_energy_backward(grad.contiguous(), keys, query, v, grad_keys)
+        return (None if banked else grad_keys), grad_query, grad_v
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """(…, W) as (rows, W), a view where the strides allow it."""
+    x = x.reshape(-1, x.size(-1))
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+class _FusedGRUGates(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, xp, hp, h, mask):
+        out, saved = torch.ops.ctxnmt.gru_gates(_rows(xp), _rows(hp), _rows(h), mask, True)
+        ctx.save_for_backward(saved, h, mask)
+        return out.view(h.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        saved, h, mask = ctx.saved_tensors
+        grad_xp, grad_hp, grad_h = torch.ops.ctxnmt.gru_gates_backward(_rows(grad), saved, _rows(h), mask)
+        lead = h.shape[:-1]
+        return grad_xp.view(*lead, -1), grad_hp.view(*lead, -1), grad_h.view(h.shape), None
+
+
+def gru_gates(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The dl4mt GRU's gate arithmetic (cells.GRUCell) in one fused kernel, with the
+    state held where `mask` (rows of h; 1 for real tokens) is 0.  None where the kernels
+    cannot serve these tensors: the caller then runs the PyTorch expression."""
+    if mask is not None and mask.requires_grad or not _fusable(xp, hp, h):
+        return None
+    rows_mask = None if mask is None else mask.to(torch.float32).reshape(-1)
+    if torch.is_grad_enabled() and (xp.requires_grad or hp.requires_grad or h.requires_grad):
+        return _FusedGRUGates.apply(xp, hp, h, rows_mask)
+    out, _ = torch.ops.ctxnmt.gru_gates(_rows(xp), _rows(hp), _rows(h), rows_mask, False)
+    return out.view(h.shape)

@@ -1,0 +1,249 @@
+// Fused CPU kernels for the two element-wise hot spots of the RNNsearch family:
+// the additive attention energy and the GRU gates.  ctxnmt.models.kernels builds
+// this file once per machine; ctxnmt.models.functional wraps each op in an autograd
+// function and falls back to plain PyTorch where the build is unavailable.
+//
+// Why fused: done with PyTorch operations, the energy materialises (N, K, S, A)
+// tensors twice per decoder step (forward and recomputed backward), and a GRU step
+// is some fifteen small element-wise kernels plus their autograd bookkeeping.  Here
+// each is one pass over its inputs, parallel over rows with ATen's thread pool.
+//
+// tanh x is evaluated as 2σ(2x) − 1 with expf, which the compiler vectorises through
+// glibc's libmvec under -ffast-math (libm's tanhf does not vectorise as well).
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <tuple>
+
+namespace {
+
+// σ(2x); the clamp keeps expf finite (σ(±40) is 0 or 1 to float precision anyway).
+inline float sigmoid2(float x) {
+  x = fminf(fmaxf(x, -20.f), 20.f);
+  return 1.f / (1.f + expf(-2.f * x));
+}
+
+inline float sigmoid(float x) {
+  x = fminf(fmaxf(x, -40.f), 40.f);
+  return 1.f / (1.f + expf(-x));
+}
+
+void check_rows(const at::Tensor& t, const char* name, int64_t width) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat, name, " must be a float32 CPU tensor");
+  TORCH_CHECK(t.dim() == 2 && t.size(1) == width && t.stride(1) == 1, name,
+              " must be (rows, ", width, ") with contiguous rows");
+}
+
+void check_contiguous(const at::Tensor& t, const char* name, int64_t dim) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat, name, " must be a float32 CPU tensor");
+  TORCH_CHECK(t.dim() == dim && t.is_contiguous(), name, " must be a contiguous ", dim, "-d tensor");
+}
+
+// Restrict-qualified parameters (not locals) are what lets GCC vectorise these loops.
+float energy_row(const float* __restrict__ key, const float* __restrict__ q, const float* __restrict__ v,
+                 int64_t A) {
+  float acc = 0.f;
+  for (int64_t a = 0; a < A; ++a) acc += v[a] * sigmoid2(key[a] + q[a]);
+  return acc;
+}
+
+void energy_backward_row(const float* __restrict__ key, const float* __restrict__ q, const float* __restrict__ v,
+                         float g, float* __restrict__ gk, float* __restrict__ gq, float* __restrict__ gv,
+                         int64_t A) {
+  for (int64_t a = 0; a < A; ++a) {
+    const float sig = sigmoid2(key[a] + q[a]);
+    const float d = 4.f * g * v[a] * sig * (1.f - sig);  // g · v_a · (1 − tanh²)
+    gk[a] += d;
+    gq[a] += d;
+    gv[a] += g * (2.f * sig - 1.f);
+  }
+}
+
+template <bool SAVE>
+void gru_row(const float* __restrict__ x, const float* __restrict__ u, const float* __restrict__ s, float m,
+             float* __restrict__ o, float* __restrict__ sv, int64_t H) {
+  for (int64_t j = 0; j < H; ++j) {
+    const float r = sigmoid(x[j] + u[j]);
+    const float z = sigmoid(x[H + j] + u[H + j]);
+    const float c = 2.f * sigmoid2(x[2 * H + j] + r * u[2 * H + j]) - 1.f;
+    const float hn = c + z * (s[j] - c);
+    o[j] = s[j] + m * (hn - s[j]);
+    if (SAVE) {
+      sv[j] = r;
+      sv[H + j] = z;
+      sv[2 * H + j] = c;
+      sv[3 * H + j] = u[2 * H + j];
+    }
+  }
+}
+
+void gru_row_backward(const float* __restrict__ go, const float* __restrict__ sv, const float* __restrict__ s,
+                      float m, float* __restrict__ gx, float* __restrict__ gu, float* __restrict__ gs, int64_t H) {
+  for (int64_t j = 0; j < H; ++j) {
+    const float r = sv[j], z = sv[H + j], c = sv[2 * H + j], uc = sv[3 * H + j];
+    const float g = m * go[j];                        // ∂h' (the new state's share)
+    const float dc = g * (1.f - z) * (1.f - c * c);  // through tanh's argument
+    const float dz = g * (s[j] - c) * z * (1.f - z);
+    const float dr = dc * uc * r * (1.f - r);
+    gx[j] = dr;
+    gx[H + j] = dz;
+    gx[2 * H + j] = dc;
+    gu[j] = dr;
+    gu[H + j] = dz;
+    gu[2 * H + j] = dc * r;
+    gs[j] = g * z + (1.f - m) * go[j];
+  }
+}
+
+// ---- additive attention energy ---------------------------------------------------
+// e[n, k, s] = Σ_a v_a tanh(keys[n, s, a] + query[n, k, a])
+
+at::Tensor additive_energy(const at::Tensor& keys, const at::Tensor& query, const at::Tensor& v) {
+  check_contiguous(keys, "keys", 3);
+  check_contiguous(query, "query", 3);
+  check_contiguous(v, "v", 1);
+  const int64_t N = keys.size(0), S = keys.size(1), A = keys.size(2), K = query.size(1);
+  TORCH_CHECK(query.size(0) == N && query.size(2) == A && v.size(0) == A, "energy: shapes do not agree");
+  at::Tensor out = at::empty({N, K, S}, keys.options());
+  const float* kp = keys.data_ptr<float>();
+  const float* qp = query.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  float vsum = 0.f;
+  for (int64_t a = 0; a < A; ++a) vsum += vp[a];
+  at::parallel_for(0, N * K, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t nk = begin; nk < end; ++nk) {
+      for (int64_t s = 0; s < S; ++s) {
+        op[nk * S + s] = 2.f * energy_row(kp + ((nk / K) * S + s) * A, qp + nk * A, vp, A) - vsum;  // vᵀ(2σ − 1)
+      }
+    }
+  });
+  return out;
+}
+
+// Adds ∂keys into grad_keys (a decoder's running sum over steps, or zeros) and returns
+// (∂query, ∂v).  Positions whose incoming gradient is zero (masked source padding) are
+// skipped: they contribute nothing.
+std::tuple<at::Tensor, at::Tensor> additive_energy_backward(const at::Tensor& grad, const at::Tensor& keys,
+                                                            const at::Tensor& query, const at::Tensor& v,
+                                                            at::Tensor grad_keys) {
+  check_contiguous(grad, "grad", 3);
+  check_contiguous(keys, "keys", 3);
+  check_contiguous(query, "query", 3);
+  check_contiguous(v, "v", 1);
+  check_contiguous(grad_keys, "grad_keys", 3);
+  const int64_t N = keys.size(0), S = keys.size(1), A = keys.size(2), K = query.size(1);
+  TORCH_CHECK(grad.size(0) == N && grad.size(1) == K && grad.size(2) == S, "energy backward: grad shape");
+  TORCH_CHECK(grad_keys.sizes() == keys.sizes(), "energy backward: grad_keys shape");
+  at::Tensor grad_query = at::zeros({N, K, A}, keys.options());
+  const int64_t threads = at::get_num_threads();
+  at::Tensor grad_v_parts = at::zeros({threads, A}, keys.options());  // one row per thread, summed below
+  const float* gp = grad.data_ptr<float>();
+  const float* kp = keys.data_ptr<float>();
+  const float* qp = query.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  float* gkp = grad_keys.data_ptr<float>();
+  float* gqp = grad_query.data_ptr<float>();
+  float* gvp = grad_v_parts.data_ptr<float>();
+  at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+    float* gv = gvp + (at::get_thread_num() % threads) * A;
+    for (int64_t n = begin; n < end; ++n) {
+      for (int64_t k = 0; k < K; ++k) {
+        const float* q = qp + (n * K + k) * A;
+        float* gq = gqp + (n * K + k) * A;
+        for (int64_t s = 0; s < S; ++s) {
+          const float g = gp[(n * K + k) * S + s];
+          if (g == 0.f) continue;
+          energy_backward_row(kp + (n * S + s) * A, q, vp, g, gkp + (n * S + s) * A, gq, gv, A);
+        }
+      }
+    }
+  });
+  return {grad_query, grad_v_parts.sum(0)};
+}
+
+// ---- GRU gates ---------------------------------------------------------------------
+// r = σ(x_r + h_r), z = σ(x_z + h_z), c = tanh(x_c + r ⊙ h_c), h' = c + z ⊙ (h − c),
+// and where a mask is given, h' ← h + m (h' − h) (the state holds on padding).
+// Rows are (rows, 3H) input and recurrent terms and (rows, H) states.  With `save`,
+// the second output holds (r, z, c, h_c) per row for the backward pass.
+
+std::tuple<at::Tensor, at::Tensor> gru_gates(const at::Tensor& xp, const at::Tensor& hp, const at::Tensor& h,
+                                             const std::optional<at::Tensor>& mask, bool save) {
+  const int64_t H = h.size(-1), R = h.size(0);
+  check_rows(xp, "xp", 3 * H);
+  check_rows(hp, "hp", 3 * H);
+  check_rows(h, "h", H);
+  TORCH_CHECK(xp.size(0) == R && hp.size(0) == R, "gru gates: row counts differ");
+  if (mask) {
+    TORCH_CHECK(mask->dim() == 1 && mask->size(0) == R && mask->scalar_type() == at::kFloat, "gru gates: mask");
+  }
+  at::Tensor out = at::empty({R, H}, h.options());
+  at::Tensor saved = at::empty({save ? R : 0, 4 * H}, h.options());
+  const float* xb = xp.data_ptr<float>();
+  const float* hb = hp.data_ptr<float>();
+  const float* sb = h.data_ptr<float>();
+  const float* mb = mask ? mask->data_ptr<float>() : nullptr;
+  const int64_t xs = xp.stride(0), hs = hp.stride(0), ss = h.stride(0), ms = mask ? mask->stride(0) : 0;
+  float* ob = out.data_ptr<float>();
+  float* svb = saved.data_ptr<float>();
+  at::parallel_for(0, R, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float m = mb ? mb[i * ms] : 1.f;
+      if (save) {
+        gru_row<true>(xb + i * xs, hb + i * hs, sb + i * ss, m, ob + i * H, svb + i * 4 * H, H);
+      } else {
+        gru_row<false>(xb + i * xs, hb + i * hs, sb + i * ss, m, ob + i * H, nullptr, H);
+      }
+    }
+  });
+  return {out, saved};
+}
+
+// (∂xp, ∂hp, ∂h) from ∂h' and the saved (r, z, c, h_c).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> gru_gates_backward(const at::Tensor& grad, const at::Tensor& saved,
+                                                                  const at::Tensor& h,
+                                                                  const std::optional<at::Tensor>& mask) {
+  const int64_t H = h.size(-1), R = h.size(0);
+  check_rows(grad, "grad", H);
+  check_rows(h, "h", H);
+  check_contiguous(saved, "saved", 2);
+  TORCH_CHECK(saved.size(0) == R && saved.size(1) == 4 * H && grad.size(0) == R, "gru gates backward: shapes");
+  at::Tensor grad_xp = at::empty({R, 3 * H}, h.options());
+  at::Tensor grad_hp = at::empty({R, 3 * H}, h.options());
+  at::Tensor grad_h = at::empty({R, H}, h.options());
+  const float* gb = grad.data_ptr<float>();
+  const float* svb = saved.data_ptr<float>();
+  const float* sb = h.data_ptr<float>();
+  const float* mb = mask ? mask->data_ptr<float>() : nullptr;
+  const int64_t gs = grad.stride(0), ss = h.stride(0), ms = mask ? mask->stride(0) : 0;
+  float* gxb = grad_xp.data_ptr<float>();
+  float* ghb = grad_hp.data_ptr<float>();
+  float* gsb = grad_h.data_ptr<float>();
+  at::parallel_for(0, R, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      gru_row_backward(gb + i * gs, svb + i * 4 * H, sb + i * ss, mb ? mb[i * ms] : 1.f, gxb + i * 3 * H,
+                       ghb + i * 3 * H, gsb + i * H, H);
+    }
+  });
+  return {grad_xp, grad_hp, grad_h};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(ctxnmt, m) {
+  m.def("additive_energy(Tensor keys, Tensor query, Tensor v) -> Tensor", additive_energy);
+  m.def("additive_energy_backward(Tensor grad, Tensor keys, Tensor query, Tensor v, Tensor(a!) grad_keys)"
+        " -> (Tensor, Tensor)",
+        additive_energy_backward);
+  m.def("gru_gates(Tensor xp, Tensor hp, Tensor h, Tensor? mask, bool save) -> (Tensor, Tensor)", gru_gates);
+  m.def("gru_gates_backward(Tensor grad, Tensor saved, Tensor h, Tensor? mask) -> (Tensor, Tensor, Tensor)",
+        gru_gates_backward);
+}

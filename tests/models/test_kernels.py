@@ -1,0 +1,139 @@
+"""The fused CPU kernels (ctxnmt/models/kernels.cpp) against the literal equations in float64.
+
+The kernels must build wherever the tests run (CI included): a failed build fails
+these tests instead of silently testing the PyTorch fallback.  CTXNMT_KERNELS=0
+switches them off and skips this file.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from ctxnmt.models import kernels
+from ctxnmt.models.cells import GRUCell, hold_on_padding
+from ctxnmt.models.functional import additive_energy, gru_gates, read_every_step
+
+pytestmark = pytest.mark.skipif(os.environ.get("CTXNMT_KERNELS") == "0", reason="fused kernels switched off")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def built():
+    assert kernels.available(), "the fused CPU kernels did not build (see the warning above)"
+
+
+def _leaves(*tensors):
+    return [t.clone().requires_grad_() for t in tensors]
+
+
+def _energy_reference(keys, query, v):
+    """e[n, k, s] = Σ_a v_a tanh(keys[n, s, a] + query[n, k, a]), literally."""
+    return torch.tanh(keys.unsqueeze(1) + query.unsqueeze(2)) @ v
+
+
+@pytest.mark.parametrize("rows_per_sentence", [1, 3])
+def test_energy_kernel_matches_the_equation_with_gradients(rows_per_sentence):
+    torch.manual_seed(0)
+    N, K, S, A = 5, rows_per_sentence, 7, 67  # A not a multiple of the vector width
+    keys, query, v = torch.randn(N, S, A) * 2, torch.randn(N, K, A) * 2, torch.randn(A) / 4
+    grad = torch.randn(N, K, S)
+    grad[:, :, -2:] = 0.0  # masked source padding gets no gradient from the softmax
+    fused = _leaves(keys, query, v)
+    plain = _leaves(keys.double(), query.double(), v.double())
+    e_fused = additive_energy(*fused)
+    e_plain = _energy_reference(*plain)
+    torch.testing.assert_close(e_fused, e_plain.float(), rtol=0, atol=1e-5)
+    e_fused.backward(grad)
+    e_plain.backward(grad.double())
+    for a, b in zip(fused, plain):
+        torch.testing.assert_close(a.grad, b.grad.float(), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(additive_energy(keys, query, v), e_fused.detach())
+
+
+def test_energy_kernel_sums_the_keys_gradient_of_every_step():
+    """Keys read at every decoder step take one running sum (read_every_step), also
+    when they are used outside the steps and when the graph is walked twice."""
+    torch.manual_seed(1)
+    keys, v = torch.randn(3, 6, 16), torch.randn(16)
+    queries = [torch.randn(3, 1, 16) for _ in range(4)]
+
+    def loss(keys, v, queries, shared):
+        total = (keys ** 2).sum()
+        carry = torch.zeros(3, 1, 16, dtype=keys.dtype)
+        for q in queries:
+            e = additive_energy(shared, q + carry, v)
+            carry = carry + torch.softmax(e, -1) @ keys[:, :, :16] * 0.1
+            total = total + (e * torch.arange(6, dtype=keys.dtype)).sum()
+        return total
+
+    fused = _leaves(keys, v, *queries)
+    plain = _leaves(keys.double(), v.double(), *[q.double() for q in queries])
+    out = loss(fused[0], fused[1], fused[2:], read_every_step(fused[0]))
+    first = torch.autograd.grad(out, fused, retain_graph=True)
+    second = torch.autograd.grad(out, fused)
+    expected = torch.autograd.grad(loss(plain[0], plain[1], plain[2:], plain[0]), plain)
+    for a, b, c in zip(first, second, expected):
+        torch.testing.assert_close(a, c.float(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(b, a)
+
+
+def _gru_reference(xp, hp, h, mask=None):
+    """The dl4mt GRU with the state held on padding, as PyTorch operations."""
+    new = GRUCell.reference_combine(xp, hp, h)
+    return new if mask is None else hold_on_padding(new, h, mask)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_gru_kernel_matches_the_equations_with_gradients(masked):
+    torch.manual_seed(2)
+    B, H = 6, 37
+    xp, hp, h = torch.randn(B, 3 * H) * 2, torch.randn(B, 3 * H) * 2, torch.randn(B, H)
+    mask = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 1.0]) if masked else None
+    grad = torch.randn(B, H)
+    fused = _leaves(xp, hp, h)
+    plain = _leaves(xp.double(), hp.double(), h.double())
+    out = gru_gates(*fused, mask)
+    expected = _gru_reference(*plain, None if mask is None else mask.double())
+    torch.testing.assert_close(out, expected.float(), rtol=0, atol=1e-6)
+    if masked:
+        assert torch.equal(out[2], h[2]) and torch.equal(out[4], h[4])
+    out.backward(grad)
+    expected.backward(grad.double())
+    for a, b in zip(fused, plain):
+        torch.testing.assert_close(a.grad, b.grad.float(), rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        torch.testing.assert_close(gru_gates(xp, hp, h, mask), out.detach())
+
+
+def test_gru_kernel_reads_strided_rows_as_the_encoders_pass_them():
+    """biscan hands (2, B, 3H) slices of a (2, B, T, 3H) tensor and a (2, B) mask slice."""
+    torch.manual_seed(3)
+    H, T = 8, 5
+    xp_all = torch.randn(2, 4, T, 3 * H, requires_grad=True)
+    hp_all = torch.randn(2, 4, 3 * H + 5, requires_grad=True)  # a wider product, sliced
+    h = torch.randn(2, 4, H, requires_grad=True)
+    mask_all = (torch.rand(2, 4, T) > 0.3).float()
+    xp, hp, m = xp_all[:, :, 2], hp_all[..., 5:], mask_all[:, :, 2]
+    out = gru_gates(xp, hp, h, m)
+    expected = _gru_reference(xp, hp, h, m)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+    grads = torch.autograd.grad(out.square().sum(), [xp_all, hp_all, h])
+    for a, b in zip(grads, torch.autograd.grad(expected.square().sum(), [xp_all, hp_all, h])):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_kernels_refuse_what_they_cannot_serve():
+    with pytest.raises(RuntimeError, match="float32 CPU"):
+        torch.ops.ctxnmt.additive_energy(torch.zeros(2, 3, 4, dtype=torch.float64), torch.zeros(2, 1, 4),
+                                         torch.zeros(4))
+    with pytest.raises(RuntimeError, match="xp must be"):
+        torch.ops.ctxnmt.gru_gates(torch.zeros(2, 5), torch.zeros(2, 6), torch.zeros(2, 2), None, False)
+    # float64 (gradcheck) takes the PyTorch path instead of the kernel
+    assert gru_gates(*[torch.zeros(2, 6, dtype=torch.float64)] * 2, torch.zeros(2, 2, dtype=torch.float64)) is None
+
+
+def test_switched_off_kernels_leave_the_pytorch_path(monkeypatch):
+    monkeypatch.setenv("CTXNMT_KERNELS", "0")
+    assert kernels._load() is False
