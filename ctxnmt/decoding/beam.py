@@ -57,15 +57,18 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5,
     history = torch.zeros(B * K, 0, dtype=torch.long, device=src.device)
     att_history = None
     prev = None
+    vocab = model.vocab_size
     for t in range(max(s.max_len for s in sentences)):
-        logp, state, alpha = model.step(enc, state, prev)
-        n, V = len(active), logp.size(1)
+        # A sentence's 2K best continuations are each among the 2K best of their own row,
+        # so each row proposes only those (never a (rows × vocabulary) score matrix).
+        row_logp, row_tok, state, alpha = model.step_candidates(enc, state, prev, min(2 * K, vocab))
+        n, C = len(active), row_logp.size(1)
         if return_attention:
             step_att = alpha.unsqueeze(1)
             att_history = step_att if att_history is None else torch.cat([att_history, step_att], 1)
-        cand = (scores.view(-1, 1) + logp).view(n, K * V)
-        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)
-        top_beam, top_tok = top_idx // V, top_idx % V
+        cand = (scores.view(-1, 1) + row_logp).view(n, K * C)
+        top_scores, top_idx = cand.topk(min(2 * K, K * C), dim=1)
+        top_beam, top_tok = top_idx // C, row_tok.view(n, K * C).gather(1, top_idx)
         last_step = torch.tensor([t + 1 >= sentences[i].max_len for i in active], device=src.device)
         _collect_finished(sentences, active, top_scores, top_beam, top_tok, last_step, history,
                           att_history, t, K, length_penalty)

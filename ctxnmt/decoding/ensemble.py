@@ -57,6 +57,10 @@ class Ensemble(nn.Module):
         self.members = nn.ModuleList(models)
         self.mode = mode
 
+    @property
+    def vocab_size(self) -> int:
+        return self.members[0].vocab_size
+
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         return pack([m.encode(src, src_mask) for m in self.members])
 
@@ -79,6 +83,11 @@ class Ensemble(nn.Module):
         else:
             combined = torch.logsumexp(stacked, 0) - math.log(len(logps))
         return combined, pack(new_states), torch.stack(alphas).mean(0)
+
+    def step_candidates(self, enc, state, prev_tokens, k: int):
+        """Each row's k best next words under the combined distribution (see NMTModel)."""
+        logp, state, alpha = self.step(enc, state, prev_tokens)
+        return *logp.topk(k, dim=-1), state, alpha
 
 
 def preprocessing_fingerprint(model_dir: Path) -> str:

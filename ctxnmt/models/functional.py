@@ -291,3 +291,16 @@ def gru_gates(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.T
         return _FusedGRUGates.apply(xp, hp, h, rows_mask)
     out, _ = torch.ops.ctxnmt.gru_gates(_rows(xp), _rows(hp), _rows(h), rows_mask, False)
     return out.view(h.shape)
+
+
+def top_log_softmax_fusable(x: torch.Tensor) -> bool:
+    """Whether `top_log_softmax` runs the kernel for these rows: from 16 rows on (one
+    task per 16 rows; fewer ran faster through the plain operations), without autograd."""
+    return x.size(0) >= 16 and not torch.is_grad_enabled() and _fusable(x)
+
+
+def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k: int):
+    """The k largest entries of each row of log_softmax(x Wᵀ + b) and their columns, best first."""
+    if top_log_softmax_fusable(x) and _fusable(weight, bias):
+        return torch.ops.ctxnmt.log_softmax_topk(torch.addmm(bias.unsqueeze(1), weight, x.t()), k)
+    return torch.log_softmax(F.linear(x, weight, bias), dim=-1).topk(k, dim=-1)

@@ -17,8 +17,10 @@
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <tuple>
 
@@ -236,6 +238,72 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gru_gates_backward(const at::Tens
   return {grad_xp, grad_hp, grad_h};
 }
 
+// ---- the k most probable next words ------------------------------------------------
+// For logits stored vocabulary-major, (V, R) = W_o tᵀ + b (the faster product order on
+// CPU for decoding's few rows), the k largest log-probabilities of each of the R rows
+// and their word ids, best first, without forming or transposing the (R, V) log-softmax:
+// one pass keeps each row's k best logits, one vectorised pass sums exp(logit − max).
+
+void insert_top(float x, int64_t v, float* vals, int64_t* ids, int64_t k) {
+  int64_t j = k - 1;  // x beats vals[k − 1]: shift the smaller ones down; ties keep the earlier id first
+  while (j > 0 && vals[j - 1] < x) {
+    vals[j] = vals[j - 1];
+    ids[j] = ids[j - 1];
+    --j;
+  }
+  vals[j] = x;
+  ids[j] = v;
+}
+
+void sum_exp_rows(const float* __restrict__ row, const float* __restrict__ max, float* __restrict__ sum,
+                  int64_t width) {
+  for (int64_t r = 0; r < width; ++r) sum[r] += expf(row[r] - max[r]);
+}
+
+std::tuple<at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, int64_t k) {
+  check_contiguous(logits_t, "logits_t", 2);
+  const int64_t V = logits_t.size(0), R = logits_t.size(1);
+  TORCH_CHECK(k >= 1 && k <= V, "log_softmax_topk: k must be in 1..V");
+  at::Tensor values = at::empty({R, k}, logits_t.options());
+  at::Tensor ids = at::empty({R, k}, logits_t.options().dtype(at::kLong));
+  const float* lp = logits_t.data_ptr<float>();
+  float* vp = values.data_ptr<float>();
+  int64_t* ip = ids.data_ptr<int64_t>();
+  const int64_t block = 16;  // columns per task: one cache line of each vocabulary row
+  at::parallel_for(0, (R + block - 1) / block, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t r0 = b * block, width = std::min(block, R - r0);
+      float* vals = vp + r0 * k;
+      int64_t* top = ip + r0 * k;
+      float thresholds[block], max[block], sum[block];
+      for (int64_t r = 0; r < width; ++r) {
+        for (int64_t j = 0; j < k; ++j) {
+          vals[r * k + j] = std::numeric_limits<float>::lowest();
+          top[r * k + j] = 0;
+        }
+        thresholds[r] = std::numeric_limits<float>::lowest();
+        sum[r] = 0.f;
+      }
+      for (int64_t v = 0; v < V; ++v) {
+        const float* row = lp + v * R + r0;
+        for (int64_t r = 0; r < width; ++r) {
+          if (row[r] > thresholds[r]) {
+            insert_top(row[r], v, vals + r * k, top + r * k, k);
+            thresholds[r] = vals[r * k + k - 1];
+          }
+        }
+      }
+      for (int64_t r = 0; r < width; ++r) max[r] = vals[r * k];
+      for (int64_t v = 0; v < V; ++v) sum_exp_rows(lp + v * R + r0, max, sum, width);
+      for (int64_t r = 0; r < width; ++r) {
+        const float log_z = max[r] + logf(sum[r]);
+        for (int64_t j = 0; j < k; ++j) vals[r * k + j] -= log_z;
+      }
+    }
+  });
+  return {values, ids};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(ctxnmt, m) {
@@ -244,6 +312,7 @@ TORCH_LIBRARY(ctxnmt, m) {
         " -> (Tensor, Tensor)",
         additive_energy_backward);
   m.def("gru_gates(Tensor xp, Tensor hp, Tensor h, Tensor? mask, bool save) -> (Tensor, Tensor)", gru_gates);
+  m.def("log_softmax_topk(Tensor logits_t, int k) -> (Tensor, Tensor)", log_softmax_topk);
   m.def("gru_gates_backward(Tensor grad, Tensor saved, Tensor h, Tensor? mask) -> (Tensor, Tensor, Tensor)",
         gru_gates_backward);
 }

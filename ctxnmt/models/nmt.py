@@ -9,7 +9,7 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import Context
 from ctxnmt.data.vocab import PAD
 from ctxnmt.models.document import HierarchicalSummary
-from ctxnmt.models.functional import linear_cross_entropy
+from ctxnmt.models.functional import linear_cross_entropy, top_log_softmax, top_log_softmax_fusable
 from ctxnmt.models.registry import DECODERS, ENCODERS
 
 
@@ -80,6 +80,11 @@ class NMTModel(nn.Module):
         enc = self.encode(src, src_mask, context)
         return self.decoder(enc, self.previous_embeddings(tgt), tgt_mask)
 
+    @property
+    def vocab_size(self) -> int:
+        """Target vocabulary size V."""
+        return self.generator.out_features
+
     def logits(self, readout: torch.Tensor) -> torch.Tensor:
         return self.generator(self.dropout_out(readout))
 
@@ -103,12 +108,31 @@ class NMTModel(nn.Module):
         """Log-probabilities (B, V) of the next word, the new state, and α_t (B, S).
 
         prev_tokens is None at the first step (y_0)."""
+        readout, state, alpha = self._readout_step(enc, state, prev_tokens)
+        return self.log_probs(readout), state, alpha
+
+    def step_candidates(self, enc, state, prev_tokens: torch.Tensor | None, k: int):
+        """As `step`, but only each row's k most probable next words: their
+        log-probabilities and ids (B, k), best first.  All a beam of k/2 needs."""
+        readout, state, alpha = self._readout_step(enc, state, prev_tokens)
+        return *self.top_log_probs(readout, k), state, alpha
+
+    def _readout_step(self, enc, state, prev_tokens):
         if prev_tokens is None:
             prev_emb = self.start.expand(state["s"].size(0), -1)
         else:
             prev_emb = self.tgt_emb(prev_tokens)
-        readout, state, alpha = self.decoder.step(enc, state, prev_emb)
-        return self.log_probs(readout), state, alpha
+        return self.decoder.step(enc, state, prev_emb)
+
+    def top_log_probs(self, readout: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The k largest log-probabilities of each row and their word ids, best first.
+
+        On CPU the fused kernel (kernels.cpp) reads W_o tᵀ as the product leaves it,
+        without the transpose and full log-softmax of `log_probs`: at the bench size
+        3.0 against 3.9 ms for 64 rows and 16.5 against 29 ms for 320 (beam 5)."""
+        if not self.training and top_log_softmax_fusable(readout):
+            return top_log_softmax(readout, self.generator.weight, self.generator.bias, k)
+        return self.log_probs(readout).topk(k, dim=-1)
 
     def log_probs(self, readout: torch.Tensor) -> torch.Tensor:
         """log softmax(W_o t + b) (R, V) for the R rows of one decoding step.

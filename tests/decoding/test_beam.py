@@ -88,3 +88,17 @@ def test_output_length_is_bounded_and_attention_is_returned():
         assert len(h[0].tokens) == len(sent) + 2
         assert h[0].attention.shape == (len(sent) + 2, max(len(s) for s in SRC))
         torch.testing.assert_close(h[0].attention.sum(-1), torch.ones(len(sent) + 2))
+
+
+def test_search_with_the_fused_kernels_equals_plain_pytorch(monkeypatch):
+    """16 rows (4 sentences × beam 4) take the fused top-k kernel; plain PyTorch must agree."""
+    from ctxnmt.models import kernels
+
+    model = random_model(5)
+    fused = beam_search(model, *pad(SRC), beam=4, nbest=4)
+    monkeypatch.setitem(kernels._state, "ok", False)
+    plain = beam_search(model, *pad(SRC), beam=4, nbest=4)
+    for a, b in zip(fused, plain):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        for x, y in zip(a, b):
+            assert abs(x.score - y.score) < 1e-5

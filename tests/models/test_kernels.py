@@ -137,3 +137,26 @@ def test_kernels_refuse_what_they_cannot_serve():
 def test_switched_off_kernels_leave_the_pytorch_path(monkeypatch):
     monkeypatch.setenv("CTXNMT_KERNELS", "0")
     assert kernels._load() is False
+
+
+@pytest.mark.parametrize("rows,k", [(16, 1), (33, 4), (40, 10)])
+def test_top_log_softmax_kernel_matches_log_softmax_then_topk(rows, k):
+    from ctxnmt.models.functional import top_log_softmax
+
+    torch.manual_seed(4)
+    x, weight, bias = torch.randn(rows, 24), torch.randn(101, 24), torch.randn(101)
+    values, ids = top_log_softmax(x, weight, bias, k)
+    expected = torch.log_softmax(x.double() @ weight.double().t() + bias.double(), dim=-1)
+    ref_values, ref_ids = expected.topk(k, dim=-1)
+    assert torch.equal(ids, ref_ids)
+    torch.testing.assert_close(values, ref_values.float(), rtol=2e-6, atol=2e-6)  # float32 logits of size ~10
+
+
+def test_top_log_softmax_kernel_keeps_the_earlier_word_of_a_tie():
+    logits_t = torch.zeros(6, 16)  # (V, R): every word equally likely
+    logits_t[4] = 1.0
+    values, ids = torch.ops.ctxnmt.log_softmax_topk(logits_t, 3)
+    assert ids.tolist() == [[4, 0, 1]] * 16
+    torch.testing.assert_close(values.exp().sum(1) + 3 * values[:, 1].exp(), torch.ones(16))
+    with pytest.raises(RuntimeError, match="k must be"):
+        torch.ops.ctxnmt.log_softmax_topk(logits_t, 7)
