@@ -27,10 +27,14 @@ class ConditionalGRUDecoder(nn.Module):
     s'_t = GRU_1(E y_{t-1}, s_{t-1});  α_t = softmax_i(v_aᵀ tanh(W_d s'_t + W_e h_i))
     c_t = Σ_i α_ti h_i;  s_t = GRU_2(c_t, s'_t);  s_0 = tanh(W_init · mean_i h_i).
 
-    Speed without changing the arithmetic: GRU_2's input term W c_t equals
-    Σ_i α_ti (W h_i) because α_t sums to one, so W h_i is computed once per
-    sentence and each step only mixes it with α_t; c_t itself is needed only by
-    the deep output and is formed for all steps at once after the loop.
+    Speed without changing the arithmetic: GRU_2's input term W c_t + b equals
+    Σ_i α_ti (W h_i + b) because α_t sums to one.  While training, W h_i + b is
+    computed once per sentence and each step only mixes it with α_t; c_t itself
+    is needed only by the deep output and is formed for all steps at once after
+    the loop.  In search with beams the K rows of a sentence share those values,
+    so they are formed at the first step; greedy search (one row per sentence)
+    instead multiplies c_t, which the step forms anyway: the same products, and
+    no (N, S, 3H) values to read at every step.
     """
 
     def __init__(self, emb_dim: int, hidden_dim: int, att_dim: int, ctx_dim: int, out_dim: int,
@@ -60,12 +64,13 @@ class ConditionalGRUDecoder(nn.Module):
             "annotations": annotations,
             "src_mask": src_mask,
             "keys": self.attention.precompute(annotations),
-            "values": self.gru2.input_proj(annotations),
             # Recurrent matrices gathered once per batch, not once per step; a leading
             # underscore marks entries without a batch dimension (never reordered).
             "_U1": self.gru1.hidden_weight(),
             "_Wq": self._query_weight(),
         }
+        if torch.is_grad_enabled():
+            enc["values"] = self.gru2.input_proj(annotations)
         enc = {**enc, **self.document.prepare(enc, doc, self.gru2)}
         for name in ("keys", "values", "gate_values"):  # read at every step
             if name in enc:
@@ -81,12 +86,25 @@ class ConditionalGRUDecoder(nn.Module):
         return torch.cat([self.attention.query_proj.weight.t(), self.gru2.hidden_weight()], dim=1)
 
     def _transition(self, enc, s, xp1_t, doc_t=None):
-        """`doc_t`: the document input's per-step terms of E y_{t-1} (None for most)."""
+        """s_t, α_t and c_t (None where it was not formed).  `doc_t`: the document
+        input's per-step terms of E y_{t-1} (None for most)."""
         s1 = self.gru1.combine(xp1_t, s @ enc["_U1"], s)
         q = s1 @ enc["_Wq"]
         alpha = self.attention.weights(q[:, : self.att_dim], enc["keys"], enc["src_mask"])
-        xp2, hp2 = self.document.gru2_terms(enc, mix(alpha, enc["values"]), q[:, self.att_dim:], s, s1, alpha, doc_t)
-        return self.gru2.combine(xp2, hp2, s1), alpha
+        xp2, c = self._gru2_input(enc, alpha)
+        xp2, hp2 = self.document.gru2_terms(enc, xp2, q[:, self.att_dim:], s, s1, alpha, doc_t)
+        return self.gru2.combine(xp2, hp2, s1), alpha, c
+
+    def _gru2_input(self, enc, alpha):
+        """W c_t + b, and c_t where it was formed on the way (see the class docstring)."""
+        if "values" not in enc and alpha.size(0) > enc["annotations"].size(0):
+            # Beams: formed at the first step and kept with the search's encoder side,
+            # which carries it along when sentences leave.
+            enc["values"] = self.gru2.input_proj(enc["annotations"])
+        if "values" in enc:
+            return mix(alpha, enc["values"]), None
+        c = mix(alpha, enc["annotations"])
+        return self.gru2.input_proj(c), c
 
     # -- teacher forcing ---------------------------------------------------------
     def forward(self, enc, prev_emb: torch.Tensor, tgt_mask: torch.Tensor):
@@ -108,7 +126,7 @@ class ConditionalGRUDecoder(nn.Module):
         doc_steps = doc_in.unbind(1) if doc_in is not None else [None] * xp1.size(1)
         states, alphas = [], []
         for xp1_t, doc_t in zip(xp1.unbind(1), doc_steps):  # unbind: a per-step slice has a costly backward
-            s, alpha = self._transition(enc, s, xp1_t, doc_t)
+            s, alpha, _ = self._transition(enc, s, xp1_t, doc_t)
             states.append(s)
             alphas.append(alpha)
         return torch.stack(states, dim=1), torch.stack(alphas, dim=1)
@@ -127,18 +145,18 @@ class ConditionalGRUDecoder(nn.Module):
 
     def step(self, enc, state: dict[str, torch.Tensor], prev_emb_t: torch.Tensor):
         """One step: readout (R, out_dim), new state, α_t (R, S); R = beam × sentences."""
-        s, alpha, own = self.advance(enc, state, prev_emb_t)
-        c = mix(alpha, enc["annotations"])
+        s, alpha, c, own = self.advance(enc, state, prev_emb_t)
+        c = mix(alpha, enc["annotations"]) if c is None else c
         summary_state = {k: v for k, v in state.items() if k not in self.own_state}
         d, summary_state = self.summary.step(summary_state, prev_emb_t, s, c)
         extra, extra_state = self.output_extra_step(state, s)
         return self.output(s, d, c, extra), {**own, **summary_state, **extra_state}, alpha
 
     def advance(self, enc, state, prev_emb_t):
-        """s_t and α_t for one step, and the decoder's own new state entries."""
-        s, alpha = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t),
-                                    self.document.input_terms(prev_emb_t))
-        return s, alpha, {"s": s}
+        """s_t, α_t and c_t (or None) for one step, and the decoder's own new state entries."""
+        s, alpha, c = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t),
+                                       self.document.input_terms(prev_emb_t))
+        return s, alpha, c, {"s": s}
 
     def output_extra_step(self, state, s):
         return None, {}
@@ -242,7 +260,7 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
         alphas = []
         for xp1_t, xq_t, doc_t in zip(xp1.unbind(1), xq.unbind(1), doc_steps):
             tilde = self._read(torch.stack(states, dim=1), torch.stack(keys, dim=1), query + xq_t)
-            s, alpha = self._transition(enc, tilde, xp1_t, doc_t)
+            s, alpha, _ = self._transition(enc, tilde, xp1_t, doc_t)
             key, query = self._remember(enc, s)
             states.append(s)
             keys.append(key)
@@ -256,8 +274,8 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
 
     def advance(self, enc, state, prev_emb_t):
         tilde = self._read(state["mem_states"], state["mem_keys"], state["mem_query"] + self.W_x(prev_emb_t))
-        s, alpha = self._transition(enc, tilde, self.gru1.input_proj(prev_emb_t),
-                                    self.document.input_terms(prev_emb_t))
+        s, alpha, c = self._transition(enc, tilde, self.gru1.input_proj(prev_emb_t),
+                                       self.document.input_terms(prev_emb_t))
         key, query = self._remember(enc, s)
-        return s, alpha, {"s": s, "mem_states": torch.cat([state["mem_states"], s.unsqueeze(1)], dim=1),
+        return s, alpha, c, {"s": s, "mem_states": torch.cat([state["mem_states"], s.unsqueeze(1)], dim=1),
                           "mem_keys": torch.cat([state["mem_keys"], key.unsqueeze(1)], dim=1), "mem_query": query}

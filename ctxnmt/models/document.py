@@ -108,16 +108,18 @@ class DocumentInput(nn.Module):
 
 @DOC_INPUTS.register("aux")
 class AuxiliaryInput(DocumentInput):
-    """D is an input of GRU_2 beside c_t: its pre-activation gains W_D D.  That term is
-    constant over t, and α_t sums to one, so it is added to the per-annotation values
-    W h_i + b once per sentence and costs nothing in the time loop."""
+    """D is an input of GRU_2 beside c_t: its pre-activation gains W_D D, a term
+    constant over t, formed once per sentence and added at every step."""
 
     def __init__(self, doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs):
         super().__init__(doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs)
         self.from_document = nn.Linear(doc_dim, 3 * hidden_dim, bias=False)
 
     def prepare(self, enc, doc, gru2):
-        return {"doc": doc, "values": enc["values"] + self.from_document(doc).unsqueeze(1)}
+        return {"doc": doc, "doc_input": self.from_document(doc)}
+
+    def gru2_terms(self, enc, xp2, hp2, s_prev, s1, alpha, y_term):
+        return xp2 + per_row(xp2, enc["doc_input"]), hp2
 
 
 @DOC_INPUTS.register("gated-aux")

@@ -104,18 +104,21 @@ def test_tied_output_embeddings_share_storage():
 
 def assert_steps_match_teacher_forcing(model, logp_full, context=None):
     """Incremental decoding (init_state / step, as beam search runs it) gives the teacher-forced
-    log-probabilities (B, T, V) of SRC → TGT at every real target position."""
+    log-probabilities (B, T, V) of SRC → TGT at every real target position, with one row
+    per sentence (greedy: GRU_2's input from c_t) and with two (beams: from per-sentence values)."""
     src, src_mask = pad(SRC)
     tgt, _ = pad(TGT)
-    with torch.no_grad():
-        enc = model.encode(src, src_mask, context)
-        state, prev = model.init_state(enc), None
-        for t in range(tgt.size(1)):
-            logp, state, _ = model.step(enc, state, prev)
-            for b, ids in enumerate(TGT):
-                if t < len(ids):
-                    torch.testing.assert_close(logp[b], logp_full[b, t], atol=1e-5, rtol=0)
-            prev = tgt[:, t]
+    for beam in (1, 2):
+        with torch.no_grad():
+            enc = model.encode(src, src_mask, context)
+            state, prev = model.init_state(enc, beam), None
+            for t in range(tgt.size(1)):
+                logp, state, _ = model.step(enc, state, prev)
+                for b, ids in enumerate(TGT):
+                    if t < len(ids):
+                        for row in range(b * beam, (b + 1) * beam):
+                            torch.testing.assert_close(logp[row], logp_full[b, t], atol=1e-5, rtol=0)
+                prev = tgt[:, t].repeat_interleave(beam)
 
 
 @pytest.mark.parametrize("rows", [3, 40, 300])
