@@ -5,14 +5,19 @@ sentence); the encoder side is kept once per sentence and shared by its rows.
 After every step one index vector both reorders the beams and drops the
 sentences that are finished, and that one gather is applied to every state
 tensor.  Greedy search is beam search with K = 1.
+
+`search_batches` runs many batches; with refill, the next batch joins the tail of
+the current one (see there).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn import functional as F
 
-from ctxnmt.data.vocab import EOS
+from ctxnmt.data.vocab import EOS, PAD
+from ctxnmt.models.decoders import SOURCE_POSITION_ENTRIES
 
 
 @dataclass
@@ -29,12 +34,28 @@ class _Sentence:
     finished: list[Hypothesis] = field(default_factory=list)
 
 
+@dataclass
+class _Part:
+    """Sentences searched together.  Sentences that joined later have taken fewer
+    steps, so each row's words are its last `steps` entries of a left-padded history."""
+    active: list[int]  # the caller's index of each sentence still searched
+    steps: list[int]  # words each sentence's hypotheses hold so far
+    src_lens: list[int]  # each sentence's source length
+    width: int  # padded source length of the encoder side
+    enc: dict
+    state: dict
+    scores: torch.Tensor  # (n, K)
+    history: torch.Tensor  # (n·K, L)
+    att_history: torch.Tensor | None = None  # (n·K, L, S)
+    prev: torch.Tensor | None = None  # the words just chosen; None before the first step
+
+
 def select_rows(tree: dict, index: torch.Tensor) -> dict:
     """Gather rows of every batch-first tensor; '_'-prefixed entries are shared."""
     return {k: (v if k.startswith("_") else v.index_select(0, index)) for k, v in tree.items()}
 
 
-def _normalise(logprob: torch.Tensor | float, length: int, alpha: float):
+def _normalise(logprob: torch.Tensor | float, length, alpha: float):
     return logprob / (length ** alpha) if alpha else logprob
 
 
@@ -44,85 +65,180 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5,
                 return_attention: bool = False, context=None) -> list[list[Hypothesis]]:
     """Translate a padded batch; returns for each sentence its `nbest` best hypotheses.
     `context` (ctxnmt.data.batching.Context): previous source sentences, for document-context models."""
-    B, K = src.size(0), beam
-    src_len = src_mask.sum(1).tolist()
-    sentences = [_Sentence(max_len=int(max_len_ratio * n) + max_len_extra) for n in src_len]
-    # one copy per sentence, shared by its K rows; context only when given, so that models
-    # without document context keep their plain encode(src, src_mask)
-    enc = model.encode(src, src_mask) if context is None else model.encode(src, src_mask, context)
-    state = model.init_state(enc, K)
-    active = list(range(B))  # original index of each sentence still searched
-    scores = torch.full((B, K), float("-inf"), device=src.device)
-    scores[:, 0] = 0.0  # all K rows start identical: let only the first one expand
-    history = torch.zeros(B * K, 0, dtype=torch.long, device=src.device)
-    att_history = None
-    prev = None
-    vocab = model.vocab_size
-    for t in range(max(s.max_len for s in sentences)):
+    results = search_batches(model, [(list(range(src.size(0))), src, src_mask, context)], beam, nbest,
+                             length_penalty, max_len_ratio, max_len_extra, return_attention)
+    return [results[i] for i in range(src.size(0))]
+
+
+@torch.no_grad()
+def search_batches(model, batches, beam: int = 5, nbest: int = 1, length_penalty: float = 1.0,
+                   max_len_ratio: float = 2.0, max_len_extra: int = 10, return_attention: bool = False,
+                   refill_below: int = 0) -> dict[int, list[Hypothesis]]:
+    """Search batches of (indices, padded src, src_mask, context or None); returns the
+    `nbest` hypotheses of every index.
+
+    With `refill_below` > 0, once fewer sentences than that are left in the search the
+    next batch joins them after its own first step: the tail of a batch (a few long
+    outputs) otherwise runs steps of a few rows, each costing nearly what a full step
+    costs, because every step reads all the weight matrices.  The arithmetic of each
+    sentence is unchanged (its source padding grows, and padding gets zero attention).
+    Joining needs decoder states without a time axis; the summaries of target-context
+    models grow with t, so their batches run one after the other."""
+    search = _Search(model, beam, length_penalty, max_len_ratio, max_len_extra, return_attention)
+    pending, waiting, part = iter(batches), [], None
+    while True:
+        if part is None:
+            if waiting:
+                part = waiting.pop(0)
+            else:
+                batch = next(pending, None)
+                if batch is None:
+                    break
+                part = search.start(*batch)
+        part = search.advance(part)
+        if part is None or not refill_below or len(part.active) >= refill_below or return_attention or waiting:
+            continue
+        batch = next(pending, None)
+        if batch is None:
+            continue
+        joining = search.advance(search.start(*batch))
+        if joining is None:
+            continue
+        joined = _join(part, joining)
+        if joined is None:
+            waiting.append(joining)
+        else:
+            part = joined
+    return {i: sorted(s.finished, key=lambda h: -h.score)[:nbest] for i, s in search.sentences.items()}
+
+
+class _Search:
+    def __init__(self, model, beam, length_penalty, max_len_ratio, max_len_extra, return_attention):
+        self.model, self.K, self.alpha = model, beam, length_penalty
+        self.max_len_ratio, self.max_len_extra = max_len_ratio, max_len_extra
+        self.return_attention = return_attention
+        self.sentences: dict[int, _Sentence] = {}
+
+    def start(self, indices, src, src_mask, context=None) -> _Part:
+        """Encode a batch; its rows wait for their first step."""
+        src_lens = [int(n) for n in src_mask.sum(1).tolist()]
+        for i, n in zip(indices, src_lens):
+            self.sentences[i] = _Sentence(max_len=int(self.max_len_ratio * n) + self.max_len_extra)
+        # one copy per sentence, shared by its K rows; context only when given, so that models
+        # without document context keep their plain encode(src, src_mask)
+        enc = self.model.encode(src, src_mask) if context is None else self.model.encode(src, src_mask, context)
+        B, K = src.size(0), self.K
+        scores = torch.full((B, K), float("-inf"), device=src.device)
+        scores[:, 0] = 0.0  # all K rows start identical: let only the first one expand
+        return _Part(list(indices), [0] * B, src_lens, src.size(1), enc, self.model.init_state(enc, K), scores,
+                     torch.zeros(B * K, 0, dtype=torch.long, device=src.device))
+
+    def advance(self, part: _Part) -> _Part | None:
+        """One step for every sentence of `part`; None once all of them are finished."""
+        K = self.K
         # A sentence's 2K best continuations are each among the 2K best of their own row,
         # so each row proposes only those (never a (rows × vocabulary) score matrix).
-        row_logp, row_tok, state, alpha = model.step_candidates(enc, state, prev, min(2 * K, vocab))
-        n, C = len(active), row_logp.size(1)
-        if return_attention:
+        row_logp, row_tok, state, alpha = self.model.step_candidates(
+            part.enc, part.state, part.prev, min(2 * K, self.model.vocab_size))
+        n, C = len(part.active), row_logp.size(1)
+        att_history = part.att_history
+        if self.return_attention:
             step_att = alpha.unsqueeze(1)
             att_history = step_att if att_history is None else torch.cat([att_history, step_att], 1)
-        cand = (scores.view(-1, 1) + row_logp).view(n, K * C)
+        cand = (part.scores.view(-1, 1) + row_logp).view(n, K * C)
         top_scores, top_idx = cand.topk(min(2 * K, K * C), dim=1)
         top_beam, top_tok = top_idx // C, row_tok.view(n, K * C).gather(1, top_idx)
-        last_step = torch.tensor([t + 1 >= sentences[i].max_len for i in active], device=src.device)
-        _collect_finished(sentences, active, top_scores, top_beam, top_tok, last_step, history,
-                          att_history, t, K, length_penalty)
+        sentences = [self.sentences[i] for i in part.active]
+        lengths = [t + 1 for t in part.steps]  # words of each hypothesis with this step's
+        last_step = torch.tensor([t >= s.max_len for t, s in zip(lengths, sentences)], device=cand.device)
+        self._collect_finished(part, sentences, lengths, top_scores, top_beam, top_tok, last_step, att_history)
         # Continue with the K best candidates that do not end here.
         alive_scores = top_scores.masked_fill(top_tok == EOS, float("-inf"))
         alive_scores, pick = alive_scores.topk(K, dim=1)
         beam_of = top_beam.gather(1, pick)
         tok_of = top_tok.gather(1, pick)
-        best_alive = _normalise(alive_scores[:, 0], t + 1, length_penalty).tolist()
-        keep = [j for j, i in enumerate(active) if not _done(sentences[i], K, t, best_alive[j])]
+        best_alive = self._normalised(alive_scores[:, 0], lengths).tolist()
+        keep = [j for j in range(n) if not _done(sentences[j], K, lengths[j], best_alive[j])]
         if not keep:
-            break
-        keep_t = torch.tensor(keep, device=src.device)
-        row_index = (keep_t.view(-1, 1) * K + beam_of.index_select(0, keep_t)).view(-1)
+            return None
+        keep_t = torch.tensor(keep, device=cand.device)
+        # The K rows of a sentence share its encoder output, so the encoder side is
+        # gathered only when sentences leave, never for a beam reorder.
+        enc, width, src_lens = part.enc, part.width, part.src_lens
         if len(keep) < n:
-            # The K rows of a sentence share its encoder output, so the encoder side
-            # is gathered only when sentences leave, never for a beam reorder.
-            enc = select_rows(enc, keep_t)
-        active = [active[j] for j in keep]
-        scores = alive_scores.index_select(0, keep_t)
+            src_lens = [src_lens[j] for j in keep]
+            width = max(src_lens)  # trimmed when the longest sources leave (joined parts' padding)
+            enc = {k: v[:, :width].contiguous() if width < part.width and _per_position(k) else v
+                   for k, v in select_rows(enc, keep_t).items()}
         prev = tok_of.index_select(0, keep_t).view(-1)
+        history = part.history
         if K > 1 or len(keep) < n:  # otherwise (greedy, no sentence finished) every row stays where it is
+            row_index = (keep_t.view(-1, 1) * K + beam_of.index_select(0, keep_t)).view(-1)
             history = history.index_select(0, row_index)
             if att_history is not None:
                 att_history = att_history.index_select(0, row_index)
             state = select_rows(state, row_index)
-        history = torch.cat([history, prev.view(-1, 1)], dim=1)
-    return [sorted(s.finished, key=lambda h: -h.score)[:nbest] for s in sentences]
+        return _Part([part.active[j] for j in keep], [lengths[j] for j in keep], src_lens, width, enc, state,
+                     alive_scores.index_select(0, keep_t), torch.cat([history, prev.view(-1, 1)], dim=1),
+                     att_history, prev)
+
+    def _normalised(self, logprob: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+        if not self.alpha:
+            return logprob
+        return logprob / torch.tensor([float(t) ** self.alpha for t in lengths], device=logprob.device)
+
+    def _collect_finished(self, part, sentences, lengths, top_scores, top_beam, top_tok, last_step, att_history):
+        """Move to `finished` every EOS candidate ranked among the first K (and, at a
+        sentence's length limit, the K best candidates whatever they end with)."""
+        K = self.K
+        rank = torch.arange(top_scores.size(1), device=top_scores.device).unsqueeze(0)
+        ends = ((top_tok == EOS) | last_step.view(-1, 1)) & (rank < K) & torch.isfinite(top_scores)
+        for j, c in ends.nonzero().tolist():
+            row, words = j * K + int(top_beam[j, c]), part.steps[j]
+            tokens = part.history[row, part.history.size(1) - words:].tolist()
+            if int(top_tok[j, c]) != EOS:
+                tokens.append(int(top_tok[j, c]))  # cut off at the length limit
+            logprob = float(top_scores[j, c])
+            att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
+            score = float(_normalise(logprob, lengths[j], self.alpha))
+            sentences[j].finished.append(Hypothesis(tokens, score, logprob, att))
 
 
-def _done(sentence: _Sentence, K: int, t: int, best_alive: float) -> bool:
+def _join(a: _Part, b: _Part) -> _Part | None:
+    """One part of a's and b's sentences (b's after fewer steps); None where their decoder
+    states differ in shape beyond the row (a state with a time axis)."""
+    if a.state.keys() != b.state.keys() or a.enc.keys() != b.enc.keys() or any(
+            a.state[k].shape[1:] != b.state[k].shape[1:] for k in a.state):
+        return None
+    width = max(a.width, b.width)
+
+    def joined(key: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # Source positions are padded with zeros: masked positions, which get zero attention.
+        if _per_position(key):
+            x, y = (F.pad(z, (0, 0) * (z.dim() - 2) + (0, width - z.size(1))) for z in (x, y))
+        return torch.cat([x, y])
+
+    enc = {k: (v if k.startswith("_") else joined(k, v, b.enc[k])) for k, v in a.enc.items()}
+    length = max(a.history.size(1), b.history.size(1))
+    history = torch.cat([F.pad(h, (length - h.size(1), 0), value=PAD) for h in (a.history, b.history)])
+    return _Part(a.active + b.active, a.steps + b.steps, a.src_lens + b.src_lens, width, enc,
+                 {k: torch.cat([v, b.state[k]]) for k, v in a.state.items()},
+                 torch.cat([a.scores, b.scores]), history, None, torch.cat([a.prev, b.prev]))
+
+
+def _per_position(key: str) -> bool:
+    """Whether an encoder-side entry has a source-position axis (an ensemble's entries
+    carry their member's number as a prefix)."""
+    return key.rsplit(".", 1)[-1] in SOURCE_POSITION_ENTRIES
+
+
+def _done(sentence: _Sentence, K: int, length: int, best_alive: float) -> bool:
     """Finished once K hypotheses have ended and none still open scores better than
     the K-th of them (judged by its score so far, the usual heuristic: with length
     normalisation no exact bound exists), or at the length limit."""
-    if t + 1 >= sentence.max_len:
+    if length >= sentence.max_len:
         return True
     if len(sentence.finished) < K:
         return False
     kth = sorted((h.score for h in sentence.finished), reverse=True)[K - 1]
     return best_alive <= kth
-
-
-def _collect_finished(sentences, active, top_scores, top_beam, top_tok, last_step, history,
-                      att_history, t, K, alpha):
-    """Move to `finished` every EOS candidate ranked among the first K (and, at a
-    sentence's length limit, the K best candidates whatever they end with)."""
-    rank = torch.arange(top_scores.size(1), device=top_scores.device).unsqueeze(0)
-    ends = ((top_tok == EOS) | last_step.view(-1, 1)) & (rank < K) & torch.isfinite(top_scores)
-    for j, c in ends.nonzero().tolist():
-        sent = sentences[active[j]]
-        row = j * K + int(top_beam[j, c])
-        tokens = history[row].tolist()
-        if int(top_tok[j, c]) != EOS:
-            tokens.append(int(top_tok[j, c]))  # cut off at the length limit
-        logprob = float(top_scores[j, c])
-        att = att_history[row] if att_history is not None else None
-        sent.finished.append(Hypothesis(tokens, float(_normalise(logprob, t + 1, alpha)), logprob, att))

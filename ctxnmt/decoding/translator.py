@@ -20,7 +20,7 @@ from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_pipeline
 from ctxnmt.data.vocab import Vocab
-from ctxnmt.decoding.beam import Hypothesis, beam_search
+from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.errors import CheckpointError
 from ctxnmt.models.nmt import build_model
 from ctxnmt.training.checkpoint import check_compatible, load_checkpoint, load_model_state
@@ -50,18 +50,21 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     `context[i]`: sentence i's previous source sentences (id lists, oldest first) for a
     document-context model; it travels with sentence i through the length sorting."""
     model.eval()
-    results: list[list[Hypothesis]] = [[] for _ in src_ids]
-    for index in _sorted_batches([len(s) for s in src_ids], batch_size or dec.batch_size):
-        src, mask = pad([src_ids[i] for i in index])
-        ctx = None
-        if context is not None:
-            ctx = pad_context([context[i] for i in index]).to(device)
-        hyps = beam_search(model, src.to(device), mask.to(device), beam=beam, nbest=nbest,
-                           length_penalty=dec.length_penalty, max_len_ratio=dec.max_len_ratio,
-                           return_attention=return_attention, context=ctx)
-        for i, h in zip(index, hyps):
-            results[i] = h
-    return results
+    size = batch_size or dec.batch_size
+
+    def batches():
+        for index in _sorted_batches([len(s) for s in src_ids], size):
+            src, mask = pad([src_ids[i] for i in index])
+            ctx = None if context is None else pad_context([context[i] for i in index]).to(device)
+            yield index, src.to(device), mask.to(device), ctx
+
+    # Greedy search: the next batch joins once fewer than half a batch of sentences is left
+    # (search_batches).  Measured on 500 test verses with a trained bench model: greedy
+    # ×1.20, beam 5 ×0.95 (interleaved in one process), so beams run batch by batch.
+    refill = max(1, size // 2) if beam == 1 else 0
+    found = search_batches(model, batches(), beam, nbest, dec.length_penalty, dec.max_len_ratio,
+                           return_attention=return_attention, refill_below=refill)
+    return [found[i] for i in range(len(src_ids))]
 
 
 def translate_ids(model, src_ids, preprocessor, tgt_vocab: Vocab, dec: DecodingConfig, beam: int, device="cpu",

@@ -14,6 +14,10 @@ from ctxnmt.models.attention import AdditiveAttention
 from ctxnmt.models.functional import additive_energy, mix, read_every_step
 from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, OUTPUTS, TARGET_CONTEXTS
 
+# Entries of `prepare`'s dict with a source-position axis (dim 1): search pads or trims
+# them when sentences of other lengths join or the longest ones leave (decoding.beam).
+SOURCE_POSITION_ENTRIES = ("annotations", "src_mask", "keys", "values", "gate_values")
+
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     m = mask.unsqueeze(-1).to(x.dtype)

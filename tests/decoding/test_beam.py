@@ -1,6 +1,7 @@
 """Beam search: scores, ordering, batching and greedy behave as specified."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ctxnmt.config import ModelConfig
@@ -102,3 +103,58 @@ def test_search_with_the_fused_kernels_equals_plain_pytorch(monkeypatch):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         for x, y in zip(a, b):
             assert abs(x.score - y.score) < 1e-5
+
+
+def _search_in_batches(model, sources, batch_size, beam, refill_below):
+    from ctxnmt.decoding.beam import search_batches
+
+    batches = []
+    for start in range(0, len(sources), batch_size):
+        index = list(range(start, min(start + batch_size, len(sources))))
+        batches.append((index, *pad([sources[i] for i in index]), None))
+    return search_batches(model, batches, beam, nbest=2, refill_below=refill_below)
+
+
+@pytest.mark.parametrize("target_context, beam", [("previous", 1), ("previous", 3), ("mean", 2),
+                                                  ("self-attentive-dot", 2)])
+def test_later_batches_joining_the_tail_change_no_hypothesis(target_context, beam, monkeypatch):
+    """With refill, a batch joins the tail of the one before after its first step (wider
+    source padding, rows at different steps); every sentence's hypotheses stay the same.
+    self-attentive-dot keeps its previous words in the state: its batches cannot join and
+    run one after the other."""
+    torch.manual_seed(6)
+    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch",
+                                    target_context=target_context), 16, 16)
+    with torch.no_grad():
+        model.generator.bias[EOS] += 0.3  # some end at once, others run to their length limits
+    model.eval()
+    lengths = [9, 8, 8, 7, 3, 3, 2, 2, 2, 1, 1]  # batches of 4 get shorter, as search_ids sorts them
+    sources = [torch.randint(4, 16, (n,)).tolist() for n in lengths]
+    alone = _search_in_batches(model, sources, 4, beam, refill_below=0)
+    from ctxnmt.decoding import beam as search_module
+
+    joins, join = [], search_module._join
+    monkeypatch.setattr(search_module, "_join", lambda a, b: joins.append(join(a, b)) or joins[-1])
+    joined = _search_in_batches(model, sources, 4, beam, refill_below=3)
+    assert joins and all((j is None) == (target_context == "self-attentive-dot") for j in joins)
+    assert alone.keys() == joined.keys() == set(range(len(sources)))
+    for i in alone:
+        assert [h.tokens for h in joined[i]] == [h.tokens for h in alone[i]]
+        for a, b in zip(joined[i], alone[i]):
+            assert abs(a.score - b.score) < 1e-5 and abs(a.logprob - b.logprob) < 1e-5
+
+
+def test_joining_parts_pads_the_encoder_side_and_left_pads_the_words():
+    from ctxnmt.decoding.beam import _join, _Search
+
+    model = random_model(7)
+    with torch.no_grad():
+        model.generator.bias[EOS] = -1e4  # nobody finishes here
+        search = _Search(model, 1, 1.0, 2.0, 10, False)
+        long = search.advance(search.advance(search.start([0, 1], *pad([[5, 6, 7, 8, 9], [10, 11, 12, 13]]))))
+        short = search.advance(search.start([2], *pad([[4, 5]])))
+        both = _join(long, short)
+    assert both.width == 5 and both.enc["src_mask"].tolist()[2] == [1, 1, 0, 0, 0]
+    assert both.enc["annotations"].shape[:2] == (3, 5) and float(both.enc["annotations"][2, 2:].abs().sum()) == 0.0
+    assert both.steps == [2, 2, 1] and both.history.shape == (3, 2) and int(both.history[2, 0]) == 0
+    assert both.history[2, 1] == short.history[0, 0]

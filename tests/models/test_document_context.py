@@ -196,3 +196,19 @@ def test_every_encoder_starts_from_the_document_state(encoder, cell):
         for b, ids in enumerate(SRC):
             expected = encode(model, ids, h0[b])
             torch.testing.assert_close(annotations[b, : len(ids)], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("decoder", ["cgru", "memory-rnn"])
+@pytest.mark.parametrize("name", list(INTEGRATIONS))
+def test_encoder_side_entries_with_a_source_axis_are_the_declared_ones(name, decoder):
+    """Search pads and trims exactly SOURCE_POSITION_ENTRIES along the source axis when
+    batches join (decoding.beam); any other entry with that axis would be cut wrongly."""
+    from ctxnmt.models.decoders import SOURCE_POSITION_ENTRIES
+
+    model = doc_model(decoder, **INTEGRATIONS[name])
+    src, src_mask = (torch.nn.functional.pad(x, (0, 4)) for x in pad(SRC))  # 11 positions: no size of doc_model
+    with torch.no_grad():
+        enc = model.encode(src, src_mask, pad_context(CONTEXT, 3))
+        model.step(enc, model.init_state(enc, beam=2), None)  # beams add their values at the first step
+    with_axis = {k for k, v in enc.items() if not k.startswith("_") and v.dim() >= 2 and v.size(1) == src.size(1)}
+    assert with_axis <= set(SOURCE_POSITION_ENTRIES) and {"annotations", "src_mask", "keys", "values"} <= with_axis
