@@ -167,9 +167,12 @@ class _Search:
         enc, width, src_lens = part.enc, part.width, part.src_lens
         if len(keep) < n:
             src_lens = [src_lens[j] for j in keep]
-            width = max(src_lens)  # trimmed when the longest sources leave (joined parts' padding)
-            enc = {k: v[:, :width].contiguous() if width < part.width and _per_position(k) else v
-                   for k, v in select_rows(enc, keep_t).items()}
+            enc = select_rows(enc, keep_t)
+            if max(src_lens) <= 3 * width // 4:
+                # The longest sources have left (a joined part's tail): trim the padding.
+                # Not for every small change: each trim copies the encoder side.
+                width = max(src_lens)
+                enc = {k: v[:, :width].contiguous() if _per_position(k) else v for k, v in enc.items()}
         prev = tok_of.index_select(0, keep_t).view(-1)
         history = part.history
         if K > 1 or len(keep) < n:  # otherwise (greedy, no sentence finished) every row stays where it is
