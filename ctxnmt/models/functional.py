@@ -10,6 +10,8 @@ import functools
 import torch
 from torch.nn import functional as F
 
+from ctxnmt.models import kernels
+
 # Under CUDA autocast (bf16), run each backward under the autocast state of its forward.
 _custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")
 _custom_bwd = functools.partial(torch.amp.custom_bwd, device_type="cuda")
@@ -232,11 +234,7 @@ def additive_energy(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) ->
 def _fusable(*tensors: torch.Tensor) -> bool:
     """The fused kernels serve float32 CPU tensors; GPUs, float64 (gradcheck) and builds
     without the kernels take the PyTorch path."""
-    if not all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors):
-        return False
-    from ctxnmt.models import kernels
-
-    return kernels.available()
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors) and kernels.available()
 
 
 class _FusedEnergy(torch.autograd.Function):
@@ -293,14 +291,11 @@ def gru_gates(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.T
     return out.view(h.shape)
 
 
-def top_log_softmax_fusable(x: torch.Tensor) -> bool:
-    """Whether `top_log_softmax` runs the kernel for these rows: from 16 rows on (one
-    task per 16 rows; fewer ran faster through the plain operations), without autograd."""
-    return x.size(0) >= 16 and not torch.is_grad_enabled() and _fusable(x)
-
-
 def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k: int):
-    """The k largest entries of each row of log_softmax(x Wᵀ + b) and their columns, best first."""
-    if top_log_softmax_fusable(x) and _fusable(weight, bias):
-        return torch.ops.ctxnmt.log_softmax_topk(torch.addmm(bias.unsqueeze(1), weight, x.t()), k)
-    return torch.log_softmax(F.linear(x, weight, bias), dim=-1).topk(k, dim=-1)
+    """The k largest entries of each row of log_softmax(x Wᵀ + b) and their columns, best
+    first, by the fused kernel; None where it does not serve (autograd, other devices or
+    dtypes, and fewer than 16 rows: one kernel task per 16 rows, and fewer ran faster
+    through the plain operations), so the caller runs those."""
+    if x.size(0) < 16 or torch.is_grad_enabled() or not _fusable(x, weight, bias):
+        return None
+    return torch.ops.ctxnmt.log_softmax_topk(torch.addmm(bias.unsqueeze(1), weight, x.t()), k)
