@@ -8,7 +8,9 @@ because PyTorch's float32 tanh is about four times slower than its sigmoid on CP
 script measures what that gains: the same model's training steps (forward + backward)
 and beam-search batches alternate between the plain tanh form (below, with the same
 recomputation in the backward pass) and the library's, on the same batches, in one
-process, so that a noisy machine hits both alike.
+process, so that a noisy machine hits both alike.  Where the fused CPU kernels are
+built (ctxnmt.models.kernels), the library's form is the fused kernel; CTXNMT_KERNELS=0
+measures the PyTorch sigmoid form instead.
 """
 from __future__ import annotations
 
@@ -58,22 +60,21 @@ def main() -> None:
     args = parser.parse_args()
 
     import ctxnmt.models.attention as attention
-    from benchmarks.common import first_batches, prepared_data, test_sources
+    from benchmarks.common import bench_model, first_batches, prepared_data, test_sources
     from ctxnmt.config import load_config
     from ctxnmt.data.batching import make_batch
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.models.functional import additive_energy
-    from ctxnmt.models.nmt import build_model
-    from ctxnmt.training.checkpoint import load_checkpoint
 
     torch.set_num_threads(args.threads or os.cpu_count())
     torch.manual_seed(0)
     cfg = load_config(args.config, [])
     data = prepared_data(cfg)
-    model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
-    if args.checkpoint:
-        model.load_state_dict(load_checkpoint(args.checkpoint)["model"])
-    forms = {"tanh": tanh_energy, "sigmoid (ctxnmt)": additive_energy}
+    model = bench_model(cfg, data, args.checkpoint, strict=True)
+    from ctxnmt.models import kernels
+
+    library = "ctxnmt (fused kernel)" if kernels.available() else "ctxnmt (sigmoid)"
+    forms = {"tanh": tanh_energy, library: additive_energy}
 
     train = data.train
     indices = first_batches(cfg, train, args.batches + 1)

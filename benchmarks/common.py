@@ -1,4 +1,4 @@
-"""Set-up shared by the benchmarks: prepared data, the first training batches, test sources.
+"""Set-up shared by the benchmarks: prepared data, the model, the first training batches, test sources.
 
 Every benchmark with the same data settings shares one prepared directory under
 runs/bench-prep, keyed by the data fingerprint, so the corpus is tokenised and BPE
@@ -21,6 +21,22 @@ def prepared_data(cfg):
 
     cfg.model_dir = str(PREP_ROOT / data_fingerprint(cfg.data))
     return prepare(cfg, log=lambda message: print(message, file=sys.stderr))
+
+
+def bench_model(cfg, data, checkpoint: str | None = None, strict: bool = False):
+    """The config's model for these vocabularies, with `checkpoint`'s weights where given.
+    Not strict by default: a variant keeps its extra parameters (e.g. W_y, v) at their
+    initial values and otherwise decodes with a trained baseline's weights, so output
+    lengths are alike; those left initialised are reported on stderr."""
+    from ctxnmt.models.nmt import build_model
+    from ctxnmt.training.checkpoint import load_checkpoint
+
+    model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
+    if checkpoint:
+        missing, _ = model.load_state_dict(load_checkpoint(checkpoint)["model"], strict=strict)
+        if missing:
+            print(f"not in the checkpoint, left initialised: {', '.join(missing)}", file=sys.stderr)
+    return model
 
 
 def first_batches(cfg, train, count: int) -> list[list[int]]:

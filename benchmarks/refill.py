@@ -33,19 +33,15 @@ def main() -> None:
 
     import torch
 
-    from benchmarks.common import prepared_data, test_sources
+    from benchmarks.common import bench_model, prepared_data, test_sources
     from ctxnmt.config import load_config
     from ctxnmt.decoding import translator
-    from ctxnmt.models.nmt import build_model
-    from ctxnmt.training.checkpoint import load_checkpoint
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = load_config(args.config, [])
     data = prepared_data(cfg)
-    model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).eval()
-    if args.checkpoint:
-        model.load_state_dict(load_checkpoint(args.checkpoint)["model"], strict=False)
+    model = bench_model(cfg, data, args.checkpoint).eval()
     sources = test_sources(cfg, data)[: args.sents]
     search_batches = translator.search_batches
 

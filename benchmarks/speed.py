@@ -127,25 +127,18 @@ def forward_flops_per_target_token(cfg, vocab: int, src_len: float, tgt_len: flo
 def measure(config_path: str, overrides: list[str], args) -> dict:
     import torch
 
-    from benchmarks.common import first_batches, prepared_data, test_sources
+    from benchmarks.common import bench_model, first_batches, prepared_data, test_sources
     from ctxnmt.config import load_config
     from ctxnmt.data.batching import make_batch, padding_ratio
     from ctxnmt.decoding.translator import search_ids
-    from ctxnmt.models.nmt import build_model, count_parameters
-    from ctxnmt.training.checkpoint import load_checkpoint
+    from ctxnmt.models.nmt import count_parameters
 
     torch.set_num_threads(args.threads or os.cpu_count())
     torch.manual_seed(0)
     cfg = load_config(config_path, overrides)
     device = torch.device(args.device)
     data = prepared_data(cfg)
-    model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
-    if args.checkpoint:
-        # Not strict: a variant keeps its extra parameters (e.g. W_y, v) at their initial values
-        # and otherwise decodes with the trained baseline's weights, so output lengths are alike.
-        missing, _ = model.load_state_dict(load_checkpoint(args.checkpoint)["model"], strict=False)
-        if missing:
-            print(f"not in the checkpoint, left initialised: {', '.join(missing)}", file=sys.stderr)
+    model = bench_model(cfg, data, args.checkpoint).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     train = data.train
     src_lens, tgt_lens = [len(s) for s in train.src], [len(s) for s in train.tgt]

@@ -75,14 +75,13 @@ def main() -> None:
 
     import torch
 
-    from benchmarks.common import first_batches, prepared_data, test_sources
+    from benchmarks.common import bench_model, first_batches, prepared_data, test_sources
     from ctxnmt.config import load_config
     from ctxnmt.data.batching import make_batch
     from ctxnmt.data.documents import previous_sentences
     from ctxnmt.data.prepare import read_split
     from ctxnmt.decoding.translator import search_ids
-    from ctxnmt.models.nmt import build_model, count_parameters
-    from ctxnmt.training.checkpoint import load_checkpoint
+    from ctxnmt.models.nmt import count_parameters
 
     torch.set_num_threads(args.threads or os.cpu_count())
     variants = {v: v for v in args.variants}
@@ -97,9 +96,7 @@ def main() -> None:
     models, optimizers = [], []
     for cfg in configs:
         torch.manual_seed(0)
-        model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
-        if args.checkpoint:
-            model.load_state_dict(load_checkpoint(args.checkpoint)["model"], strict=False)
+        model = bench_model(cfg, data, args.checkpoint)
         models.append(model)
         optimizers.append(torch.optim.Adam(model.parameters(), lr=1e-5))
     train = data.train
