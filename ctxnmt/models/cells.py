@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.models.functional import gru_gates
+from ctxnmt.models.functional import gru_gates, read_every_step, step_product
 from ctxnmt.models.registry import CELLS
 
 
@@ -152,13 +152,13 @@ def scan(cell: RecurrentCell, xp: torch.Tensor, h0: torch.Tensor, mask: torch.Te
          reverse: bool = False) -> torch.Tensor:
     """Run `cell` over a (B, T, G·H) input projection; returns (B, T, H) states."""
     steps = range(xp.size(1) - 1, -1, -1) if reverse else range(xp.size(1))
-    U = cell.hidden_weight()
+    U = read_every_step(cell.hidden_weight())
     # unbind, not xp[:, t]: the backward of a slice would allocate a full-size
     # zero tensor at every step, which costs more than the recurrence itself.
     xs, ms = xp.unbind(1), mask.unbind(1)
     h, out = h0, [None] * xp.size(1)
     for t in steps:
-        h = cell.combine_held(xs[t], h @ U, h, ms[t])
+        h = cell.combine_held(xs[t], step_product(h, U), h, ms[t])
         out[t] = h
     return torch.stack(out, dim=1)
 
@@ -166,10 +166,10 @@ def scan(cell: RecurrentCell, xp: torch.Tensor, h0: torch.Tensor, mask: torch.Te
 def final_state(cell: RecurrentCell, xp: torch.Tensor, h0: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The last state (B, H) of a forward scan; padding holds it, so it is each row's
     state after its last real position (h0 for a row with none)."""
-    U = cell.hidden_weight()
+    U = read_every_step(cell.hidden_weight())
     h = h0
     for x_t, m_t in zip(xp.unbind(1), mask.unbind(1)):  # unbind: see scan()
-        h = cell.combine_held(x_t, h @ U, h, m_t)
+        h = cell.combine_held(x_t, step_product(h, U), h, m_t)
     return h
 
 
@@ -179,13 +179,13 @@ def biscan(fwd: RecurrentCell, bwd: RecurrentCell, xp_f: torch.Tensor, xp_b: tor
     backward cell position T−1−t, stacked so each step is one batched matmul and one
     set of element-wise kernels instead of two."""
     assert type(fwd) is type(bwd)
-    U = torch.stack([fwd.hidden_weight(), bwd.hidden_weight()])  # (2, H, G·H)
+    U = read_every_step(torch.stack([fwd.hidden_weight(), bwd.hidden_weight()]))  # (2, H, G·H)
     xp = torch.stack([xp_f, xp_b.flip(1)])  # (2, B, T, G·H)
     m = torch.stack([mask, mask.flip(1)])  # (2, B, T)
     h = h0.expand(2, *h0.shape) if h0.dim() == 2 else h0
     out = []
     for x_t, m_t in zip(xp.unbind(2), m.unbind(2)):  # unbind: see scan()
-        h = fwd.combine_held(x_t, torch.bmm(h, U), h, m_t)
+        h = fwd.combine_held(x_t, step_product(h, U), h, m_t)
         out.append(h)
     states = torch.stack(out, dim=2)  # (2, B, T, H)
     return states[0], states[1].flip(1)

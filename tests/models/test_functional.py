@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from ctxnmt.models.functional import linear_cross_entropy, mix, read_every_step
+from ctxnmt.models.functional import linear_cross_entropy, mix, read_every_step, step_product
 
 
 @pytest.mark.parametrize("rows_per_sentence", [1, 3])
@@ -64,6 +64,41 @@ def test_read_every_step_gives_the_summed_gradient_of_all_steps(rows_per_sentenc
     for a, b in zip(torch.autograd.grad(banked, [values] + alphas), banked_grads):
         torch.testing.assert_close(a, b)
     torch.autograd.gradcheck(lambda v, *a: _steps_over(read_every_step(v), a), (values, *alphas))
+
+
+def _recurrence(U, h0, inputs, product):
+    """A toy tanh RNN h_t = tanh(x_t + h_{t-1} U), U also used once outside the steps."""
+    h, total = h0, (U ** 2).sum()
+    for x in inputs:
+        h = torch.tanh(x + product(h, U))
+        total = total + (h * torch.arange(h.size(-1), dtype=h.dtype)).sum()
+    return total
+
+
+@pytest.mark.parametrize("lead", [(), (2,)])  # one matrix (decoder), stacked directions (bmm, encoder)
+def test_step_product_gives_autograds_gradient_for_a_banked_matrix(lead):
+    torch.manual_seed(5)
+    U = torch.randn(*lead, 4, 4, dtype=torch.double, requires_grad=True)
+    h0 = torch.randn(*lead, 3, 4, dtype=torch.double, requires_grad=True)
+    inputs = [torch.randn(*lead, 3, 4, dtype=torch.double, requires_grad=True) for _ in range(5)]
+    wanted = [U, h0, *inputs]
+    banked = _recurrence(read_every_step(U), h0, inputs, step_product)
+    banked_grads = torch.autograd.grad(banked, wanted, retain_graph=True)
+    plain = _recurrence(U, h0, inputs, torch.matmul)
+    torch.testing.assert_close(banked, plain)
+    for a, b in zip(banked_grads, torch.autograd.grad(plain, wanted)):
+        torch.testing.assert_close(a, b)
+    # A second backward pass through the retained graph deposits and sums anew.
+    for a, b in zip(torch.autograd.grad(banked, wanted), banked_grads):
+        torch.testing.assert_close(a, b)
+    torch.autograd.gradcheck(lambda u, h, *x: _recurrence(read_every_step(u), h, x, step_product), tuple(wanted))
+
+
+def test_step_product_without_a_bank_is_a_plain_product():
+    h, U = torch.randn(3, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    out = step_product(h, U)
+    assert out.grad_fn.name() == "MmBackward0"
+    torch.testing.assert_close(out, h @ U)
 
 
 def test_read_every_step_is_the_identity_outside_autograd():
