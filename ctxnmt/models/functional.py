@@ -172,27 +172,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     @functools.partial(torch.amp.custom_fwd, device_type="cuda", cast_inputs=torch.float32)  # softmax in fp32
     def forward(ctx, x, weight, bias, target, smoothing, chunk):
-        eps, V = smoothing, weight.size(0)
         total = x.new_zeros(())
         grad_x = torch.empty_like(x)
         grad_w = torch.zeros_like(weight)
         grad_b = torch.zeros_like(bias)
+        chunk_step = _xent_chunk_fused if _fusable(x, weight, bias) else _xent_chunk
         for start in range(0, x.size(0), chunk):
-            xs, ts = x[start: start + chunk], target[start: start + chunk]
-            logp = torch.log_softmax(F.linear(xs, weight, bias), dim=-1)
-            rows = torch.arange(ts.size(0), device=ts.device)
-            # loss = −(1 − ε) log p_target − ε/V Σ_v log p_v  (F.cross_entropy's label smoothing)
-            total -= logp[rows, ts].sum() * (1.0 - eps)
-            if eps:
-                total -= logp.sum() * (eps / V)
-            # ∂loss/∂logits = softmax − ((1 − ε)·onehot + ε/V)
-            g = logp.exp_()
-            if eps:
-                g -= eps / V
-            g[rows, ts] -= 1.0 - eps
-            torch.mm(g, weight, out=grad_x[start: start + chunk])
-            grad_w.addmm_(g.t(), xs)
-            grad_b += g.sum(0)
+            rows = slice(start, start + chunk)
+            total += chunk_step(x[rows], target[rows], weight, bias, smoothing, grad_x[rows], grad_w, grad_b)
         ctx.save_for_backward(grad_x, grad_w, grad_b)
         return total
 
@@ -201,6 +188,36 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_out):
         grad_x, grad_w, grad_b = ctx.saved_tensors
         return grad_x * grad_out, grad_w * grad_out, grad_b * grad_out, None, None, None
+
+
+def _xent_chunk(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b) -> torch.Tensor:
+    """One chunk's loss; writes its ∂x into grad_xs and adds its ∂W, ∂b."""
+    logp = torch.log_softmax(F.linear(xs, weight, bias), dim=-1)
+    rows = torch.arange(ts.size(0), device=ts.device)
+    # loss = −(1 − ε) log p_target − ε/V Σ_v log p_v  (F.cross_entropy's label smoothing)
+    loss = -logp[rows, ts].sum() * (1.0 - eps)
+    if eps:
+        loss -= logp.sum() * (eps / weight.size(0))
+    # ∂loss/∂logits = softmax − ((1 − ε)·onehot + ε/V)
+    g = logp.exp_()
+    if eps:
+        g -= eps / weight.size(0)
+    g[rows, ts] -= 1.0 - eps
+    torch.mm(g, weight, out=grad_xs)
+    grad_w.addmm_(g.t(), xs)
+    grad_b += g.sum(0)
+    return loss
+
+
+def _xent_chunk_fused(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b) -> torch.Tensor:
+    """_xent_chunk with the logits vocabulary-major, W xᵀ + b (the faster product order on
+    CPU), and softmax, loss and ∂logits in one kernel (kernels.cpp, softmax_xent_columns)."""
+    g_t = torch.addmm(bias.unsqueeze(1), weight, xs.t())
+    loss = torch.ops.ctxnmt.softmax_xent_columns(g_t, ts, eps).sum()  # g_t now holds ∂loss/∂logitsᵀ
+    torch.mm(g_t.t(), weight, out=grad_xs)
+    grad_w.addmm_(g_t, xs)
+    grad_b += g_t.sum(1)
+    return loss
 
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor,

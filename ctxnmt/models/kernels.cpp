@@ -1,5 +1,5 @@
-// Fused CPU kernels for the two element-wise hot spots of the RNNsearch family:
-// the additive attention energy and the GRU gates.  ctxnmt.models.kernels builds
+// Fused CPU kernels for the element-wise hot spots of the RNNsearch family: the
+// additive attention energy, the GRU gates and the softmax layer.  ctxnmt.models.kernels builds
 // this file once per machine; ctxnmt.models.functional wraps each op in an autograd
 // function and falls back to plain PyTorch where the build is unavailable.
 //
@@ -304,9 +304,71 @@ std::tuple<at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, 
   return {values, ids};
 }
 
+// ---- training's softmax layer ------------------------------------------------------
+// For logits stored vocabulary-major, (V, R) = W_o Tᵀ + b (the faster product order for
+// training's chunks too), each column's label-smoothed cross-entropy
+//   −(1 − ε) log p_target − ε/V Σ_v log p_v
+// is returned, and the logits are overwritten with its gradient,
+//   softmax − ((1 − ε)·onehot(target) + ε/V),
+// in three passes over a block of columns (max; Σ exp and Σ logit; the gradient), where
+// PyTorch would take a log-softmax, an exp, a gather and two updates of an (R, V) copy.
+
+void max_rows(const float* __restrict__ row, float* __restrict__ max, int64_t width) {
+  for (int64_t r = 0; r < width; ++r) max[r] = fmaxf(max[r], row[r]);
+}
+
+void sum_exp_and_logit_rows(const float* __restrict__ row, const float* __restrict__ max, float* __restrict__ sum,
+                            float* __restrict__ total, int64_t width) {
+  for (int64_t r = 0; r < width; ++r) {
+    sum[r] += expf(row[r] - max[r]);
+    total[r] += row[r];
+  }
+}
+
+void softmax_minus_rows(float* __restrict__ row, const float* __restrict__ log_z, float smooth, int64_t width) {
+  for (int64_t r = 0; r < width; ++r) row[r] = expf(row[r] - log_z[r]) - smooth;
+}
+
+at::Tensor softmax_xent_columns(at::Tensor& logits_t, const at::Tensor& target, double eps) {
+  check_contiguous(logits_t, "logits_t", 2);
+  const int64_t V = logits_t.size(0), R = logits_t.size(1);
+  TORCH_CHECK(target.dim() == 1 && target.size(0) == R && target.scalar_type() == at::kLong,
+              "softmax_xent_columns: target must be (R,) int64");
+  const at::Tensor tgt = target.contiguous();
+  TORCH_CHECK(R == 0 || (tgt.min().item<int64_t>() >= 0 && tgt.max().item<int64_t>() < V),
+              "softmax_xent_columns: target out of range");
+  at::Tensor loss = at::empty({R}, logits_t.options());
+  float* lp = logits_t.data_ptr<float>();
+  const int64_t* tp = tgt.data_ptr<int64_t>();
+  float* out = loss.data_ptr<float>();
+  const float smooth = static_cast<float>(eps) / static_cast<float>(V), hit = 1.f - static_cast<float>(eps);
+  const int64_t block = 16;  // columns per task: one cache line of each vocabulary row
+  at::parallel_for(0, (R + block - 1) / block, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t r0 = b * block, width = std::min(block, R - r0);
+      float max[block], sum[block], total[block], log_z[block];
+      for (int64_t r = 0; r < width; ++r) {
+        max[r] = std::numeric_limits<float>::lowest();
+        sum[r] = total[r] = 0.f;
+      }
+      for (int64_t v = 0; v < V; ++v) max_rows(lp + v * R + r0, max, width);
+      for (int64_t v = 0; v < V; ++v) sum_exp_and_logit_rows(lp + v * R + r0, max, sum, total, width);
+      for (int64_t r = 0; r < width; ++r) {
+        log_z[r] = max[r] + logf(sum[r]);
+        const float log_p_target = lp[tp[r0 + r] * R + r0 + r] - log_z[r];
+        out[r0 + r] = -hit * log_p_target - smooth * (total[r] - static_cast<float>(V) * log_z[r]);
+      }
+      for (int64_t v = 0; v < V; ++v) softmax_minus_rows(lp + v * R + r0, log_z, smooth, width);
+      for (int64_t r = 0; r < width; ++r) lp[tp[r0 + r] * R + r0 + r] -= hit;
+    }
+  });
+  return loss;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(ctxnmt, m) {
+  m.def("softmax_xent_columns(Tensor(a!) logits_t, Tensor target, float eps) -> Tensor", softmax_xent_columns);
   m.def("additive_energy(Tensor keys, Tensor query, Tensor v) -> Tensor", additive_energy);
   m.def("additive_energy_backward(Tensor grad, Tensor keys, Tensor query, Tensor v, Tensor(a!) grad_keys)"
         " -> (Tensor, Tensor)",
