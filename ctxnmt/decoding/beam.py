@@ -4,7 +4,8 @@ Each row of the decoder state is one hypothesis (sentence-major, K rows per
 sentence); the encoder side is kept once per sentence and shared by its rows.
 After every step one index vector both reorders the beams and drops the
 sentences that are finished, and that one gather is applied to every state
-tensor.  Greedy search is beam search with K = 1.
+tensor.  Finished sentences are dropped once they hold an eighth of the rows;
+until then their rows stay and search nothing.  Greedy search is beam search with K = 1.
 
 `search_batches` runs many batches; with refill, the next batch joins the tail of
 the current one (see there).
@@ -38,7 +39,7 @@ class _Sentence:
 class _Part:
     """Sentences searched together.  Sentences that joined later have taken fewer
     steps, so each row's words are its last `steps` entries of a left-padded history."""
-    active: list[int]  # the caller's index of each sentence still searched
+    active: list[int | None]  # the caller's index of each sentence; None: finished, its rows not yet dropped
     steps: list[int]  # words each sentence's hypotheses hold so far
     src_lens: list[int]  # each sentence's source length
     width: int  # padded source length of the encoder side
@@ -48,6 +49,10 @@ class _Part:
     history: torch.Tensor  # (n·K, L)
     att_history: torch.Tensor | None = None  # (n·K, L, S)
     prev: torch.Tensor | None = None  # the words just chosen; None before the first step
+
+    def searching(self) -> int:
+        """Sentences still searched."""
+        return sum(i is not None for i in self.active)
 
 
 def select_rows(tree: dict, index: torch.Tensor) -> dict:
@@ -96,7 +101,7 @@ def search_batches(model, batches, beam: int = 5, nbest: int = 1, length_penalty
                     break
                 part = search.start(*batch)
         part = search.advance(part)
-        if part is None or not refill_below or len(part.active) >= refill_below or return_attention or waiting:
+        if part is None or not refill_below or part.searching() >= refill_below or return_attention or waiting:
             continue
         batch = next(pending, None)
         if batch is None:
@@ -148,9 +153,10 @@ class _Search:
         cand = (part.scores.view(-1, 1) + row_logp).view(n, K * C)
         top_scores, top_idx = cand.topk(min(2 * K, K * C), dim=1)
         top_beam, top_tok = top_idx // C, row_tok.view(n, K * C).gather(1, top_idx)
-        sentences = [self.sentences[i] for i in part.active]
+        sentences = [None if i is None else self.sentences[i] for i in part.active]
         lengths = [t + 1 for t in part.steps]  # words of each hypothesis with this step's
-        last_step = torch.tensor([t >= s.max_len for t, s in zip(lengths, sentences)], device=cand.device)
+        last_step = torch.tensor([s is not None and t >= s.max_len for t, s in zip(lengths, sentences)],
+                                 device=cand.device)
         self._collect_finished(part, sentences, lengths, top_scores, top_beam, top_tok, last_step, att_history)
         # Continue with the K best candidates that do not end here.
         alive_scores = top_scores.masked_fill(top_tok == EOS, float("-inf"))
@@ -158,9 +164,20 @@ class _Search:
         beam_of = top_beam.gather(1, pick)
         tok_of = top_tok.gather(1, pick)
         best_alive = self._normalised(alive_scores[:, 0], lengths).tolist()
-        keep = [j for j in range(n) if not _done(sentences[j], K, lengths[j], best_alive[j])]
+        keep = [j for j, s in enumerate(sentences) if s is not None and not _done(s, K, lengths[j], best_alive[j])]
         if not keep:
             return None
+        active = [part.active[j] for j in keep]
+        if len(keep) < n and n - len(keep) < n // (8 * K):
+            # Few rows are finished: they stay, as rows that search nothing (score −inf, so
+            # they propose nothing), until an eighth of the rows are such.  Dropping rows
+            # copies the whole encoder side, which at every finished sentence cost greedy
+            # search 7–8% of its time; lazily, greedy ran ×1.02 faster (interleaved).
+            searched = torch.zeros(n, dtype=torch.bool, device=cand.device)
+            searched[keep] = True
+            alive_scores = alive_scores.masked_fill(~searched.view(-1, 1), float("-inf"))
+            active = [a if still else None for a, still in zip(part.active, searched.tolist())]
+            keep = list(range(n))
         keep_t = torch.tensor(keep, device=cand.device)
         # The K rows of a sentence share its encoder output, so the encoder side is
         # gathered only when sentences leave, never for a beam reorder.
@@ -175,13 +192,13 @@ class _Search:
                 enc = {k: v[:, :width].contiguous() if _per_position(k) else v for k, v in enc.items()}
         prev = tok_of.index_select(0, keep_t).view(-1)
         history = part.history
-        if K > 1 or len(keep) < n:  # otherwise (greedy, no sentence finished) every row stays where it is
+        if K > 1 or len(keep) < n:  # otherwise (greedy, no sentence dropped) every row stays where it is
             row_index = (keep_t.view(-1, 1) * K + beam_of.index_select(0, keep_t)).view(-1)
             history = history.index_select(0, row_index)
             if att_history is not None:
                 att_history = att_history.index_select(0, row_index)
             state = select_rows(state, row_index)
-        return _Part([part.active[j] for j in keep], [lengths[j] for j in keep], src_lens, width, enc, state,
+        return _Part(active, [lengths[j] for j in keep], src_lens, width, enc, state,
                      alive_scores.index_select(0, keep_t), torch.cat([history, prev.view(-1, 1)], dim=1),
                      att_history, prev)
 

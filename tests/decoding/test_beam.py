@@ -72,6 +72,30 @@ def test_batched_search_equals_one_sentence_at_a_time():
             assert abs(a.score - b.score) < 1e-5
 
 
+@pytest.mark.parametrize("beam", [1, 2])
+def test_finished_rows_left_in_the_batch_change_no_hypothesis(beam, monkeypatch):
+    """Sentences that finish stay in the batch as rows that search nothing until an eighth
+    of the rows are such; the others' hypotheses are those of a search alone."""
+    import ctxnmt.decoding.beam as search_module
+
+    torch.manual_seed(7)
+    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
+    with torch.no_grad():
+        model.generator.bias[EOS] -= 0.1  # about half end after a word or two, the others at their limits
+    model.eval()
+    sources = [torch.randint(4, 16, (int(n),)).tolist() for n in torch.randint(1, 10, (64,))]
+    parts, advance = [], search_module._Search.advance
+    monkeypatch.setattr(search_module._Search, "advance",
+                        lambda self, part: parts.append(advance(self, part)) or parts[-1])
+    batched = beam_search(model, *pad(sources), beam=beam, nbest=beam)
+    assert any(p is not None and None in p.active for p in parts)  # finished rows did stay
+    for sent, hyps in zip(sources, batched):
+        alone = beam_search(model, *pad([sent]), beam=beam, nbest=beam)[0]
+        assert [h.tokens for h in hyps] == [h.tokens for h in alone]
+        for a, b in zip(hyps, alone):
+            assert abs(a.score - b.score) < 1e-5
+
+
 def test_larger_beam_never_finds_a_worse_best_hypothesis_here():
     model = random_model(3)
     small = beam_search(model, *pad(SRC), beam=1, length_penalty=0.0)
