@@ -210,10 +210,10 @@ def _xent_chunk(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b) -> torch.Ten
 
 
 def _xent_chunk_fused(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b) -> torch.Tensor:
-    """_xent_chunk with the logits vocabulary-major, W xᵀ + b (the faster product order on
-    CPU), and softmax, loss and ∂logits in one kernel (kernels.cpp, softmax_xent_columns)."""
-    g_t = torch.addmm(bias.unsqueeze(1), weight, xs.t())
-    loss = torch.ops.ctxnmt.softmax_xent_columns(g_t, ts, eps).sum()  # g_t now holds ∂loss/∂logitsᵀ
+    """_xent_chunk with the logits vocabulary-major, W xᵀ (the faster product order on
+    CPU), and bias, softmax, loss and ∂logits in one kernel (kernels.cpp, softmax_xent_columns)."""
+    g_t = torch.mm(weight, xs.t())  # the kernel adds the bias as it reads
+    loss = torch.ops.ctxnmt.softmax_xent_columns(g_t, bias, ts, eps).sum()  # g_t now holds ∂loss/∂logitsᵀ
     torch.mm(g_t.t(), weight, out=grad_xs)
     grad_w.addmm_(g_t, xs)
     grad_b += g_t.sum(1)
@@ -353,4 +353,4 @@ def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k
     through the plain operations), so the caller runs those."""
     if x.size(0) < 16 or torch.is_grad_enabled() or not _fusable(x, weight, bias):
         return None
-    return torch.ops.ctxnmt.log_softmax_topk(torch.addmm(bias.unsqueeze(1), weight, x.t()), k)
+    return torch.ops.ctxnmt.log_softmax_topk(torch.mm(weight, x.t()), bias.contiguous(), k)  # the kernel adds b

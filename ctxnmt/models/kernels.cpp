@@ -239,8 +239,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gru_gates_backward(const at::Tens
 }
 
 // ---- the k most probable next words ------------------------------------------------
-// For logits stored vocabulary-major, (V, R) = W_o tᵀ + b (the faster product order on
-// CPU for decoding's few rows), the k largest log-probabilities of each of the R rows
+// For logits stored vocabulary-major, (V, R) = W_o tᵀ (the faster product order on CPU
+// for decoding's few rows) plus the bias b (V), added here rather than by a pass of its
+// own, the k largest log-probabilities of each of the R rows
 // and their word ids, best first, without forming or transposing the (R, V) log-softmax:
 // one pass keeps each row's k best logits, one vectorised pass sums exp(logit − max).
 
@@ -255,15 +256,18 @@ void insert_top(float x, int64_t v, float* vals, int64_t* ids, int64_t k) {
   ids[j] = v;
 }
 
-void sum_exp_rows(const float* __restrict__ row, const float* __restrict__ max, float* __restrict__ sum,
+void sum_exp_rows(const float* __restrict__ row, float b, const float* __restrict__ max, float* __restrict__ sum,
                   int64_t width) {
-  for (int64_t r = 0; r < width; ++r) sum[r] += expf(row[r] - max[r]);
+  for (int64_t r = 0; r < width; ++r) sum[r] += expf(row[r] + b - max[r]);
 }
 
-std::tuple<at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, int64_t k) {
+std::tuple<at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, const at::Tensor& bias, int64_t k) {
   check_contiguous(logits_t, "logits_t", 2);
   const int64_t V = logits_t.size(0), R = logits_t.size(1);
+  check_contiguous(bias, "bias", 1);
+  TORCH_CHECK(bias.size(0) == V, "log_softmax_topk: bias must be (V,)");
   TORCH_CHECK(k >= 1 && k <= V, "log_softmax_topk: k must be in 1..V");
+  const float* bp = bias.data_ptr<float>();
   at::Tensor values = at::empty({R, k}, logits_t.options());
   at::Tensor ids = at::empty({R, k}, logits_t.options().dtype(at::kLong));
   const float* lp = logits_t.data_ptr<float>();
@@ -287,14 +291,15 @@ std::tuple<at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, 
       for (int64_t v = 0; v < V; ++v) {
         const float* row = lp + v * R + r0;
         for (int64_t r = 0; r < width; ++r) {
-          if (row[r] > thresholds[r]) {
-            insert_top(row[r], v, vals + r * k, top + r * k, k);
+          const float x = row[r] + bp[v];
+          if (x > thresholds[r]) {
+            insert_top(x, v, vals + r * k, top + r * k, k);
             thresholds[r] = vals[r * k + k - 1];
           }
         }
       }
       for (int64_t r = 0; r < width; ++r) max[r] = vals[r * k];
-      for (int64_t v = 0; v < V; ++v) sum_exp_rows(lp + v * R + r0, max, sum, width);
+      for (int64_t v = 0; v < V; ++v) sum_exp_rows(lp + v * R + r0, bp[v], max, sum, width);
       for (int64_t r = 0; r < width; ++r) {
         const float log_z = max[r] + logf(sum[r]);
         for (int64_t j = 0; j < k; ++j) vals[r * k + j] -= log_z;
@@ -305,33 +310,37 @@ std::tuple<at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, 
 }
 
 // ---- training's softmax layer ------------------------------------------------------
-// For logits stored vocabulary-major, (V, R) = W_o Tᵀ + b (the faster product order for
-// training's chunks too), each column's label-smoothed cross-entropy
+// For logits stored vocabulary-major, (V, R) = W_o Tᵀ (the faster product order for
+// training's chunks too) plus the bias b (V), added on reading, each column's label-smoothed cross-entropy
 //   −(1 − ε) log p_target − ε/V Σ_v log p_v
 // is returned, and the logits are overwritten with its gradient,
 //   softmax − ((1 − ε)·onehot(target) + ε/V),
 // in three passes over a block of columns (max; Σ exp and Σ logit; the gradient), where
 // PyTorch would take a log-softmax, an exp, a gather and two updates of an (R, V) copy.
 
-void max_rows(const float* __restrict__ row, float* __restrict__ max, int64_t width) {
-  for (int64_t r = 0; r < width; ++r) max[r] = fmaxf(max[r], row[r]);
+void max_rows(const float* __restrict__ row, float b, float* __restrict__ max, int64_t width) {
+  for (int64_t r = 0; r < width; ++r) max[r] = fmaxf(max[r], row[r] + b);
 }
 
-void sum_exp_and_logit_rows(const float* __restrict__ row, const float* __restrict__ max, float* __restrict__ sum,
-                            float* __restrict__ total, int64_t width) {
+void sum_exp_and_logit_rows(const float* __restrict__ row, float b, const float* __restrict__ max,
+                            float* __restrict__ sum, float* __restrict__ total, int64_t width) {
   for (int64_t r = 0; r < width; ++r) {
-    sum[r] += expf(row[r] - max[r]);
-    total[r] += row[r];
+    sum[r] += expf(row[r] + b - max[r]);
+    total[r] += row[r] + b;
   }
 }
 
-void softmax_minus_rows(float* __restrict__ row, const float* __restrict__ log_z, float smooth, int64_t width) {
-  for (int64_t r = 0; r < width; ++r) row[r] = expf(row[r] - log_z[r]) - smooth;
+void softmax_minus_rows(float* __restrict__ row, float b, const float* __restrict__ log_z, float smooth,
+                        int64_t width) {
+  for (int64_t r = 0; r < width; ++r) row[r] = expf(row[r] + b - log_z[r]) - smooth;
 }
 
-at::Tensor softmax_xent_columns(at::Tensor& logits_t, const at::Tensor& target, double eps) {
+at::Tensor softmax_xent_columns(at::Tensor& logits_t, const at::Tensor& bias, const at::Tensor& target, double eps) {
   check_contiguous(logits_t, "logits_t", 2);
   const int64_t V = logits_t.size(0), R = logits_t.size(1);
+  check_contiguous(bias, "bias", 1);
+  TORCH_CHECK(bias.size(0) == V, "softmax_xent_columns: bias must be (V,)");
+  const float* bp = bias.data_ptr<float>();
   TORCH_CHECK(target.dim() == 1 && target.size(0) == R && target.scalar_type() == at::kLong,
               "softmax_xent_columns: target must be (R,) int64");
   const at::Tensor tgt = target.contiguous();
@@ -351,14 +360,15 @@ at::Tensor softmax_xent_columns(at::Tensor& logits_t, const at::Tensor& target, 
         max[r] = std::numeric_limits<float>::lowest();
         sum[r] = total[r] = 0.f;
       }
-      for (int64_t v = 0; v < V; ++v) max_rows(lp + v * R + r0, max, width);
-      for (int64_t v = 0; v < V; ++v) sum_exp_and_logit_rows(lp + v * R + r0, max, sum, total, width);
+      for (int64_t v = 0; v < V; ++v) max_rows(lp + v * R + r0, bp[v], max, width);
+      for (int64_t v = 0; v < V; ++v) sum_exp_and_logit_rows(lp + v * R + r0, bp[v], max, sum, total, width);
       for (int64_t r = 0; r < width; ++r) {
         log_z[r] = max[r] + logf(sum[r]);
-        const float log_p_target = lp[tp[r0 + r] * R + r0 + r] - log_z[r];
+        const int64_t t = tp[r0 + r];
+        const float log_p_target = lp[t * R + r0 + r] + bp[t] - log_z[r];
         out[r0 + r] = -hit * log_p_target - smooth * (total[r] - static_cast<float>(V) * log_z[r]);
       }
-      for (int64_t v = 0; v < V; ++v) softmax_minus_rows(lp + v * R + r0, log_z, smooth, width);
+      for (int64_t v = 0; v < V; ++v) softmax_minus_rows(lp + v * R + r0, bp[v], log_z, smooth, width);
       for (int64_t r = 0; r < width; ++r) lp[tp[r0 + r] * R + r0 + r] -= hit;
     }
   });
@@ -368,13 +378,14 @@ at::Tensor softmax_xent_columns(at::Tensor& logits_t, const at::Tensor& target, 
 }  // namespace
 
 TORCH_LIBRARY(ctxnmt, m) {
-  m.def("softmax_xent_columns(Tensor(a!) logits_t, Tensor target, float eps) -> Tensor", softmax_xent_columns);
+  m.def("softmax_xent_columns(Tensor(a!) logits_t, Tensor bias, Tensor target, float eps) -> Tensor",
+        softmax_xent_columns);
   m.def("additive_energy(Tensor keys, Tensor query, Tensor v) -> Tensor", additive_energy);
   m.def("additive_energy_backward(Tensor grad, Tensor keys, Tensor query, Tensor v, Tensor(a!) grad_keys)"
         " -> (Tensor, Tensor)",
         additive_energy_backward);
   m.def("gru_gates(Tensor xp, Tensor hp, Tensor h, Tensor? mask, bool save) -> (Tensor, Tensor)", gru_gates);
-  m.def("log_softmax_topk(Tensor logits_t, int k) -> (Tensor, Tensor)", log_softmax_topk);
+  m.def("log_softmax_topk(Tensor logits_t, Tensor bias, int k) -> (Tensor, Tensor)", log_softmax_topk);
   m.def("gru_gates_backward(Tensor grad, Tensor saved, Tensor h, Tensor? mask) -> (Tensor, Tensor, Tensor)",
         gru_gates_backward);
 }

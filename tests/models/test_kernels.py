@@ -158,11 +158,11 @@ def test_top_log_softmax_kernel_matches_log_softmax_then_topk(rows, k):
 def test_top_log_softmax_kernel_keeps_the_earlier_word_of_a_tie():
     logits_t = torch.zeros(6, 16)  # (V, R): every word equally likely
     logits_t[4] = 1.0
-    values, ids = torch.ops.ctxnmt.log_softmax_topk(logits_t, 3)
+    values, ids = torch.ops.ctxnmt.log_softmax_topk(logits_t, torch.zeros(6), 3)
     assert ids.tolist() == [[4, 0, 1]] * 16
     torch.testing.assert_close(values.exp().sum(1) + 3 * values[:, 1].exp(), torch.ones(16))
     with pytest.raises(RuntimeError, match="k must be"):
-        torch.ops.ctxnmt.log_softmax_topk(logits_t, 7)
+        torch.ops.ctxnmt.log_softmax_topk(logits_t, torch.zeros(6), 7)
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
@@ -178,13 +178,14 @@ def test_softmax_xent_kernel_matches_the_loss_and_its_gradient(smoothing):
     leaf = logits_t.double().t().clone().requires_grad_()
     loss_ref = torch.nn.functional.cross_entropy(leaf, target, reduction="none", label_smoothing=smoothing)
     loss_ref.sum().backward()
-    g_t = logits_t.clone()
-    loss = torch.ops.ctxnmt.softmax_xent_columns(g_t, target, smoothing)
+    bias = torch.randn(V) * 5  # added by the kernel as it reads
+    g_t = logits_t - bias.unsqueeze(1)
+    loss = torch.ops.ctxnmt.softmax_xent_columns(g_t, bias, target, smoothing)
     torch.testing.assert_close(loss, loss_ref.detach().float(), rtol=1e-5, atol=2e-5)
     # log Z of logits near 60 is exact to ~4e-6 in float32, so probabilities near 1 carry that relative error
     torch.testing.assert_close(g_t, leaf.grad.t().float(), rtol=1e-5, atol=1e-6)
     with pytest.raises(RuntimeError, match="target out of range"):
-        torch.ops.ctxnmt.softmax_xent_columns(logits_t.clone(), torch.full((R,), V), smoothing)
+        torch.ops.ctxnmt.softmax_xent_columns(logits_t.clone(), bias, torch.full((R,), V), smoothing)
 
 
 def test_linear_cross_entropy_through_the_kernel_matches_the_pytorch_path(monkeypatch):
