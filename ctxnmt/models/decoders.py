@@ -147,18 +147,21 @@ class ConditionalGRUDecoder(nn.Module):
         s = self.initial_state(enc).repeat_interleave(beam, dim=0)
         return {"s": s, **self.summary.init_state(s.size(0), s)}
 
-    def step(self, enc, state: dict[str, torch.Tensor], prev_emb_t: torch.Tensor):
-        """One step: readout (R, out_dim), new state, α_t (R, S); R = beam × sentences."""
-        s, alpha, c, own = self.advance(enc, state, prev_emb_t)
+    def step(self, enc, state: dict[str, torch.Tensor], prev_emb_t: torch.Tensor, xp1_t: torch.Tensor | None = None):
+        """One step: readout (R, out_dim), new state, α_t (R, S); R = beam × sentences.
+        `xp1_t`: GRU_1's input term for E y_{t-1} where the caller has it (search's word table)."""
+        if xp1_t is None:
+            xp1_t = self.gru1.input_proj(prev_emb_t)
+        s, alpha, c, own = self.advance(enc, state, prev_emb_t, xp1_t)
         c = mix(alpha, enc["annotations"]) if c is None else c
         summary_state = {k: v for k, v in state.items() if k not in self.own_state}
         d, summary_state = self.summary.step(summary_state, prev_emb_t, s, c)
         extra, extra_state = self.output_extra_step(state, s)
         return self.output(s, d, c, extra), {**own, **summary_state, **extra_state}, alpha
 
-    def advance(self, enc, state, prev_emb_t):
+    def advance(self, enc, state, prev_emb_t, xp1_t):
         """s_t, α_t and c_t (or None) for one step, and the decoder's own new state entries."""
-        s, alpha, c = self._transition(enc, state["s"], self.gru1.input_proj(prev_emb_t),
+        s, alpha, c = self._transition(enc, state["s"], xp1_t,
                                        self.document.input_terms(prev_emb_t))
         return s, alpha, c, {"s": s}
 
@@ -276,10 +279,9 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
         key, query = self._remember(enc, state["s"])
         return {**state, "mem_states": state["s"].unsqueeze(1), "mem_keys": key.unsqueeze(1), "mem_query": query}
 
-    def advance(self, enc, state, prev_emb_t):
+    def advance(self, enc, state, prev_emb_t, xp1_t):
         tilde = self._read(state["mem_states"], state["mem_keys"], state["mem_query"] + self.W_x(prev_emb_t))
-        s, alpha, c = self._transition(enc, tilde, self.gru1.input_proj(prev_emb_t),
-                                       self.document.input_terms(prev_emb_t))
+        s, alpha, c = self._transition(enc, tilde, xp1_t, self.document.input_terms(prev_emb_t))
         key, query = self._remember(enc, s)
         return s, alpha, c, {"s": s, "mem_states": torch.cat([state["mem_states"], s.unsqueeze(1)], dim=1),
                           "mem_keys": torch.cat([state["mem_keys"], key.unsqueeze(1)], dim=1), "mem_query": query}

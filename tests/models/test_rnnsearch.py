@@ -131,3 +131,34 @@ def test_decoding_log_probs_equal_the_softmax_layer_in_either_layout(rows):
         fast = model.log_probs(readout)
     assert fast.shape == (rows, 16) and fast.is_contiguous()
     torch.testing.assert_close(fast, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_searchs_word_input_table_follows_every_weight_change():
+    """Search looks GRU_1's input term W E_y + b up in a per-word table; the table is formed
+    again after the weights change in place (optimiser steps, checkpoint loads)."""
+    model = small_model()
+    src, src_mask = pad(SRC)
+    prev = torch.tensor([5, 9, 13])
+
+    def second_step():
+        enc = model.encode(src, src_mask)
+        _, state, _ = model.step(enc, model.init_state(enc), None)
+        return model.step(enc, state, prev)[0]
+
+    def without_table():  # autograd on: the per-step product, never the table
+        with torch.enable_grad():
+            return second_step().detach()
+
+    with torch.no_grad():
+        first = second_step()
+        table = model._word_inputs[1]
+        assert table.shape == (16, 30)
+        torch.testing.assert_close(first, without_table(), rtol=0, atol=1e-6)
+        model.decoder.gru1.W.bias.add_(0.5)
+        model.tgt_emb.weight.mul_(1.5)
+        changed = second_step()
+        assert model._word_inputs[1] is not table
+        torch.testing.assert_close(changed, without_table(), rtol=0, atol=1e-6)
+        assert (changed - first).abs().max() > 1e-3
+        model.load_state_dict(small_model().state_dict())
+        torch.testing.assert_close(second_step(), first, rtol=0, atol=1e-6)
