@@ -9,7 +9,8 @@ against the first config.  For each it reports:
     (the same batches for every config with the same data settings);
   - peak resident memory of the process;
   - decoding sentences/s and generated tokens/s for greedy, beam 5 and beam 10
-    on the first --decode-sents test sentences (batched beam search);
+    on the first --decode-sents test sentences (batched beam search), the median
+    of --decode-repeats runs (single runs moved by ±15% on this shared machine);
   - the analytic FLOPs per target token of training (forward + backward ≈ 3×
     forward) and the float32 matmul throughput of this machine, sampled between the
     timed training batches, so that the fraction of the compute limit reached can
@@ -187,17 +188,21 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     n = len(sources)
     model.eval()
     for beam in (1, 5, 10):
-        sync(device)
-        start = time.perf_counter()
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16):
-            hyps = search_ids(model, sources, cfg.decoding, beam=beam, batch_size=args.decode_batch,
-                              device=device)
-        sync(device)
-        seconds = time.perf_counter() - start
+        runs = []  # seconds of each repeat; the outputs are the same every time
+        for _ in range(args.decode_repeats):
+            sync(device)
+            start = time.perf_counter()
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16):
+                hyps = search_ids(model, sources, cfg.decoding, beam=beam, batch_size=args.decode_batch,
+                                  device=device)
+            sync(device)
+            runs.append(time.perf_counter() - start)
+        seconds = sorted(runs)[len(runs) // 2]  # the median repeat
         generated = sum(len(h[0].tokens) + 1 for h in hyps)  # with EOS
         result[f"beam{beam}_sents_s"] = n / seconds
         result[f"beam{beam}_tok_s"] = generated / seconds
-    result["decode_sents"] = n
+        result[f"beam{beam}_tok_s_runs"] = [generated / r for r in runs]
+    result["decode_sents"], result["decode_repeats"] = n, args.decode_repeats
     return result
 
 
@@ -224,7 +229,7 @@ def print_table(results: list[dict]) -> None:
           f"training ≈ {r['train_flops_per_token'] / 1e6:.0f} MFLOP per target token; "
           f"{r['train_sents_per_batch']:.0f} sentences ≈ {r['train_tokens_per_batch']:.0f} target tokens per batch, "
           f"padding {r['padding_src_tgt'][0]:.1%} source / {r['padding_src_tgt'][1]:.1%} target; "
-          f"decoding {r['decode_sents']} test sentences")
+          f"decoding {r['decode_sents']} test sentences (median of {r.get('decode_repeats', 1)} runs)")
 
 
 def main() -> None:
@@ -234,6 +239,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--decode-sents", type=int, default=500)
     parser.add_argument("--decode-batch", type=int, default=64)
+    parser.add_argument("--decode-repeats", type=int, default=3,
+                        help="decode each setting this many times and report the median (the machine drifts)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--checkpoint", help="trained weights to decode with (loaded non-strictly into each config)")
