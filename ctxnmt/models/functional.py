@@ -122,8 +122,8 @@ class _StepProduct(torch.autograd.Function):
     """h_t U for a matrix U read at every step (`read_every_step`): the backward pass forms
     ∂h_t and leaves (h_t, ∂out_t) with U's bank, which forms ∂U = Σ_t h_tᵀ ∂out_t as one
     product.  Per step, autograd would multiply with inner size B (the batch) and add a
-    U-sized gradient into the sum: a tenth of a training step at the bench size
-    (profiled), and ×1.06–1.11 faster training when banked."""
+    U-sized gradient into the sum: a tenth of a profiled training step at the bench
+    size (banked: training ×1.04–1.11 in four A/Bs, docs/speed.md)."""
 
     @staticmethod
     @_custom_fwd
