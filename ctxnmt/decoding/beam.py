@@ -167,7 +167,6 @@ class _Search:
         keep = [j for j, s in enumerate(sentences) if s is not None and not _done(s, K, lengths[j], best_alive[j])]
         if not keep:
             return None
-        active = [part.active[j] for j in keep]
         if len(keep) < n and n - len(keep) < n // (8 * K):
             # Few rows are finished: they stay, as rows that search nothing (score −inf, so
             # they propose nothing), until an eighth of the rows are such.  Dropping rows
@@ -178,6 +177,8 @@ class _Search:
             alive_scores = alive_scores.masked_fill(~searched.view(-1, 1), float("-inf"))
             active = [a if still else None for a, still in zip(part.active, searched.tolist())]
             keep = list(range(n))
+        else:
+            active = [part.active[j] for j in keep]
         keep_t = torch.tensor(keep, device=cand.device)
         # The K rows of a sentence share its encoder output, so the encoder side is
         # gathered only when sentences leave, never for a beam reorder.

@@ -55,13 +55,13 @@ class _StepBank:
     product's h_t and ∂(h_t U)), and the energy kernel's running sum of ∂keys."""
 
     def __init__(self):
-        self.alphas: list[torch.Tensor] = []
-        self.grads: list[torch.Tensor] = []
+        self.a: list[torch.Tensor] = []  # the factors a_t and g_t of each step's gradient a_tᵀ g_t
+        self.g: list[torch.Tensor] = []
         self.summed: torch.Tensor | None = None
 
-    def deposit(self, alpha: torch.Tensor, grad: torch.Tensor) -> None:
-        self.alphas.append(alpha)
-        self.grads.append(grad)
+    def deposit(self, a: torch.Tensor, g: torch.Tensor) -> None:
+        self.a.append(a)
+        self.g.append(g)
 
     def accumulator(self, like: torch.Tensor) -> torch.Tensor:
         """The running sum that kernels add their gradients into."""
@@ -73,12 +73,12 @@ class _StepBank:
         """The sum, with Σ_t a_tᵀ g_t as one product of inner size Σ_t rows_t (not T small
         products and T additions)."""
         total, self.summed = self.summed, None  # a second backward pass (retain_graph) deposits anew
-        if self.alphas:
-            alphas, grads = torch.cat(self.alphas, dim=-2), torch.cat(self.grads, dim=-2)
-            self.alphas, self.grads = [], []
+        if self.a:
+            a, g = torch.cat(self.a, dim=-2), torch.cat(self.g, dim=-2)
+            self.a, self.g = [], []
             # Under CUDA autocast a step's factors can differ in precision; this runs outside it.
-            dtype = torch.promote_types(alphas.dtype, grads.dtype)
-            mixed = torch.matmul(alphas.transpose(-1, -2).to(dtype), grads.to(dtype))
+            dtype = torch.promote_types(a.dtype, g.dtype)
+            mixed = torch.matmul(a.transpose(-1, -2).to(dtype), g.to(dtype))
             total = mixed if total is None else total.add_(mixed)
         return total
 

@@ -48,6 +48,7 @@ class NMTModel(nn.Module):
         self.dropout_hidden = nn.Dropout(cfg.dropout_hidden)
         self.dropout_out = nn.Dropout(cfg.dropout_out)
         init_weights(self, cfg.init)
+        self._word_inputs: tuple = (None, None)  # search's (weights key, table): _word_input_table
 
     # -- encoder ---------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor,
@@ -135,7 +136,7 @@ class NMTModel(nn.Module):
         cell = self.decoder.gru1
         sources = [self.tgt_emb.weight, *cell.parameters()]
         key = [(t.data_ptr(), t._version) for t in sources]
-        if getattr(self, "_word_inputs", (None, None))[0] != key:
+        if self._word_inputs[0] != key:
             rows, cols = self.tgt_emb.weight.size(0), cell.W.weight.size(0)
             self._word_inputs = (key, cell.input_proj(self.tgt_emb.weight) if rows * cols <= 1 << 26 else None)
         return self._word_inputs[1]
