@@ -12,18 +12,27 @@ def register(sub) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="check the file and every system's config, print each run's state and training command, "
                         "and stop")
+    p.add_argument("--only", action="append", metavar="SYSTEM[:SEED]",
+                   help="train only these runs (repeatable), then report every finished run: lets two processes "
+                        "train different runs of one experiment side by side")
+    p.add_argument("--report", action="store_true",
+                   help="train nothing; evaluate and report the runs finished so far")
     p.set_defaults(func=cmd_experiment)
 
 
 def cmd_experiment(args) -> int:
+    from ctxnmt.errors import ConfigError
     from ctxnmt.experiments.runner import run_experiment
     from ctxnmt.experiments.spec import load_experiment
 
     experiment = load_experiment(args.experiment)
     if args.dry_run:
         return dry_run(experiment)
-    paths = run_experiment(experiment, quiet=args.quiet)
-    print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())
+    if args.only and args.report:
+        raise ConfigError("--only trains runs and --report trains none: give one of them")
+    paths = run_experiment(experiment, quiet=args.quiet, only=args.only, train=not args.report)
+    if paths is not None:
+        print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())
     return 0
 
 

@@ -31,6 +31,7 @@ from ctxnmt.experiments.runs import (
     plan_runs,
     prepare_shared,
     run_state,
+    select_runs,
     shared_data,
     train,
     training_record,
@@ -126,16 +127,32 @@ def run_details(outputs: dict[str, list[Output]], tests: dict[str, list[dict[str
     return details
 
 
-def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False) -> dict[str, Path]:
-    """Everything `ctxnmt experiment` does; returns the paths of the report files."""
+def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
+                   only: list[str] | None = None, train: bool = True) -> dict[str, Path] | None:
+    """Everything `ctxnmt experiment` does; returns the paths of the report files.
+
+    `only` (SYSTEM or SYSTEM:SEED selectors) trains just those runs, and `train=False`
+    none; the report then covers the runs finished so far, so that two processes can
+    train different runs of one experiment side by side and results can be read as
+    they come.  None when the baseline has no finished run yet."""
     runs = plan_runs(experiment)
-    train_all(experiment, runs, check_runs(runs), log, quiet)
+    states = check_runs(runs)
+    if train:
+        train_all(experiment, select_runs(runs, only) if only else runs, states, log, quiet)
+    finished = [run for run in runs if run_state(run) == DONE]
+    waiting = [f"{run.system}:{run.seed}" for run in runs if run not in finished]
+    if waiting:
+        log(f"not finished yet, left out of the report: {', '.join(waiting)}")
+    if not any(run.system == experiment.baseline for run in finished) and experiment.system(experiment.baseline).config:
+        log("the baseline has no finished run yet: no report")
+        return None
+    runs = finished
     test = load_test_set(_test_set_run(experiment, runs), log=log)
     outputs = evaluate_runs(runs, test, log)
     for spec in experiment.systems:
         if spec.external:
             outputs[spec.name] = [external_output(spec.name, spec.output, test, experiment.root)]
-    outputs = {spec.name: outputs[spec.name] for spec in experiment.systems}  # the file's order
+    outputs = {spec.name: outputs[spec.name] for spec in experiment.systems if spec.name in outputs}  # file order
     tests = significance_tests(experiment, outputs, test)
     buckets = {name: mean_buckets([length_buckets(test.src, o.lines, test.refs) for o in outs])
                for name, outs in outputs.items()}

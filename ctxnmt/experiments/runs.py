@@ -25,6 +25,9 @@ FRESH, RESUME, DONE = "fresh", "resume", "done"
 # Settings that change only speed or logging, not what a run learns: a finished run
 # stays valid when they differ (e.g. it was trained with one thread beside another run).
 SPEED_ONLY = ("training.threads", "training.log_every")
+# Where a run was trained is not what it learned: an experiment directory may be moved
+# or reached through a link, and its runs stay valid.
+NOT_COMPARED = (*SPEED_ONLY, "model_dir")
 
 
 @dataclass
@@ -55,8 +58,22 @@ def plan_run(experiment: Experiment, system: SystemSpec, seed: int) -> Run:
 
 
 def plan_runs(experiment: Experiment) -> list[Run]:
-    """Every trained system × seed, in the experiment's order."""
-    return [plan_run(experiment, system, seed) for system in experiment.trained for seed in experiment.run_seeds]
+    """Every trained system × its seeds, in the experiment's order."""
+    return [plan_run(experiment, system, seed) for system in experiment.trained
+            for seed in experiment.seeds_of(system)]
+
+
+def select_runs(runs: list[Run], selectors: list[str]) -> list[Run]:
+    """The runs named by `SYSTEM` (all its seeds) or `SYSTEM:SEED` selectors; an unknown one is an error."""
+    chosen = []
+    for selector in selectors:
+        system, _, seed = selector.partition(":")
+        matches = [run for run in runs if run.system == system and (not seed or str(run.seed) == seed)]
+        if not matches:
+            known = ", ".join(dict.fromkeys(f"{run.system}:{run.seed}" for run in runs))
+            raise ConfigError(f"--only {selector!r} names no run of this experiment (runs: {known})")
+        chosen += [run for run in matches if run not in chosen]
+    return chosen
 
 
 def run_state(run: Run) -> str:
@@ -73,7 +90,7 @@ def run_state(run: Run) -> str:
         saved = load_config(saved_path).to_dict()
     except ConfigError as err:
         raise ConfigError(f"{directory}: its config.yaml no longer loads ({err})") from None
-    key = first_difference(saved, run.config.to_dict(), ignore=SPEED_ONLY)
+    key = first_difference(saved, run.config.to_dict(), ignore=NOT_COMPARED)
     if key is not None:
         raise ConfigError(f"{directory} was trained with a different config: {key} is "
                           f"{_lookup(saved, key)!r} there but {_lookup(run.config.to_dict(), key)!r} in this "

@@ -70,6 +70,7 @@ class SystemSpec:
     config: str = ""
     overrides: list[str] = field(default_factory=list)
     output: str = ""  # detokenised test-set output of a system trained elsewhere
+    seeds: list[int] = field(default_factory=list)  # a subset of the experiment's seeds; default all
 
     @property
     def external(self) -> bool:
@@ -111,6 +112,9 @@ class Experiment:
     @property
     def trained(self) -> list[SystemSpec]:
         return [s for s in self.systems if not s.external]
+
+    def seeds_of(self, system: SystemSpec) -> list[int]:
+        return list(system.seeds or self.run_seeds)
 
 
 def _convert(value: Any, typ: Any, key: str) -> Any:
@@ -185,8 +189,12 @@ def _validate_systems(e: Experiment) -> None:
             raise ConfigError(f"system name '{s.name}' is used more than once")
         if bool(s.config) == bool(s.output):
             raise ConfigError(f"system '{s.name}' needs exactly one of 'config' (to train) or 'output' (external)")
-        if s.external and s.overrides:
-            raise ConfigError(f"system '{s.name}' is an external output; it takes no overrides")
+        if s.external and (s.overrides or s.seeds):
+            raise ConfigError(f"system '{s.name}' is an external output; it takes no overrides or seeds")
+        extra = [seed for seed in s.seeds if seed not in e.run_seeds]
+        if extra or len(set(s.seeds)) != len(s.seeds):
+            raise ConfigError(f"{where}.seeds must be distinct seeds of the experiment ({e.run_seeds}), "
+                              f"got {s.seeds}")
         _validate_overrides(f"{where}.overrides", s.overrides)
     if e.baseline not in names:
         raise ConfigError(f"baseline '{e.baseline}' is not one of the systems ({', '.join(names)})")

@@ -38,11 +38,21 @@ class AdaptiveOutput(DeepOutput):
       õ_t = o_s + o_y + o_c                                                 the query
       e_k = W_p tanh(W_m (M_k x_k + b_k) + W_r õ_t + b_r)                   one score per dimension
       α_k = softmax over k ∈ {s, y, c} of e_k, dimension by dimension
-      t_t = tanh(α_s ⊙ o_s + α_y ⊙ o_y + α_c ⊙ o_c [+ extra])
+      t_t = tanh(K (α_s ⊙ o_s + α_y ⊙ o_y + α_c ⊙ o_c) [+ extra]),  K = 3
 
     M_k (out × dim x_k, with bias) are per-source score projections; the square
     W_m, W_r, W_p are shared by the three sources.  A decoder's extra term is added
-    unweighted, as to the deep output."""
+    unweighted, as to the deep output.
+
+    The gain K is ours.  The weights start near 1/3 each, so without it the readout's
+    pre-activation, and every step the optimiser takes on W_st, W_yt and W_ct as seen
+    through it, is a third of the deep output's: the model learned several times more
+    slowly than the baseline (docs/results.md).  With K equal to the number of sources,
+    uniform weights give exactly the deep output, and K could be folded into the three
+    projections, so the family of functions is the paper's.  α itself still sums to one
+    (it is what `analyze gates` reports).  `adaptive-unscaled` keeps K = 1."""
+
+    gain = 3.0
 
     def __init__(self, state_dim: int, summary_dim: int, ctx_dim: int, out_dim: int):
         super().__init__(state_dim, summary_dim, ctx_dim, out_dim)
@@ -62,5 +72,13 @@ class AdaptiveOutput(DeepOutput):
 
     def forward(self, s, d, c, extra=None):
         terms = self.terms(s, d, c)
-        pre = (self.weights(s, d, c, terms) * terms).sum(0)
+        pre = self.gain * (self.weights(s, d, c, terms) * terms).sum(0)
         return torch.tanh(pre if extra is None else pre + extra)
+
+
+@OUTPUTS.register("adaptive-unscaled")
+class UnscaledAdaptiveOutput(AdaptiveOutput):
+    """The adaptive output exactly as published, weights summing to one (K = 1): kept to
+    measure what the gain changes."""
+
+    gain = 1.0

@@ -225,3 +225,44 @@ def test_a_speed_only_setting_keeps_a_finished_run(finished, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and "base seed 1234: done" in out
     assert digest(work / "exp/systems/base/seed1234/checkpoints/last.pt") == before
+
+
+def test_only_trains_the_named_runs_and_reports_the_finished_ones(finished, tmp_path):
+    """Two processes can share an experiment: --only trains one run, the report covers what is done."""
+    work = copy_experiment(finished, tmp_path)
+    shutil.rmtree(work / "exp/systems/mean")
+    (work / "exp/report.json").unlink()
+    log: list[str] = []
+    with chdir(work):
+        run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, quiet=True,
+                       only=["base"])
+    assert not (work / "exp/systems/mean").exists()
+    assert "not finished yet, left out of the report: mean:1234" in log
+    assert [r["system"] for r in report(work)["rows"]] == ["base", "dropper"]
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--quiet", "--only", "mean:1234"]) == 0
+    assert [r["system"] for r in report(work)["rows"]] == ["base", "mean", "dropper"]
+    assert row(report(work), "mean")["mean"]["bleu"] == pytest.approx(row(report(finished[0]), "mean")["mean"]["bleu"])
+
+
+def test_report_without_a_finished_baseline_trains_nothing_and_writes_nothing(finished, tmp_path):
+    work = copy_experiment(finished, tmp_path)
+    shutil.rmtree(work / "exp/systems/base")
+    (work / "exp/report.json").unlink()
+    log: list[str] = []
+    with chdir(work):
+        assert run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, train=False) is None
+    assert "the baseline has no finished run yet: no report" in log
+    assert not (work / "exp/systems/base").exists() and not (work / "exp/report.json").exists()
+
+
+def test_a_moved_experiment_directory_keeps_its_runs(finished, tmp_path, capsys):
+    """Runs are found where they are: the model_dir saved in config.yaml says where they were trained."""
+    work = copy_experiment(finished, tmp_path)
+    raw = yaml.safe_load((work / "tiny-experiment.yaml").read_text(encoding="utf-8"))
+    raw["out_dir"] = "moved"
+    (work / "exp").rename(work / "moved")
+    (work / "tiny-experiment.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--dry-run"]) == 0
+    assert "base seed 1234: done, moved/systems/base/seed1234" in capsys.readouterr().out

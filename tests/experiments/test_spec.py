@@ -129,3 +129,28 @@ def test_bible_small_is_the_main_cpu_comparison():
     assert e.baseline == "baseline" and e.system("baseline").config == "configs/rnnsearch-small.yaml"
     assert [s.name for s in e.systems] == ["baseline", "mean-residual", "self-attentive-residual", "bcae", "fcae",
                                            "adaptive-both", "doc-init-both-gated-aux"]
+
+
+def test_a_system_may_run_a_subset_of_the_seeds(monkeypatch):
+    monkeypatch.chdir(REPO)
+    e = from_dict(spec(seeds=[1, 2, 3], systems=[
+        {"name": "base", "config": "configs/rnnsearch-small.yaml"},
+        {"name": "one", "config": "configs/rnnsearch-small.yaml", "seeds": [2]}]))
+    assert [(r.system, r.seed) for r in plan_runs(e)] == [("base", 1), ("base", 2), ("base", 3), ("one", 2)]
+
+
+@pytest.mark.parametrize("seeds", [[4], [1, 1]])
+def test_system_seeds_outside_the_experiments_are_refused(seeds):
+    with pytest.raises(ConfigError, match=r"systems\[0\]\.seeds must be distinct seeds of the experiment"):
+        from_dict(spec(seeds=[1, 2], systems=[{"name": "base", "config": "c.yaml", "seeds": seeds}]))
+
+
+def test_selectors_name_runs_and_unknown_ones_are_errors(monkeypatch):
+    from ctxnmt.experiments.runs import select_runs
+
+    monkeypatch.chdir(REPO)
+    runs = plan_runs(from_dict(spec(seeds=[1, 2])))
+    assert [(r.system, r.seed) for r in select_runs(runs, ["base:2"])] == [("base", 2)]
+    assert [(r.system, r.seed) for r in select_runs(runs, ["base", "base:1"])] == [("base", 1), ("base", 2)]
+    with pytest.raises(ConfigError, match=r"--only 'base:7' names no run of this experiment \(runs: base:1, base:2\)"):
+        select_runs(runs, ["base:7"])

@@ -8,6 +8,7 @@ import torch
 from ctxnmt.config import ModelConfig
 from ctxnmt.models.cells import AdaptiveGRUCell, ScaledCandidateAdaptiveGRUCell, scan
 from ctxnmt.models.nmt import build_model, count_parameters
+from ctxnmt.models.output import AdaptiveOutput, DeepOutput, UnscaledAdaptiveOutput
 from tests.models import reference as ref
 from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
 from tests.models.test_target_context import literal_mean, literal_scored
@@ -67,6 +68,7 @@ def test_released_variant_changes_only_the_second_transition():
     {"cell": "adaptive-gru-released"},
     {"cell": "gru", "encoder_cell": "adaptive-gru"},
     {"output": "adaptive"},
+    {"output": "adaptive-unscaled"},
     {"output": "adaptive", "decoder": "self-attentive-rnn"},
     {"output": "adaptive", "cell": "adaptive-gru", "encoder": "fcae", "learned_start": True},
 ], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
@@ -97,6 +99,23 @@ def test_adaptive_weights_are_a_per_dimension_distribution():
     assert alpha.shape == (3, 5, out.out_dim)
     torch.testing.assert_close(alpha.sum(0), torch.ones(5, out.out_dim))
     assert float(alpha.std(-1).mean()) > 0  # the weights differ between dimensions
+
+
+def test_uniform_adaptive_weights_give_the_deep_output():
+    """With every score e_k equal (W_p = 0, so α_k = 1/3 in every dimension) the adaptive
+    output is the deep output over the same projections: the gain K = 3 undoes the 1/3,
+    so the readout starts at the baseline's scale and learns at its rate.  The published
+    normalisation (adaptive-unscaled) gives a third of the pre-activation instead."""
+    torch.manual_seed(0)
+    deep = DeepOutput(10, 8, 20, 12)
+    s, d, c = torch.randn(5, 10), torch.randn(5, 8), torch.randn(5, 20)
+    for cls, scale in ((AdaptiveOutput, 1.0), (UnscaledAdaptiveOutput, 1 / 3)):
+        out = cls(10, 8, 20, 12)
+        out.load_state_dict(deep.state_dict(), strict=False)
+        with torch.no_grad():
+            out.W_p.weight.zero_()
+            expected = torch.tanh(scale * torch.atanh(deep(s, d, c)))
+            torch.testing.assert_close(out(s, d, c), expected, atol=1e-5, rtol=0)
 
 
 def test_parameter_growth():
