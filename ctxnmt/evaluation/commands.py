@@ -17,6 +17,8 @@ from ctxnmt.evaluation.metrics import (
     plot_length_buckets,
     score_all,
 )
+from ctxnmt.evaluation.replicates import TEST as REPLICATE_TEST
+from ctxnmt.evaluation.replicates import stratified_ar
 from ctxnmt.evaluation.significance import TESTS, compare
 from ctxnmt.utils.io import atomic_write
 
@@ -33,8 +35,12 @@ def register(subparsers) -> None:
     parser.add_argument("--ref", required=True, metavar="FILE", help="detokenised reference")
     parser.add_argument("--metrics", default=",".join(METRICS),
                         help="comma-separated subset of %(default)s")
-    parser.add_argument("--significance", choices=TESTS,
-                        help="paired test of each system against the first --hyp")
+    parser.add_argument("--significance", choices=(*TESTS, REPLICATE_TEST),
+                        help="paired test of each system against the first --hyp; stratified-ar: Clark et al.'s "
+                             "approximate randomisation over replicates (with --replicates)")
+    parser.add_argument("--replicates", type=int, default=1, metavar="R",
+                        help="with --significance stratified-ar: each system is R consecutive --hyp files, its "
+                             "runs with R seeds in the same seed order (the first R are the baseline's)")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
                         help="bootstrap resamples / AR trials (default 1000 / 10000)")
     parser.add_argument("--seed", type=int, default=12345, help="RNG seed for resampling tests")
@@ -80,6 +86,13 @@ def _validate(args) -> tuple[str, ...]:
         raise CtxnmtError(f"{option} needs --src (buckets are by source length)")
     if args.buckets and Path(args.buckets).suffix.lower() not in (".png", ".csv"):
         raise CtxnmtError(f"--buckets {args.buckets}: expected a .png or .csv file name")
+    if args.replicates < 1:
+        raise CtxnmtError(f"--replicates must be positive, not {args.replicates}")
+    if args.replicates > 1 and args.significance != REPLICATE_TEST:
+        raise CtxnmtError("--replicates groups the --hyp files for --significance stratified-ar only")
+    if args.significance == REPLICATE_TEST and (len(args.hyp) % args.replicates or len(args.hyp) < 2 * args.replicates):
+        raise CtxnmtError(f"--significance stratified-ar with --replicates {args.replicates} needs a multiple of "
+                          f"{args.replicates} --hyp files, at least two systems; got {len(args.hyp)}")
     if args.samples is not None and args.samples < 1:
         raise CtxnmtError(f"--samples must be positive, not {args.samples}")
     return metrics
@@ -100,10 +113,21 @@ def run_score(args: argparse.Namespace) -> int:
 
 
 def _significance(args, systems, refs, metrics) -> list[tuple[str, object]]:
+    if args.significance == REPLICATE_TEST:
+        return _replicate_significance(args, systems, refs, metrics)
     baseline = systems[0]
     return [(path, compare(baseline, hyps, refs, test=args.significance, metric=metric,
                            n=args.samples, seed=args.seed))
             for path, hyps in zip(args.hyp[1:], systems[1:]) for metric in metrics]
+
+
+def _replicate_significance(args, systems, refs, metrics) -> list[tuple[str, object]]:
+    """Each system's R outputs against the baseline's R, named by the system's first file."""
+    r = args.replicates
+    groups = [(args.hyp[i], systems[i:i + r]) for i in range(0, len(systems), r)]
+    (_, baseline), others = groups[0], groups[1:]
+    return [(name, stratified_ar(baseline, runs, refs, metric, args.samples or 10000, args.seed))
+            for name, runs in others for metric in metrics]
 
 
 def _buckets(args, systems, refs, srcs) -> dict[str, list]:
@@ -154,6 +178,8 @@ def _print_tests(args, tests) -> None:
             line += f" [{_ci_text(result)}]"
         if result.test == "sign":
             line += " [better {better}, worse {worse}, ties {ties}]".format(**result.extra)
+        if result.test == REPLICATE_TEST:
+            line += f" [{result.extra['replicates']} replicates together; {result.extra['trials']} trials]"
         print(line)
         if result.signature:
             print(f"   {result.signature}")

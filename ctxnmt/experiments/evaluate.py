@@ -160,6 +160,20 @@ def significance(baseline: Output, system: Output, test: TestSet, spec: Signific
     return cached(cache, key, compute)[0]
 
 
+def replicate_significance(pairs: list[tuple[Output, Output]], test: TestSet, spec: SignificanceSpec,
+                           cache: Path) -> dict[str, Any]:
+    """Clark et al.'s stratified approximate randomisation over every seed pair at once."""
+    from ctxnmt.evaluation.replicates import stratified_ar
+
+    def compute() -> dict[str, Any]:
+        return stratified_ar([b.lines for b, _ in pairs], [s.lines for _, s in pairs], test.refs, spec.metric,
+                             spec.samples or 10000, spec.seed).to_dict()
+
+    key = {"pairs": [[file_sha256(b.hyp_path), file_sha256(s.hyp_path)] for b, s in pairs],
+           "ref": file_sha256(test.ref_path), "metric": spec.metric, "samples": spec.samples, "seed": spec.seed}
+    return cached(cache, key, compute)[0]
+
+
 def external_output(name: str, path: str, test: TestSet, root: Path) -> Output:
     hyp = Path(path)
     lines = read_lines(hyp, allow_empty=True)

@@ -24,7 +24,10 @@ from ctxnmt.utils.io import atomic_write
 # (key, header, decimals) of the table's columns after the system name, in the papers' order;
 # the significance column has no decimals: it holds marks, not a number.
 SIGNIFICANCE = "significance"
+OVER_SEEDS = "over_seeds"
+SEEDS = "seeds"
 TABLE = (
+    (SEEDS, "seeds", None),
     ("parameters", "parameters", 0),
     ("dev_bleu", "dev BLEU", 2),
     ("bleu_tok", "test BLEU (tokenised)", 2),
@@ -32,11 +35,12 @@ TABLE = (
     ("chrf", "chrF", 2),
     ("ter", "TER", 2),
     (SIGNIFICANCE, "sig.", None),
+    (OVER_SEEDS, "all seeds: Δ, p", None),
     ("train_tokens_per_s", "train tok/s", 0),
     ("sentences_per_s", "decode sent/s", 1),
     ("train_minutes", "train min", 2),
 )
-COLUMNS = tuple(column for column in TABLE if column[0] != SIGNIFICANCE)  # the numeric ones
+COLUMNS = tuple(column for column in TABLE if column[2] is not None)  # the numeric ones
 THRESHOLDS = ((0.01, "**"), (0.05, "*"))
 
 
@@ -79,15 +83,28 @@ def make_row(system: str, external: bool, outputs: list[Output], commands: list[
     return Row(system, external, [o.seed for o in outputs], values, significance, commands)
 
 
-def summarise_tests(tests: list[dict[str, Any]], metric: str) -> dict[str, Any]:
-    """One mark for all seed pairs of a system: the weakest pair decides."""
+def summarise_tests(tests: list[dict[str, Any]], metric: str,
+                    over_seeds: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One mark for all seed pairs of a system: the weakest pair decides.  `over_seeds`, the
+    stratified test over every seed pair (replicate_tests), is kept beside it."""
     higher = HIGHER_IS_BETTER[metric]
     improvements = [t["delta"] if higher else -t["delta"] for t in tests]
     max_p = max(t["p_value"] for t in tests)
     direction = "better" if all(d > 0 for d in improvements) else "worse" if all(d < 0 for d in improvements) else ""
     marks = next((m for threshold, m in THRESHOLDS if max_p < threshold), "") if direction else ""
-    return {"test": tests[0]["test"], "metric": tests[0]["metric"], "max_p": max_p, "direction": direction,
-            "marks": marks, "p_values": [t["p_value"] for t in tests], "deltas": [t["delta"] for t in tests]}
+    summary = {"test": tests[0]["test"], "metric": tests[0]["metric"], "max_p": max_p, "direction": direction,
+               "marks": marks, "p_values": [t["p_value"] for t in tests], "deltas": [t["delta"] for t in tests]}
+    if over_seeds is not None:
+        summary["over_seeds"] = over_seeds
+    return summary
+
+
+def over_seeds_cell(row: Row) -> str:
+    """The stratified AR p-value over all seed pairs, with its sign: '+0.84, p=0.012'."""
+    test = (row.significance or {}).get("over_seeds")
+    if test is None:
+        return "–"
+    return f"{test['delta']:+.2f}, p={test['p_value']:.3f}"
 
 
 def significance_cell(row: Row) -> str:
@@ -111,6 +128,10 @@ def table_cells(row: Row, baseline: str) -> list[str]:
     for key, _, decimals in TABLE:
         if key == SIGNIFICANCE:
             cells.append("baseline" if row.system == baseline else significance_cell(row))
+        elif key == OVER_SEEDS:
+            cells.append("" if row.system == baseline else over_seeds_cell(row))
+        elif key == SEEDS:
+            cells.append(str(len(row.seeds)) if row.seeds != [None] else "–")
         else:
             cells.append(format_number(row.mean(key), row.sd(key), decimals))
     return cells
@@ -193,6 +214,9 @@ def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buck
         f"- sig.: paired {spec.test} test on test-set {spec.metric} against `{experiment.baseline}`"
         + (", for every seed pair; the largest p-value is shown" if len(seeds) > 1 else "")
         + ": `*` p < 0.05, `**` p < 0.01 (`worse` if the system is the worse one), n.s. otherwise.",
+        "- all seeds: Δ, p: for a system with two or more of the baseline's seeds, its test-set "
+        f"{spec.metric} on all its seeds' outputs together minus the baseline's, and the p-value of "
+        "approximate randomisation stratified over the seed pairs (Clark et al. 2011, as MultEval).",
         "- test BLEU (tokenised): Moses-tokenised, case-sensitive, multi-bleu convention; test sacreBLEU: "
         "detokenised, signature below. dev BLEU: the validation BLEU of the selected (best) checkpoint.",
         "- train tok/s: target tokens per second of training (validation excluded); train min: training "

@@ -20,6 +20,7 @@ from ctxnmt.experiments.evaluate import (
     external_output,
     hyp_path,
     load_test_set,
+    replicate_significance,
     score_output,
     significance,
     translate_run,
@@ -99,6 +100,21 @@ def significance_tests(experiment: Experiment, outputs: dict[str, list[Output]],
             for name, system in outputs.items() if name != experiment.baseline}
 
 
+def replicate_tests(experiment: Experiment, outputs: dict[str, list[Output]],
+                    test: TestSet) -> dict[str, dict[str, Any]]:
+    """Per system trained with two or more of the baseline's seeds: one test over all its seed pairs."""
+    baseline = outputs[experiment.baseline]
+    cache = experiment.root / "significance"
+    tests = {}
+    for name, system in outputs.items():
+        pairs = seed_pairs(baseline, system) if name != experiment.baseline and system[0].seed is not None else []
+        if len(pairs) >= 2:
+            seeds = "-".join(str(s.seed) for _, s in pairs)
+            tests[name] = replicate_significance(pairs, test, experiment.significance,
+                                                 cache / f"{name}-seeds{seeds}-vs-{experiment.baseline}.json")
+    return tests
+
+
 def row_commands(experiment: Experiment, name: str, runs: list[Run], outputs: dict[str, list[Output]],
                  test: TestSet) -> list[str]:
     commands = []
@@ -157,9 +173,10 @@ def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
     buckets = {name: mean_buckets([length_buckets(test.src, o.lines, test.refs) for o in outs])
                for name, outs in outputs.items()}
     metric = experiment.significance.metric
+    over_seeds = replicate_tests(experiment, outputs, test)
     rows = [rep.make_row(name, experiment.system(name).external, outs,
                          row_commands(experiment, name, runs, outputs, test),
-                         rep.summarise_tests(tests[name], metric) if name in tests else None)
+                         rep.summarise_tests(tests[name], metric, over_seeds.get(name)) if name in tests else None)
             for name, outs in outputs.items()]
     signatures = list(dict.fromkeys(sig for outs in outputs.values() for o in outs
                                     for sig in o.scores["signatures"].values()))

@@ -105,3 +105,33 @@ def test_length_buckets_table_on_stdout(files, capsys):
     assert f"| source words | sentences | reference length | {files['base']} BLEU |" in out
     assert main(argv[:-3] + ["--length-buckets"]) == 2
     assert "--length-buckets needs --src" in capsys.readouterr().err
+
+
+def test_stratified_ar_over_replicates_groups_the_files_per_system(files, tmp_path, capsys):
+    """Baseline = (base, better), system = (better, base): the seeds disagree and the pooled
+    outputs are equal, so p = 1; the same files as two single runs are significant."""
+    flipped = ["score", "--hyp", files["base"], "--hyp", files["better"], "--hyp", files["better"],
+               "--hyp", files["base"], "--ref", files["ref"], "--metrics", "bleu",
+               "--significance", "stratified-ar", "--replicates", "2", "--samples", "300", "--json"]
+    assert main(flipped) == 0
+    result = json.loads(capsys.readouterr().out)["significance"]["results"]
+    assert len(result) == 1 and result[0]["hyp"] == files["better"]
+    assert result[0]["p_value"] == 1.0 and result[0]["replicates"] == 2
+    single = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"], "--metrics", "bleu",
+              "--significance", "stratified-ar", "--samples", "300"]
+    assert main(single) == 0
+    out = capsys.readouterr().out
+    assert "p = 0.0033 *" in out and "[1 replicates together; 300 trials]" in out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--replicates", "2"], "--replicates groups the --hyp files for --significance stratified-ar only"),
+    (["--significance", "stratified-ar", "--replicates", "2"], "needs a multiple of 2 --hyp files, at least two "
+                                                                 "systems; got 3"),
+    (["--significance", "stratified-ar", "--replicates", "0"], "--replicates must be positive"),
+])
+def test_bad_replicate_groupings_are_one_line_errors(files, capsys, extra, message):
+    args = ["score", "--hyp", files["base"], "--hyp", files["better"], "--hyp", files["base"], "--ref", files["ref"]]
+    assert main(args + extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -81,14 +81,17 @@ def test_report_has_every_column_for_trained_systems(finished):
     work, _, log = finished
     data = report(work)
     assert [r["system"] for r in data["rows"]] == ["base", "mean", "dropper"]
-    assert data["columns"] == ["system", "parameters", "dev BLEU", "test BLEU (tokenised)", "test sacreBLEU", "chrF",
-                               "TER", "sig.", "train tok/s", "decode sent/s", "train min"]
+    assert data["columns"] == ["system", "seeds", "parameters", "dev BLEU", "test BLEU (tokenised)", "test sacreBLEU",
+                               "chrF", "TER", "sig.", "all seeds: Δ, p", "train tok/s", "decode sent/s", "train min"]
+    over_seeds = data["columns"].index("all seeds: Δ, p")
     for name in ("base", "mean"):
         cells = row(data, name)["cells"]
-        assert len(cells) == len(data["columns"]) and "–" not in cells and "" not in cells, cells
+        assert len(cells) == len(data["columns"]) and cells[1] == "1"
+        # one seed: nothing to pool over seeds, every other cell filled
+        assert cells[over_seeds] in ("", "–") and "–" not in cells[:over_seeds] + cells[over_seeds + 1:], cells
         assert row(data, name)["mean"]["parameters"] > 1000
         assert row(data, name)["mean"]["train_tokens_per_s"] > 0 and row(data, name)["mean"]["sentences_per_s"] > 0
-    assert row(data, "base")["cells"][7] == "baseline"
+    assert row(data, "base")["cells"][8] == "baseline"
     md = (work / "exp" / "report.md").read_text(encoding="utf-8")
     assert "| base | " in md and "| mean | " in md and "| dropper (external) | " in md
     assert "BLEU|nrefs:1" in md and "tok:13a" in md  # sacreBLEU signature
@@ -116,10 +119,10 @@ def test_external_output_is_scored_and_tested(finished):
     work, _, _ = finished
     dropper = row(report(work), "dropper")
     assert dropper["external"] and dropper["mean"]["bleu"] > 20
-    assert dropper["mean"]["parameters"] is None and dropper["cells"][1] == "–"
+    assert dropper["mean"]["parameters"] is None and dropper["cells"][1] == dropper["cells"][2] == "–"
     # far better than two models trained for 20 updates
     assert dropper["significance"]["direction"] == "better" and dropper["significance"]["max_p"] < 0.05
-    assert dropper["cells"][7].startswith("*")
+    assert dropper["cells"][8].startswith("*")
 
 
 def test_reproduction_commands_give_the_reported_numbers(finished, tmp_path, capsys):
@@ -266,3 +269,27 @@ def test_a_moved_experiment_directory_keeps_its_runs(finished, tmp_path, capsys)
     with chdir(work):
         assert main(["experiment", "tiny-experiment.yaml", "--dry-run"]) == 0
     assert "base seed 1234: done, moved/systems/base/seed1234" in capsys.readouterr().out
+
+
+def test_two_seeds_are_tested_together_over_the_seed_pairs(tiny_config, tiny_corpus, tmp_path):
+    """With seeds 1 and 2 each system's row pools both seeds' outputs in Clark et al.'s stratified
+    test, and its p-value is that of the test run directly on the same files."""
+    from ctxnmt.data.corpus import read_lines
+    from ctxnmt.evaluation.replicates import stratified_ar
+
+    external = tmp_path / "dropper.en"
+    external.write_text("\n".join(drop_second_word(read_lines(tiny_corpus / "test.en"))) + "\n", encoding="utf-8")
+    path = write_experiment(tmp_path, tiny_config, external, budget={"updates": 10, "seeds": [1, 2]},
+                            significance={"samples": 200})
+    with chdir(tmp_path):
+        run_experiment(load_experiment(path), log=lambda message: None, quiet=True)
+    data = report(tmp_path)
+    mean = row(data, "mean")
+    assert mean["seeds"] == [1, 2] and mean["cells"][1] == "2"
+    hyps = {(name, seed): read_lines(tmp_path / f"exp/systems/{name}/seed{seed}/test.hyp.en", allow_empty=True)
+            for name in ("base", "mean") for seed in (1, 2)}
+    direct = stratified_ar([hyps["base", 1], hyps["base", 2]], [hyps["mean", 1], hyps["mean", 2]],
+                           read_lines(tiny_corpus / "test.en"), "bleu", trials=200, seed=12345)
+    assert mean["significance"]["over_seeds"]["p_value"] == direct.p_value
+    assert mean["cells"][data["columns"].index("all seeds: Δ, p")] == f"{direct.delta:+.2f}, p={direct.p_value:.3f}"
+    assert row(data, "dropper")["significance"].get("over_seeds") is None  # an external output has no seeds

@@ -38,16 +38,16 @@ def test_several_seeds_give_mean_and_sample_sd():
                    summarise_tests([result(0.001, 1.0)] * 3, "bleu"))
     assert row.mean("bleu") == pytest.approx(22.0) and row.sd("bleu") == pytest.approx(2.0)
     cells = table_cells(row, baseline="base")
-    assert cells[:5] == ["ctx", "1,000 ± 0", "19.00 ± 1.00", "23.00 ± 2.00", "22.00 ± 2.00"]
-    assert cells[7] == "** (p=0.001)" and cells[-1] == "14.50 ± 0.00"
+    assert cells[:6] == ["ctx", "3", "1,000 ± 0", "19.00 ± 1.00", "23.00 ± 2.00", "22.00 ± 2.00"]
+    assert cells[8] == "** (p=0.001)" and cells[-1] == "14.50 ± 0.00"
 
 
 def test_one_seed_has_no_sd_and_missing_values_show_a_dash():
     assert format_number(3.14159, None, 2) == "3.14" and format_number(None, None, 2) == "–"
     external = make_row("rules", True, [Output("rules", None, Path("r"), [],
                                                {"bleu": 9.0, "bleu_tok": 9.5, "chrf": 40.0, "ter": 70.0})], [], None)
-    assert table_cells(external, baseline="base") == ["rules (external)", "–", "–", "9.50", "9.00", "40.00",
-                                                      "70.00", "–", "–", "–", "–"]
+    assert table_cells(external, baseline="base") == ["rules (external)", "–", "–", "–", "9.50", "9.00", "40.00",
+                                                      "70.00", "–", "–", "–", "–", "–"]
 
 
 def test_train_command_quotes_and_keeps_override_order():
