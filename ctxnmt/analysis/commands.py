@@ -10,6 +10,7 @@ import importlib
 ANALYSIS_MODULES = (
     "ctxnmt.analysis.target_attention",
     "ctxnmt.analysis.gates",
+    "ctxnmt.analysis.curves",
 )
 
 

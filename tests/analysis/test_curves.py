@@ -1,0 +1,62 @@
+"""`ctxnmt analyze curve` on training logs written for the test, whose answers are known."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from ctxnmt.analysis.curves import last_quarter_gain, read_validations
+from ctxnmt.cli import main
+
+
+def write_log(directory, bleus, every=100, extra_lines=()):
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = ["2026-11-24 10:00:00 epoch 1: 10 batches, padding 1.0% source / 0.1% target"]
+    for i, bleu in enumerate(bleus, 1):
+        lines.append(f"2026-11-24 10:0{i % 10}:00 update {i * every}: loss/token 3.0, 900 target tok/s, lr 1.00e-03")
+        lines.append(f"2026-11-24 10:0{i % 10}:01 validation at update {i * every} ({i * every * 2500} target "
+                     f"tokens): ppl {50 - i:.2f}, bleu {bleu:.2f}")
+    (directory / "train.log").write_text("\n".join([*lines, *extra_lines]) + "\n", encoding="utf-8")
+    return directory
+
+
+def test_gain_is_the_rise_of_the_running_best_over_the_last_quarter(tmp_path):
+    # 8 validations to update 800: the last quarter is (600, 800]; best by 600 is 30.0, by 800 30.4
+    rising = write_log(tmp_path / "a", [10, 20, 25, 28, 29, 30, 29.5, 30.4])
+    assert last_quarter_gain(read_validations(rising)) == pytest.approx(0.4)
+    # a dip that is not recovered does not count as a loss: the selected checkpoint stays the best one
+    flat = write_log(tmp_path / "b", [10, 20, 25, 28, 30, 29, 28, 27])
+    assert last_quarter_gain(read_validations(flat)) == pytest.approx(0.0)
+
+
+def test_a_resumed_run_logs_a_validation_twice_and_it_counts_once(tmp_path):
+    run = write_log(tmp_path / "r", [10, 20], extra_lines=[
+        "2026-11-24 11:00:00 resumed from x/checkpoints/last.pt at update 200 (epoch 1, batch 5)",
+        "2026-11-24 11:00:01 validation at update 200 (500000 target tokens): ppl 48.00, bleu 20.00"])
+    assert [v.update for v in read_validations(run)] == [100, 200]
+
+
+def test_cli_prints_each_run_and_writes_csv_and_plot(tmp_path, capsys):
+    a = write_log(tmp_path / "a", [10, 20, 25, 28, 29, 30, 29.5, 30.4])
+    b = write_log(tmp_path / "b", [5, 15, 18], every=250)
+    out_csv, out_png = tmp_path / "c.csv", tmp_path / "c.png"
+    assert main(["analyze", "curve", str(a), str(b), "--name", "big", "--name", "small",
+                 "--csv", str(out_csv), "--plot", str(out_png)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "big: 8 validations to update 800; best dev bleu 30.40 at update 800; gain over the last quarter +0.40"
+    assert out[1].startswith("small: 3 validations to update 750; best dev bleu 18.00 at update 750")
+    rows = list(csv.DictReader(out_csv.open(encoding="utf-8")))
+    assert len(rows) == 11 and rows[-1] == {"run": "small", "update": "750", "target_tokens": "1875000",
+                                            "ppl": "47.0", "bleu": "18.0"}
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: None, "no training log"),
+    (lambda d: (d.mkdir(), (d / "train.log").write_text("update 5: loss\n")), "no validation logged yet"),
+])
+def test_a_directory_without_validations_is_a_one_line_error(tmp_path, capsys, setup, message):
+    setup(tmp_path / "run")
+    assert main(["analyze", "curve", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
