@@ -69,8 +69,9 @@ def summary_line(name: str, curve: list[Validation], metric: str = "bleu") -> st
     if best is None:
         return f"{name}: no dev {metric} logged"
     gain = last_quarter_gain(curve, metric)
+    gain_text = "n/a (no validation before it)" if gain is None else f"{gain:+.2f}"
     return (f"{name}: {len(curve)} validations to update {curve[-1].update}; best dev {metric} "
-            f"{best.scores[metric]:.2f} at update {best.update}; gain over the last quarter {gain:+.2f}")
+            f"{best.scores[metric]:.2f} at update {best.update}; gain over the last quarter {gain_text}")
 
 
 def write_csv(curves: dict[str, list[Validation]], path: Path) -> None:

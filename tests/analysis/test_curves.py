@@ -39,14 +39,17 @@ def test_a_resumed_run_logs_a_validation_twice_and_it_counts_once(tmp_path):
 def test_cli_prints_each_run_and_writes_csv_and_plot(tmp_path, capsys):
     a = write_log(tmp_path / "a", [10, 20, 25, 28, 29, 30, 29.5, 30.4])
     b = write_log(tmp_path / "b", [5, 15, 18], every=250)
+    single = write_log(tmp_path / "single", [7])
     out_csv, out_png = tmp_path / "c.csv", tmp_path / "c.png"
-    assert main(["analyze", "curve", str(a), str(b), "--name", "big", "--name", "small",
-                 "--csv", str(out_csv), "--plot", str(out_png)]) == 0
+    assert main(["analyze", "curve", str(a), str(b), str(single), "--name", "big", "--name", "small",
+                 "--name", "one", "--csv", str(out_csv), "--plot", str(out_png)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "big: 8 validations to update 800; best dev bleu 30.40 at update 800; gain over the last quarter +0.40"
+    assert out[0] == ("big: 8 validations to update 800; best dev bleu 30.40 at update 800; "
+                      "gain over the last quarter +0.40")
     assert out[1].startswith("small: 3 validations to update 750; best dev bleu 18.00 at update 750")
+    assert out[2].endswith("gain over the last quarter n/a (no validation before it)")
     rows = list(csv.DictReader(out_csv.open(encoding="utf-8")))
-    assert len(rows) == 11 and rows[-1] == {"run": "small", "update": "750", "target_tokens": "1875000",
+    assert len(rows) == 12 and rows[-2] == {"run": "small", "update": "750", "target_tokens": "1875000",
                                             "ppl": "47.0", "bleu": "18.0"}
     assert out_png.read_bytes()[:4] == b"\x89PNG"
 
