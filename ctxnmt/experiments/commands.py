@@ -46,4 +46,7 @@ def dry_run(experiment) -> int:
     for spec in experiment.systems:
         if spec.external:
             print(f"{spec.name}: external output {spec.output}")
+        if spec.ensemble:
+            print(f"{spec.name}: ensemble of {' + '.join(spec.ensemble)}, seeds "
+                  f"{', '.join(map(str, experiment.seeds_of(spec)))}")
     return 0

@@ -106,23 +106,55 @@ def translate_run(run: Run, test: TestSet, log=print) -> dict[str, Any]:
 
 
 def _translate(run: Run, test: TestSet, out: Path) -> dict[str, Any]:
+    return _decode([run], test, out)
+
+
+def _decode(runs: list[Run], test: TestSet, out: Path) -> dict[str, Any]:
+    """Translate the test set with one run's model or the ensemble of several; timed."""
     from ctxnmt.decoding.translator import Translator
     from ctxnmt.models.nmt import count_parameters
     from ctxnmt.training.trainer import setup_threads
 
-    setup_threads(run.config.training.threads)
-    translator = Translator.load(run.model_dir, device=run.config.training.device)
-    doc_path = document_ids(run, test)
+    first = runs[0].config
+    setup_threads(first.training.threads)
+    dirs = [run.model_dir for run in runs]
+    translator = Translator.load(dirs if len(dirs) > 1 else dirs[0], device=first.training.device)
+    doc_path = next((path for path in (document_ids(run, test) for run in runs) if path), None)
     doc_ids = read_lines(doc_path) if doc_path else None
     start = time.perf_counter()
     results = translator.translate(test.src, doc_ids=doc_ids)
     seconds = time.perf_counter() - start
     with atomic_write(out, "w") as fh:
         fh.writelines(r.text + "\n" for r in results)
-    return {"checkpoint": checkpoint_path(run).name, "beam": run.config.decoding.beam,
-            "device": run.config.training.device, "sentences": len(test.src), "seconds": seconds,
+    parameters = sum(count_parameters(Translator.load(d, device=first.training.device).model) for d in dirs) \
+        if len(dirs) > 1 else count_parameters(translator.model)
+    return {"checkpoint": checkpoint_path(runs[0]).name, "beam": first.decoding.beam,
+            "device": first.training.device, "sentences": len(test.src), "seconds": seconds,
             "sentences_per_s": len(test.src) / seconds if seconds else 0.0,
-            "parameters": count_parameters(translator.model), "output_sha256": file_sha256(out)}
+            "parameters": parameters, "output_sha256": file_sha256(out)}
+
+
+def ensemble_dir(root: Path, name: str, seed: int) -> Path:
+    return root / "ensembles" / name / f"seed{seed}"
+
+
+def translate_ensemble(name: str, seed: int, members: list[Run], test: TestSet, root: Path,
+                       log=print) -> tuple[Path, dict[str, Any]]:
+    """The test set decoded by the members' same-seed runs together (average of log-probabilities,
+    the first member's beam); cached on every member's checkpoint."""
+    directory = ensemble_dir(root, name, seed)
+    out = directory / f"test.hyp.{test.lang}"
+    key = {"checkpoints": [file_sha256(checkpoint_path(run)) for run in members],
+           "input": file_sha256(test.src_path)}
+
+    def output_intact(info: dict[str, Any]) -> bool:
+        return out.is_file() and file_sha256(out) == info.get("output_sha256")
+
+    directory.mkdir(parents=True, exist_ok=True)
+    info, was_cached = cached(directory / "decode.json", key, lambda: _decode(members, test, out), output_intact)
+    if was_cached:
+        log(f"{name} seed {seed}: test translation cached")
+    return out, info
 
 
 def score_output(hyp: Path, test: TestSet, cache: Path) -> dict[str, Any]:

@@ -158,8 +158,9 @@ def train_command(config_path: str, overrides: list[str]) -> str:
     return command("ctxnmt", "train", config_path, *[part for item in overrides for part in ("--set", item)])
 
 
-def translate_command(model_dir: Path, test: TestSet, hyp: Path, doc_ids: Path | None = None) -> str:
-    return command("ctxnmt", "translate", model_dir, "-i", test.src_path, "-o", hyp,
+def translate_command(model_dir: Path | list[Path], test: TestSet, hyp: Path, doc_ids: Path | None = None) -> str:
+    dirs = model_dir if isinstance(model_dir, list) else [model_dir]
+    return command("ctxnmt", "translate", *dirs, "-i", test.src_path, "-o", hyp,
                    *(["--doc-ids", doc_ids] if doc_ids else []))
 
 

@@ -23,6 +23,7 @@ from ctxnmt.experiments.evaluate import (
     replicate_significance,
     score_output,
     significance,
+    translate_ensemble,
     translate_run,
 )
 from ctxnmt.experiments.runs import (
@@ -73,6 +74,21 @@ def evaluate_runs(runs: list[Run], test: TestSet, log) -> dict[str, list[Output]
     return outputs
 
 
+def evaluate_ensembles(experiment: Experiment, runs: list[Run], test: TestSet, log) -> dict[str, list[Output]]:
+    """Each ensemble, seed by seed, where every member's run of that seed has finished."""
+    outputs: dict[str, list[Output]] = {}
+    by_key = {(run.system, run.seed): run for run in runs}
+    for spec in experiment.ensembles:
+        for seed in experiment.seeds_of(spec):
+            members = [by_key.get((name, seed)) for name in spec.ensemble]
+            if None in members:
+                continue
+            hyp, decode = translate_ensemble(spec.name, seed, members, test, experiment.root, log)
+            scores = score_output(hyp, test, hyp.parent / "scores.json")
+            outputs.setdefault(spec.name, []).append(Output(spec.name, seed, hyp, _lines(hyp), scores, decode))
+    return outputs
+
+
 def _lines(path: Path) -> list[str]:
     from ctxnmt.data.corpus import read_lines
 
@@ -83,7 +99,7 @@ def seed_pairs(baseline: list[Output], system: list[Output]) -> list[tuple[Outpu
     """Trained systems are paired seed by seed; an external output is paired with every seed."""
     if baseline[0].seed is not None and system[0].seed is not None:
         by_seed = {o.seed: o for o in baseline}
-        return [(by_seed[o.seed], o) for o in system]
+        return [(by_seed[o.seed], o) for o in system if o.seed in by_seed]  # a partial report may lack one
     return [(b, s) for b in baseline for s in system]
 
 
@@ -95,9 +111,10 @@ def significance_tests(experiment: Experiment, outputs: dict[str, list[Output]],
                        test: TestSet) -> dict[str, list[dict[str, Any]]]:
     baseline = outputs[experiment.baseline]
     cache = experiment.root / "significance"
-    return {name: [significance(b, s, test, experiment.significance, cache / f"{_tag(s)}-vs-{_tag(b)}.json")
-                   for b, s in seed_pairs(baseline, system)]
-            for name, system in outputs.items() if name != experiment.baseline}
+    tests = {name: [significance(b, s, test, experiment.significance, cache / f"{_tag(s)}-vs-{_tag(b)}.json")
+                    for b, s in seed_pairs(baseline, system)]
+             for name, system in outputs.items() if name != experiment.baseline}
+    return {name: results for name, results in tests.items() if results}
 
 
 def replicate_tests(experiment: Experiment, outputs: dict[str, list[Output]],
@@ -124,6 +141,12 @@ def row_commands(experiment: Experiment, name: str, runs: list[Run], outputs: di
             commands += [rep.train_command(run.config_path, run.overrides),
                          rep.translate_command(run.model_dir, test, hyp, document_ids(run, test)),
                          rep.score_command(hyp, test)]
+    for output in outputs.get(name, []) if experiment.system(name).ensemble else []:
+        members = [run for member in experiment.system(name).ensemble for run in runs
+                   if run.system == member and run.seed == output.seed]
+        doc_ids = next((d for d in (document_ids(run, test) for run in members) if d), None)
+        commands += [rep.translate_command([run.model_dir for run in members], test, output.hyp_path, doc_ids),
+                     rep.score_command(output.hyp_path, test)]
     if experiment.system(name).external:
         commands.append(rep.score_command(outputs[name][0].hyp_path, test))
     if name != experiment.baseline:
@@ -165,6 +188,7 @@ def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
     runs = finished
     test = load_test_set(_test_set_run(experiment, runs), log=log)
     outputs = evaluate_runs(runs, test, log)
+    outputs.update(evaluate_ensembles(experiment, runs, test, log))
     for spec in experiment.systems:
         if spec.external:
             outputs[spec.name] = [external_output(spec.name, spec.output, test, experiment.root)]

@@ -64,17 +64,23 @@ class Budget:
 
 @dataclass
 class SystemSpec:
-    """A trained system (a config plus overrides) or an external output file."""
+    """A trained system (a config plus overrides), an ensemble of trained systems, or an
+    external output file."""
 
     name: str = ""
     config: str = ""
     overrides: list[str] = field(default_factory=list)
     output: str = ""  # detokenised test-set output of a system trained elsewhere
     seeds: list[int] = field(default_factory=list)  # a subset of the experiment's seeds; default all
+    ensemble: list[str] = field(default_factory=list)  # trained systems decoded together, seed by seed
 
     @property
     def external(self) -> bool:
         return bool(self.output)
+
+    @property
+    def trained(self) -> bool:
+        return bool(self.config)
 
 
 @dataclass
@@ -111,9 +117,17 @@ class Experiment:
 
     @property
     def trained(self) -> list[SystemSpec]:
-        return [s for s in self.systems if not s.external]
+        return [s for s in self.systems if s.trained]
+
+    @property
+    def ensembles(self) -> list[SystemSpec]:
+        return [s for s in self.systems if s.ensemble]
 
     def seeds_of(self, system: SystemSpec) -> list[int]:
+        """A trained system's seeds; an ensemble's are those every member has."""
+        if system.ensemble:
+            members = [self.seeds_of(self.system(name)) for name in system.ensemble]
+            return [seed for seed in members[0] if all(seed in m for m in members)]
         return list(system.seeds or self.run_seeds)
 
 
@@ -187,10 +201,14 @@ def _validate_systems(e: Experiment) -> None:
             raise ConfigError(f"{where}.name must be a plain name (letters, digits, . _ + -), got {s.name!r}")
         if names.count(s.name) > 1:
             raise ConfigError(f"system name '{s.name}' is used more than once")
-        if bool(s.config) == bool(s.output):
-            raise ConfigError(f"system '{s.name}' needs exactly one of 'config' (to train) or 'output' (external)")
-        if s.external and (s.overrides or s.seeds):
-            raise ConfigError(f"system '{s.name}' is an external output; it takes no overrides or seeds")
+        if bool(s.config) + bool(s.output) + bool(s.ensemble) != 1:
+            raise ConfigError(f"system '{s.name}' needs exactly one of 'config' (to train), 'ensemble' (trained "
+                              "systems decoded together) or 'output' (external)")
+        if not s.trained and (s.overrides or s.seeds):
+            raise ConfigError(f"system '{s.name}' is not trained here; it takes no overrides or seeds")
+        for member in s.ensemble:
+            if member not in names or not e.system(member).trained:
+                raise ConfigError(f"{where}.ensemble: '{member}' is not a trained system of this experiment")
         extra = [seed for seed in s.seeds if seed not in e.run_seeds]
         if extra or len(set(s.seeds)) != len(s.seeds):
             raise ConfigError(f"{where}.seeds must be distinct seeds of the experiment ({e.run_seeds}), "

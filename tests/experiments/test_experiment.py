@@ -293,3 +293,29 @@ def test_two_seeds_are_tested_together_over_the_seed_pairs(tiny_config, tiny_cor
     assert mean["significance"]["over_seeds"]["p_value"] == direct.p_value
     assert mean["cells"][data["columns"].index("all seeds: Δ, p")] == f"{direct.delta:+.2f}, p={direct.p_value:.3f}"
     assert row(data, "dropper")["significance"].get("over_seeds") is None  # an external output has no seeds
+
+
+def test_an_ensemble_system_decodes_its_members_together_seed_by_seed(finished, tmp_path):
+    """The ensemble's output is `ctxnmt translate BASE MEAN` of the same seed's runs, scored and
+    tested against the baseline like a trained system, with the command in the report."""
+    from ctxnmt.decoding.translator import Translator
+
+    work = copy_experiment(finished, tmp_path)
+    raw = yaml.safe_load((work / "tiny-experiment.yaml").read_text(encoding="utf-8"))
+    raw["systems"].append({"name": "base+mean", "ensemble": ["base", "mean"]})
+    (work / "tiny-experiment.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    log: list[str] = []
+    with chdir(work):
+        run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, quiet=True)
+        src = Path(report(work)["test"]["src"]).read_text(encoding="utf-8").splitlines()
+        ensemble = Translator.load(["exp/systems/base/seed1234", "exp/systems/mean/seed1234"])
+        expected = [t.text for t in ensemble.translate(src)]
+    hyp = work / "exp/ensembles/base+mean/seed1234/test.hyp.en"
+    assert hyp.read_text(encoding="utf-8").splitlines() == expected
+    ens = row(report(work), "base+mean")
+    assert ens["seeds"] == [1234] and ens["significance"]["test"] == "bootstrap"
+    parameters = row(report(work), "base")["mean"]["parameters"] + row(report(work), "mean")["mean"]["parameters"]
+    assert ens["mean"]["parameters"] == parameters
+    assert any(c.startswith("ctxnmt translate exp/systems/base/seed1234 exp/systems/mean/seed1234 -i ")
+               for c in ens["commands"])
+    assert not any("already trained" not in line and "training in" in line for line in log)  # nothing retrained

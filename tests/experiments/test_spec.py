@@ -154,3 +154,24 @@ def test_selectors_name_runs_and_unknown_ones_are_errors(monkeypatch):
     assert [(r.system, r.seed) for r in select_runs(runs, ["base", "base:1"])] == [("base", 1), ("base", 2)]
     with pytest.raises(ConfigError, match=r"--only 'base:7' names no run of this experiment \(runs: base:1, base:2\)"):
         select_runs(runs, ["base:7"])
+
+
+def test_an_ensemble_names_trained_systems_and_runs_the_seeds_they_share(monkeypatch):
+    monkeypatch.chdir(REPO)
+    e = from_dict(spec(seeds=[1, 2], systems=[
+        {"name": "base", "config": "configs/rnnsearch-small.yaml"},
+        {"name": "one", "config": "configs/rnnsearch-small.yaml", "seeds": [2]},
+        {"name": "both", "ensemble": ["base", "one"]}]))
+    assert e.seeds_of(e.system("both")) == [2] and [s.name for s in e.trained] == ["base", "one"]
+    assert [(r.system, r.seed) for r in plan_runs(e)] == [("base", 1), ("base", 2), ("one", 2)]
+
+
+@pytest.mark.parametrize("system, message", [
+    ({"name": "e", "ensemble": ["base", "ext"]}, r"systems\[2\]\.ensemble: 'ext' is not a trained system"),
+    ({"name": "e", "ensemble": ["nope"]}, r"systems\[2\]\.ensemble: 'nope' is not a trained system"),
+    ({"name": "e", "ensemble": ["base"], "config": "c.yaml"}, "needs exactly one of 'config'"),
+    ({"name": "e", "ensemble": ["base"], "seeds": [1234]}, "is not trained here; it takes no overrides or seeds"),
+])
+def test_bad_ensembles_are_refused(system, message):
+    with pytest.raises(ConfigError, match=message):
+        from_dict(spec(systems=[*spec()["systems"], system]))
