@@ -1,6 +1,8 @@
 """`ctxnmt experiment EXPERIMENT.yaml`."""
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="train and compare several systems under one budget; write a report",
@@ -17,6 +19,9 @@ def register(sub) -> None:
                         "train different runs of one experiment side by side")
     p.add_argument("--report", action="store_true",
                    help="train nothing; evaluate and report the runs finished so far")
+    p.add_argument("--export", metavar="DIR",
+                   help="after the report, copy its small text results to DIR (report, test outputs, scores, "
+                        "configs, training logs, significance tests; never checkpoints), e.g. to commit them")
     p.set_defaults(func=cmd_experiment)
 
 
@@ -33,6 +38,11 @@ def cmd_experiment(args) -> int:
     paths = run_experiment(experiment, quiet=args.quiet, only=args.only, train=not args.report)
     if paths is not None:
         print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())
+        if args.export:
+            from ctxnmt.experiments.export import export_results
+
+            copied = export_results(experiment.root, Path(args.export))
+            print(f"exported {len(copied)} files to {args.export}")
     return 0
 
 

@@ -319,3 +319,18 @@ def test_an_ensemble_system_decodes_its_members_together_seed_by_seed(finished, 
     assert any(c.startswith("ctxnmt translate exp/systems/base/seed1234 exp/systems/mean/seed1234 -i ")
                for c in ens["commands"])
     assert not any("already trained" not in line and "training in" in line for line in log)  # nothing retrained
+
+
+def test_export_copies_the_small_results_and_never_a_checkpoint(finished, tmp_path, capsys):
+    work = copy_experiment(finished, tmp_path)
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--export", "results"]) == 0
+    out = work / "results"
+    copied = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert "report.md" in copied and "report.json" in copied and "systems/base/seed1234/test.hyp.en" in copied
+    assert "systems/mean/seed1234/train.log" in copied and "systems/mean/seed1234/config.yaml" in copied
+    assert any(name.startswith("significance/") for name in copied)
+    assert not any(name.endswith(".pt") or "/prep/" in name or "tensorboard" in name for name in copied)
+    assert (out / "systems/base/seed1234/test.hyp.en").read_bytes() == \
+        (work / "exp/systems/base/seed1234/test.hyp.en").read_bytes()
+    assert f"exported {len(copied)} files to results" in capsys.readouterr().out

@@ -1,0 +1,38 @@
+"""Copy an experiment's small text results out of its run directory, to be committed.
+
+Run directories hold checkpoints (tens of MB each) that never belong in git; the numbers
+of a report, and everything needed to re-score or re-test them, are a few small files:
+the report itself, each run's test output, scores, decoding record, effective config and
+training log (its validations are the learning curve), and the significance results.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+REPORT_FILES = ("report.md", "report.csv", "report.json", "length-buckets.png")
+RUN_FILES = ("config.yaml", "train.log", "done.json", "decode.json", "scores.json")
+RUN_PATTERNS = ("test.hyp.*",)
+
+
+def _run_files(directory: Path) -> list[Path]:
+    files = [directory / name for name in RUN_FILES if (directory / name).is_file()]
+    return files + sorted(p for pattern in RUN_PATTERNS for p in directory.glob(pattern) if p.is_file())
+
+
+def export_results(root: Path, dest: Path) -> list[Path]:
+    """Copy the report, every run's and ensemble's small files and the significance results
+    from experiment directory `root` to `dest`, keeping the layout; returns the copies."""
+    sources = [root / name for name in REPORT_FILES if (root / name).is_file()]
+    for group in ("systems", "ensembles"):
+        for run_dir in sorted((root / group).glob("*/seed*")):
+            sources += _run_files(run_dir)
+    sources += sorted((root / "significance").glob("*.json"))
+    sources += sorted((root / "external").glob("*.json"))
+    copied = []
+    for source in sources:
+        target = dest / source.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        copied.append(target)
+    return copied
