@@ -1,7 +1,8 @@
-"""`ctxnmt lm train CONFIG` and `ctxnmt lm score MODEL_DIR -i FILE`."""
+"""`ctxnmt lm train CONFIG`, `ctxnmt lm compare CONFIG … --out DIR` and `ctxnmt lm score MODEL_DIR -i FILE`."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from ctxnmt.utils.io import atomic_write
@@ -19,6 +20,14 @@ def register(sub) -> None:
     t.add_argument("--quiet", action="store_true", help="no log lines on stderr")
     t.set_defaults(func=cmd_train)
 
+    c = inner.add_parser("compare", help="train several LM configs with several seeds; test perplexity, mean ± sd")
+    c.add_argument("configs", nargs="+", metavar="CONFIG", help="LM configs; the first is the baseline")
+    c.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="training seeds (default 1 2 3)")
+    c.add_argument("--out", required=True, help="directory for the runs ({out}/{name}/seed{s}) and report.md/.json")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="an override for every config (repeatable), e.g. --set training.max_epochs=20")
+    c.set_defaults(func=cmd_compare)
+
     s = inner.add_parser("score", help="perplexity of a text (and per-line log-probabilities)")
     s.add_argument("model_dir", help="directory written by ctxnmt lm train")
     s.add_argument("-i", "--input", required=True, help="text file, one sentence a line (raw, untokenised)")
@@ -28,24 +37,42 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_score)
 
 
-def cmd_train(args) -> int:
-    from ctxnmt.lm.config import load_lm_config
+def train_and_score(config, quiet: bool = False) -> dict:
+    """Train, then score dev and test with the best checkpoint; results.json is written last,
+    so its presence says the run finished."""
     from ctxnmt.lm.scoring import score_file
     from ctxnmt.lm.train import LMTrainer
+
+    progress = LMTrainer(config, quiet=quiet).train()
+    d = config.data
+    results = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}").perplexity
+               for split in ("dev", "test")}
+    record = {"updates": progress.update, "minutes": progress.elapsed / 60, "stopped": progress.stopped,
+              **{f"{k}_ppl": v for k, v in results.items()}}
+    with atomic_write(Path(config.model_dir) / "results.json", "w") as fh:
+        json.dump(record, fh, indent=1)
+    return record
+
+
+def cmd_train(args) -> int:
+    from ctxnmt.lm.config import load_lm_config
 
     overrides = list(args.overrides)
     if args.max_minutes is not None:
         overrides.append(f"training.max_minutes={args.max_minutes}")
     config = load_lm_config(args.config, overrides)
-    progress = LMTrainer(config, quiet=args.quiet).train()
-    d = config.data
-    results = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}").perplexity
-               for split in ("dev", "test")}
-    with atomic_write(Path(config.model_dir) / "results.json", "w") as fh:
-        json.dump({"updates": progress.update, "minutes": progress.elapsed / 60, "stopped": progress.stopped,
-                   **{f"{k}_ppl": v for k, v in results.items()}}, fh, indent=1)
-    print(f"{config.model_dir}: {progress.update} updates, stopped because {progress.stopped}; "
-          f"best checkpoint: dev ppl {results['dev']:.2f}, test ppl {results['test']:.2f}")
+    record = train_and_score(config, quiet=args.quiet)
+    print(f"{config.model_dir}: {record['updates']} updates, stopped because {record['stopped']}; "
+          f"best checkpoint: dev ppl {record['dev_ppl']:.2f}, test ppl {record['test_ppl']:.2f}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from ctxnmt.lm.compare import compare
+
+    compare(args.configs, args.overrides, args.seeds, Path(args.out),
+            log=lambda message: print(f"lm compare: {message}", file=sys.stderr))
+    print((Path(args.out) / "report.md").read_text(encoding="utf-8").rstrip())
     return 0
 
 

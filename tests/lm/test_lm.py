@@ -138,3 +138,37 @@ def test_bad_input_gives_one_line_errors(tiny_corpus, tmp_path, capsys):
 def test_shipped_lm_configs_load():
     paths = sorted((Path(__file__).parents[2] / "configs").glob("lm-*.yaml"))
     assert {load_lm_config(p).model.summary for p in paths} == set(SUMMARIES)
+
+
+def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_deltas(tiny_corpus, tmp_path,
+                                                                                        capsys):
+    configs = []
+    for summary in ("previous", "mean"):
+        path = tmp_path / f"lm-{summary}.yaml"
+        path.write_text(f"name: lm-{summary}\ndata: {{dir: {tiny_corpus}}}\n"
+                        f"model: {{summary: {summary}, emb_dim: 8, hidden_dim: 12, dropout: 0.0}}\n"
+                        "training: {batch_size: 4, bptt: 10, max_updates: 20, valid_every: 10, lr: 0.01, threads: 1}\n")
+        configs.append(path)
+    out = tmp_path / "cmp"
+    code, stdout, _ = run(["lm", "compare", *configs, "--seeds", "1", "2", "--out", out], capsys)
+    assert code == 0 and "| lm-previous | " in stdout and "| lm-mean | " in stdout
+    report = json.loads((out / "report.json").read_text())
+    runs = {(name, seed): json.loads((out / name / f"seed{seed}" / "results.json").read_text())["test_ppl"]
+            for name in ("lm-previous", "lm-mean") for seed in (1, 2)}
+    base, mean = report["rows"]
+    assert base["test_ppl"] == [runs["lm-previous", 1], runs["lm-previous", 2]]
+    assert mean["delta"] == pytest.approx([runs["lm-mean", s] - runs["lm-previous", s] for s in (1, 2)])
+    assert mean["mean"] == pytest.approx((runs["lm-mean", 1] + runs["lm-mean", 2]) / 2)
+    assert runs["lm-previous", 1] != runs["lm-previous", 2]  # the seed reaches the model
+    # a second call trains nothing; an unfinished run (no results.json) is trained again from the start
+    (out / "lm-mean" / "seed2" / "results.json").unlink()
+    before = (out / "lm-previous" / "seed1" / "checkpoints" / "best.pt").stat().st_mtime_ns
+    code, _, err = run(["lm", "compare", *configs, "--seeds", "1", "2", "--out", out], capsys)
+    assert code == 0 and "lm-previous seed 1: already trained" in err
+    assert "seed2: unfinished, training again from the start" in err
+    assert (out / "lm-previous" / "seed1" / "checkpoints" / "best.pt").stat().st_mtime_ns == before
+    assert json.loads((out / "lm-mean" / "seed2" / "results.json").read_text())["test_ppl"] == pytest.approx(
+        runs["lm-mean", 2])  # the same seed retrained gives the same model
+    code, _, err = run(["lm", "compare", *configs, "--seeds", "1", "2", "--out", out, "--set",
+                        "training.lr=0.02"], capsys)
+    assert code == 2 and "was trained with a different config" in err and len(err.strip().splitlines()) == 1
