@@ -101,25 +101,38 @@ class AdaptiveGRUCell(RecurrentCell):
     """
 
     n_blocks = 4
+    gain = 1.0  # multiplies the weighted sums of r, z and h̃; see ScaledAdaptiveGRUCell
 
     @staticmethod
     def hyper_gate(xp: torch.Tensor, hp: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(xp[..., 3 * xp.size(-1) // 4:] + hp[..., 3 * hp.size(-1) // 4:])
 
-    @staticmethod
-    def _gates(xp: torch.Tensor, hp: torch.Tensor):
+    @classmethod
+    def _gates(cls, xp: torch.Tensor, hp: torch.Tensor):
         x_r, x_z, x_h, x_g = xp.chunk(4, dim=-1)
         h_r, h_z, h_h, h_g = hp.chunk(4, dim=-1)
         g = torch.sigmoid(x_g + h_g)
-        r = torch.sigmoid(x_r + g * (h_r - x_r))  # (1 − g) x + g h, one multiplication
-        z = torch.sigmoid(x_z + g * (h_z - x_z))
+        r = torch.sigmoid(cls.gain * (x_r + g * (h_r - x_r)))  # (1 − g) x + g h, one multiplication
+        z = torch.sigmoid(cls.gain * (x_z + g * (h_z - x_z)))
         return g, r, z, x_h, h_h
 
     @classmethod
     def combine(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         g, r, z, x_h, h_h = cls._gates(xp, hp)
-        candidate = torch.tanh((1 - g) * x_h + g * r * h_h)
+        candidate = torch.tanh(cls.gain * ((1 - g) * x_h + g * r * h_h))
         return candidate + z * (g * h - candidate)
+
+
+@CELLS.register("adaptive-gru-scaled")
+class ScaledAdaptiveGRUCell(AdaptiveGRUCell):
+    """adaptive-gru with the weighted sums of r, z and h̃ times 2, the number of weighted
+    sources: the hyper-gate starts near 1/2, so the published form starts every gate and
+    the candidate at half the plain GRU's pre-activation, and the optimiser's steps on W
+    and U move them half as far.  With the gain, g = 1/2 gives exactly the GRU's gates and
+    candidate; the gain can be folded into W and U, so the family is the paper's.  The
+    update h' = g ⊙ z ⊙ h + (1 − z) ⊙ h̃ is the paper's (its g has no such reading)."""
+
+    gain = 2.0
 
 
 class ScaledCandidateAdaptiveGRUCell(AdaptiveGRUCell):

@@ -23,11 +23,12 @@ def gru_step(cell, x, h):
     return z * h + (1 - z) * h_tilde
 
 
-def adaptive_gru_step(cell, x, h, scaled_candidate=False):
+def adaptive_gru_step(cell, x, h, scaled_candidate=False, gain=1.0):
     """Hyper-gated GRU: g = σ(W_g x + U_g h);
     r = σ((1-g) ⊙ W_r x + g ⊙ U_r h), z likewise; h̃ = tanh((1-g) ⊙ W x + g ⊙ r ⊙ (U h));
     h' = g ⊙ z ⊙ h + (1-z) ⊙ h̃.  scaled_candidate: the released code's second transition,
-    h̃ = (1-g) ⊙ tanh(W x + g ⊙ r ⊙ (U h))."""
+    h̃ = (1-g) ⊙ tanh(W x + g ⊙ r ⊙ (U h)).  gain: the weighted sums of r, z and h̃ times k
+    (2 in adaptive-gru-scaled)."""
     H = cell.hidden_size
     W, b, U = cell.W.weight, cell.W.bias, cell.U.weight
 
@@ -35,13 +36,14 @@ def adaptive_gru_step(cell, x, h, scaled_candidate=False):
         return W[k * H:(k + 1) * H] @ x + b[k * H:(k + 1) * H], U[k * H:(k + 1) * H] @ h
 
     (wr, ur), (wz, uz), (wh, uh), (wg, ug) = block(0), block(1), block(2), block(3)
+    k = gain
     g = sigmoid(wg + ug)
-    r = sigmoid((1 - g) * wr + g * ur)
-    z = sigmoid((1 - g) * wz + g * uz)
+    r = sigmoid(k * ((1 - g) * wr + g * ur))
+    z = sigmoid(k * ((1 - g) * wz + g * uz))
     if scaled_candidate:
         h_tilde = (1 - g) * torch.tanh(wh + g * r * uh)
     else:
-        h_tilde = torch.tanh((1 - g) * wh + g * r * uh)
+        h_tilde = torch.tanh(k * ((1 - g) * wh + g * r * uh))
     return g * z * h + (1 - z) * h_tilde
 
 
@@ -52,6 +54,8 @@ def cell_step(cell, x, h):
         return gru_step(cell, x, h)
     if name in ("AdaptiveGRUCell", "ReleasedAdaptiveGRUCell"):
         return adaptive_gru_step(cell, x, h)
+    if name == "ScaledAdaptiveGRUCell":
+        return adaptive_gru_step(cell, x, h, gain=2.0)
     if name == "ScaledCandidateAdaptiveGRUCell":
         return adaptive_gru_step(cell, x, h, scaled_candidate=True)
     raise AssertionError(f"no reference for cell {name}")

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from ctxnmt.config import ModelConfig
-from ctxnmt.models.cells import AdaptiveGRUCell, ScaledCandidateAdaptiveGRUCell, scan
+from ctxnmt.models.cells import (
+    AdaptiveGRUCell,
+    GRUCell,
+    ScaledAdaptiveGRUCell,
+    ScaledCandidateAdaptiveGRUCell,
+    scan,
+)
 from ctxnmt.models.nmt import build_model, count_parameters
 from ctxnmt.models.output import AdaptiveOutput, DeepOutput, UnscaledAdaptiveOutput
 from tests.models import reference as ref
@@ -14,14 +20,17 @@ from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
 from tests.models.test_target_context import literal_mean, literal_scored
 
 
-@pytest.mark.parametrize("cls, scaled", [(AdaptiveGRUCell, False), (ScaledCandidateAdaptiveGRUCell, True)])
+@pytest.mark.parametrize("cls, scaled", [(AdaptiveGRUCell, False), (ScaledCandidateAdaptiveGRUCell, True),
+                                         (ScaledAdaptiveGRUCell, False)])
 def test_adaptive_cell_matches_reference(cls, scaled):
     torch.manual_seed(1)
     cell = cls(6, 5)
     x, h = torch.randn(6), torch.randn(5)
     with torch.no_grad():
         fast = cell.step(cell.input_proj(x.unsqueeze(0)), h.unsqueeze(0))[0]
-        torch.testing.assert_close(fast, ref.adaptive_gru_step(cell, x, h, scaled_candidate=scaled), atol=1e-6,
+        gain = 2.0 if cls is ScaledAdaptiveGRUCell else 1.0
+        expected = ref.adaptive_gru_step(cell, x, h, scaled_candidate=scaled, gain=gain)
+        torch.testing.assert_close(fast, expected, atol=1e-6,
                                    rtol=0)
 
 
@@ -66,6 +75,7 @@ def test_released_variant_changes_only_the_second_transition():
 @pytest.mark.parametrize("overrides", [
     {"cell": "adaptive-gru"},
     {"cell": "adaptive-gru-released"},
+    {"cell": "adaptive-gru-scaled"},
     {"cell": "gru", "encoder_cell": "adaptive-gru"},
     {"output": "adaptive"},
     {"output": "adaptive-unscaled"},
@@ -116,6 +126,27 @@ def test_uniform_adaptive_weights_give_the_deep_output():
             out.W_p.weight.zero_()
             expected = torch.tanh(scale * torch.atanh(deep(s, d, c)))
             torch.testing.assert_close(out(s, d, c), expected, atol=1e-5, rtol=0)
+
+
+def test_half_open_hyper_gates_give_the_plain_gru_with_the_gain():
+    """With g = 1/2 everywhere (W_g, U_g and b_g zero) the scaled cell's gates and candidate
+    are exactly the plain GRU's; the published cell's are at half their pre-activation."""
+    torch.manual_seed(0)
+    plain = GRUCell(4, 3)
+    x, h = torch.randn(5, 4), torch.randn(5, 3)
+    for cls in (ScaledAdaptiveGRUCell, AdaptiveGRUCell):
+        cell = cls(4, 3)
+        with torch.no_grad():
+            cell.W.weight.copy_(torch.cat([plain.W.weight, torch.zeros(3, 4)]))
+            cell.W.bias.copy_(torch.cat([plain.W.bias, torch.zeros(3)]))
+            cell.U.weight.copy_(torch.cat([plain.U.weight, torch.zeros(3, 3)]))
+            g, r, z, _, _ = cell._gates(cell.input_proj(x), h @ cell.hidden_weight())
+            xr, xz, _ = plain.input_proj(x).chunk(3, -1)
+            hr, hz, _ = (h @ plain.hidden_weight()).chunk(3, -1)
+        half = cls is AdaptiveGRUCell
+        torch.testing.assert_close(g, torch.full_like(g, 0.5))
+        torch.testing.assert_close(r, torch.sigmoid((xr + hr) / (2 if half else 1)))
+        torch.testing.assert_close(z, torch.sigmoid((xz + hz) / (2 if half else 1)))
 
 
 def test_parameter_growth():
