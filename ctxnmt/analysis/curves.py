@@ -75,6 +75,7 @@ def summary_line(name: str, curve: list[Validation], metric: str = "bleu") -> st
 
 
 def write_csv(curves: dict[str, list[Validation]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path, "w") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(["run", "update", "target_tokens", "ppl", "bleu"])
@@ -98,6 +99,7 @@ def plot(curves: dict[str, list[Validation]], path: Path, metric: str = "bleu") 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path, "wb") as fh:
         fig.savefig(fh, format="png", dpi=110)
     plt.close(fig)

@@ -26,7 +26,8 @@ def export_results(root: Path, dest: Path) -> list[Path]:
     sources = [root / name for name in REPORT_FILES if (root / name).is_file()]
     for group in ("systems", "ensembles"):
         for run_dir in sorted((root / group).glob("*/seed*")):
-            sources += _run_files(run_dir)
+            if group == "ensembles" or (run_dir / "done.json").is_file():  # a run still training is left out
+                sources += _run_files(run_dir)
     sources += sorted((root / "significance").glob("*.json"))
     sources += sorted((root / "external").glob("*.json"))
     copied = []

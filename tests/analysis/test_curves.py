@@ -40,7 +40,7 @@ def test_cli_prints_each_run_and_writes_csv_and_plot(tmp_path, capsys):
     a = write_log(tmp_path / "a", [10, 20, 25, 28, 29, 30, 29.5, 30.4])
     b = write_log(tmp_path / "b", [5, 15, 18], every=250)
     single = write_log(tmp_path / "single", [7])
-    out_csv, out_png = tmp_path / "c.csv", tmp_path / "c.png"
+    out_csv, out_png = tmp_path / "new" / "c.csv", tmp_path / "new" / "c.png"  # folders made as needed
     assert main(["analyze", "curve", str(a), str(b), str(single), "--name", "big", "--name", "small",
                  "--name", "one", "--csv", str(out_csv), "--plot", str(out_png)]) == 0
     out = capsys.readouterr().out.splitlines()

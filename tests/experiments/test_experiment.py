@@ -334,3 +334,7 @@ def test_export_copies_the_small_results_and_never_a_checkpoint(finished, tmp_pa
     assert (out / "systems/base/seed1234/test.hyp.en").read_bytes() == \
         (work / "exp/systems/base/seed1234/test.hyp.en").read_bytes()
     assert f"exported {len(copied)} files to results" in capsys.readouterr().out
+    (work / "exp/systems/mean/seed1234/done.json").unlink()  # as if still training
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--export", "again"]) == 0
+    assert not (work / "again/systems/mean").exists() and (work / "again/systems/base/seed1234/test.hyp.en").exists()
