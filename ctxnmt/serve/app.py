@@ -1,0 +1,124 @@
+"""The FastAPI application: the JSON API, the web page and the request log.
+
+    app = create_app(Translator.load("runs/rnnsearch-small"), ["runs/rnnsearch-small"], ServeSettings(beam=5))
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from ctxnmt.serve.batching import DynamicBatcher, Job
+from ctxnmt.serve.decoding import BatchDecoder
+from ctxnmt.serve.models import models_info
+from ctxnmt.serve.requests import Limits, RequestError, TranslateRequest, parse_request, sentences
+from ctxnmt.serve.responses import ErrorResponse, TranslateResponse
+
+STATIC = Path(__file__).parent / "static"
+log = logging.getLogger("ctxnmt.serve")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    beam: int
+    max_batch_sents: int = 32
+    max_wait_ms: float = 10.0
+    limits: Limits = field(default_factory=Limits)
+
+
+def error(status: int, field_name: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": message, "field": field_name}, status_code=status)
+
+
+def create_app(translator, model_dirs: list[str], settings: ServeSettings) -> FastAPI:
+    batcher = DynamicBatcher(BatchDecoder(translator), settings.max_batch_sents, settings.max_wait_ms)
+    info = models_info(model_dirs, translator)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        yield
+        await asyncio.to_thread(batcher.stop)  # the server has already let in-flight requests finish
+
+    app = FastAPI(title="ctxnmt", summary="Context-aware recurrent NMT: translation with what the model attends to",
+                  version="1", lifespan=lifespan)
+    app.state.batcher = batcher
+    _add_request_log(app)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        return error(exc.status_code, "path", f"{request.url.path}: {exc.detail}")
+
+    @app.post("/v1/translate", response_model=None, openapi_extra=_request_body(),
+              responses={200: {"model": TranslateResponse}, 400: {"model": ErrorResponse},
+                         413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
+    async def translate(request: Request):
+        """Translate one sentence per line of `text` (or each sentence of a list)."""
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > settings.limits.max_body_bytes:
+            return error(413, "body", f"body: {declared} bytes, more than the limit of "
+                                      f"{settings.limits.max_body_bytes}")
+        try:
+            req = parse_request(await request.body(), settings.limits)
+            beam = req.beam or settings.beam
+            if req.nbest > beam:
+                raise RequestError(422, "nbest", f"{req.nbest} is more than the beam ({beam})")
+        except RequestError as err:
+            return error(err.status, err.field, str(err))
+        lines = sentences(req)
+        request.state.sentences = len(lines)
+        job = Job(lines, beam, req.nbest, req.attention, req.document)
+        try:
+            result = await asyncio.wrap_future(batcher.submit(job))
+        except Exception as err:  # decoding failed: this batch's clients learn why, the server goes on
+            log.exception("decoding failed")
+            return error(500, "text", f"decoding failed: {type(err).__name__}: {err}".splitlines()[0])
+        return {"sentences": result["sentences"], "beam": beam, "batch": result["batch"]}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        """Architecture, parameter count, vocabularies, checkpoint and dev scores of each served model."""
+        return info
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "waiting": batcher.waiting, "batches": len(batcher.batch_sizes)}
+
+    @app.get("/", include_in_schema=False)
+    async def page():
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def _request_body() -> dict:
+    """The request's schema on /docs (the endpoint reads the body itself: see requests.py)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": TranslateRequest.model_json_schema(),
+        "example": {"text": "Y dijo Dios: Sea la luz.\nY fue la luz.", "beam": 5, "attention": True}}}}}
+
+
+def _add_request_log(app: FastAPI) -> None:
+    """One line per request: its id, method and path, status, sentences and latency."""
+    ids = itertools.count(1)
+
+    @app.middleware("http")
+    async def log_request(request: Request, call_next):
+        request.state.id, request.state.sentences = next(ids), 0
+        start = time.perf_counter()
+        response = await call_next(request)
+        latency = 1000 * (time.perf_counter() - start)
+        log.info("request %d %s %s %d sentences=%d latency=%.1fms", request.state.id, request.method,
+                 request.url.path, response.status_code, request.state.sentences, latency)
+        response.headers["X-Request-Id"] = str(request.state.id)
+        return response

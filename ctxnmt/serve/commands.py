@@ -1,0 +1,76 @@
+"""`ctxnmt serve`."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import time
+
+from ctxnmt.errors import ConfigError, CtxnmtError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="serve model(s) over HTTP: a JSON API with dynamic batching and a web page")
+    p.add_argument("model_dir")
+    p.add_argument("ensemble", nargs="*", metavar="MODEL_DIR",
+                   help="more model directories: serve the ensemble (same preprocessing and vocabularies)")
+    p.add_argument("--ensemble-mode", choices=("logprob", "prob"), default="logprob")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    p.add_argument("--beam", type=int, help="beam size when a request gives none (default: the config's)")
+    p.add_argument("--max-batch-sents", type=int, default=32,
+                   help="close a batch at this many sentences (default: %(default)s; 1 turns batching off)")
+    p.add_argument("--max-wait-ms", type=float, default=10.0,
+                   help="close a batch this long after its first request (default: %(default)s)")
+    p.add_argument("--max-request-sents", type=int, default=64, help="sentences per request (default: %(default)s)")
+    p.add_argument("--max-chars", type=int, default=20000, help="characters per request (default: %(default)s)")
+    p.add_argument("--max-line-words", type=int, default=250,
+                   help="words per sentence (default: %(default)s)")
+    p.set_defaults(func=cmd_serve)
+
+
+def _check(args) -> None:
+    for name in ("port", "max_batch_sents", "max_request_sents", "max_chars", "max_line_words", "beam"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
+    if args.port > 65535:
+        raise ConfigError(f"--port must be at most 65535, not {args.port}")
+    if args.max_wait_ms < 0:
+        raise ConfigError(f"--max-wait-ms must not be negative, not {args.max_wait_ms}")
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from ctxnmt.decoding.translator import Translator
+    from ctxnmt.serve.app import ServeSettings, create_app
+    from ctxnmt.serve.requests import MAX_BEAM, Limits
+
+    _check(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    log = logging.getLogger("ctxnmt.serve")
+    start = time.perf_counter()
+    model_dirs = [args.model_dir, *args.ensemble]
+    translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir,
+                                 ensemble_mode=args.ensemble_mode)
+    translator.warn = log.warning
+    beam = args.beam or translator.config.decoding.beam
+    if beam > MAX_BEAM:
+        raise ConfigError(f"--beam must be at most {MAX_BEAM}, not {beam}")
+    limits = Limits(args.max_request_sents, args.max_chars, args.max_line_words)
+    app = create_app(translator, model_dirs, ServeSettings(beam, args.max_batch_sents, args.max_wait_ms, limits))
+    log.info("%d model(s) loaded in %.1f s; serving on http://%s:%d", len(model_dirs),
+             time.perf_counter() - start, args.host, args.port)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, access_log=False,
+                                           log_level="info", lifespan="on"))
+    # uvicorn finishes the in-flight requests on SIGTERM, then raises the signal again under the
+    # handler it found at start; a handler of ours there lets the process exit 0 instead of dying.
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not server.started:
+        raise CtxnmtError(f"could not serve on {args.host}:{args.port} (see the message above)")
+    return 0

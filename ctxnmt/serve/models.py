@@ -1,0 +1,39 @@
+"""What GET /v1/models says about the served model(s): read once at start-up."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ctxnmt.config import load_config
+from ctxnmt.decoding.translator import _default_checkpoint
+from ctxnmt.serve.signals import Signals
+
+
+def member_info(model_dir: Path, model, translator) -> dict:
+    config = load_config(model_dir / "config.yaml")
+    path = _default_checkpoint(model_dir)
+    # mmap: read the progress record, not the weights and optimiser moments into memory again
+    progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("progress") or {}
+    return {
+        "model_dir": str(model_dir),
+        "name": config.name,
+        "architecture": config.to_dict()["model"],
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocabularies": {"source": {"language": config.data.src_lang, "size": len(translator.src_vocab)},
+                         "target": {"language": config.data.tgt_lang, "size": len(translator.tgt_vocab)}},
+        "checkpoint": {"path": str(path), "update": progress.get("update"), "epoch": progress.get("epoch")},
+        "dev_scores": progress.get("best_scores"),
+    }
+
+
+def models_info(model_dirs: list[str], translator) -> dict:
+    members = getattr(translator.model, "members", [translator.model])
+    signals = Signals.of(translator)
+    return {
+        "ensemble": len(members) > 1,
+        "ensemble_mode": getattr(translator.model, "mode", None),
+        "decoding": translator.config.to_dict()["decoding"],
+        "signals": {name: getattr(signals, name) for name in Signals.__dataclass_fields__},
+        "models": [member_info(Path(d), m, translator) for d, m in zip(model_dirs, members)],
+    }

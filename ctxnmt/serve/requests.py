@@ -1,0 +1,111 @@
+"""The JSON request of POST /v1/translate: its schema, and every way it can be wrong.
+
+The body is read and checked here rather than by FastAPI so that each fault (bytes that
+are not UTF-8, JSON that does not parse, an unknown field, a wrong type, text that is
+empty or over a limit) gets its own one-line error naming the field, with a 4xx status.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+MAX_BEAM = 50
+
+
+class TranslateRequest(BaseModel):
+    """One request: a text (one sentence per line) or a list of sentences."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str | list[str] = Field(description="one sentence per line, or a list of sentences")
+    beam: int | None = Field(None, ge=1, le=MAX_BEAM, description="beam size (default: the server's --beam)")
+    nbest: int = Field(1, ge=1, le=MAX_BEAM, description="hypotheses returned per sentence (at most the beam)")
+    attention: bool = Field(False, description="also return subwords, source and target-side attention, gates")
+    document: bool = Field(False, description="the sentences are one document, in order: document-context "
+                                              "models read each sentence's previous sentences")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_request_sents: int = 64
+    max_chars: int = 20000
+    max_line_words: int = 250
+
+    @property
+    def max_body_bytes(self) -> int:
+        """Generous for JSON escapes (\\uXXXX is 6 bytes a character) and the other fields, and at
+        least 1 MiB, so that the text's own limits name what is wrong with a big request."""
+        return max(6 * self.max_chars + 4096, 1 << 20)
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.status, self.field = status, field
+
+
+def parse_request(body: bytes, limits: Limits) -> TranslateRequest:
+    if len(body) > limits.max_body_bytes:
+        raise RequestError(413, "body", f"{len(body)} bytes, more than the limit of {limits.max_body_bytes}")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RequestError(400, "body", f"invalid UTF-8 at byte {err.start}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RequestError(400, "body", f"invalid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    if not isinstance(data, dict):
+        raise RequestError(422, "body", f"expected a JSON object, not {type(data).__name__}")
+    try:
+        request = TranslateRequest.model_validate(data)
+    except ValidationError as err:
+        raise _first_error(err) from None
+    _check_text(request, limits)
+    if request.beam is not None and request.nbest > request.beam:
+        raise RequestError(422, "nbest", f"{request.nbest} is more than the beam ({request.beam})")
+    return request
+
+
+def sentences(request: TranslateRequest) -> list[str]:
+    """The text's lines (a final line break starts no new line), or the list as it is."""
+    return request.text.splitlines() if isinstance(request.text, str) else list(request.text)
+
+
+def _first_error(err: ValidationError) -> RequestError:
+    errors = err.errors()
+    if errors[0]["loc"][0] == "text" and errors[0]["type"] != "missing":  # two branches failed: name the list item, else both branches
+        items = [e["loc"][2] for e in errors if len(e["loc"]) == 3]
+        if items:
+            return RequestError(422, f"text[{items[0]}]", "should be a string")
+        return RequestError(422, "text", "should be a string or a list of strings")
+    first = errors[0]
+    field = ".".join(str(part) for part in first["loc"])
+    if first["type"] == "extra_forbidden":
+        allowed = ", ".join(TranslateRequest.model_fields)
+        return RequestError(422, field, f"unknown field (the fields are {allowed})")
+    if first["type"] == "missing":
+        return RequestError(422, field, "missing (a required field)")
+    return RequestError(422, field or "body", first["msg"])
+
+
+def _check_text(request: TranslateRequest, limits: Limits) -> None:
+    lines = sentences(request)
+    for i, line in enumerate(lines):
+        where = "text" if isinstance(request.text, str) else f"text[{i}]"
+        if isinstance(request.text, list) and len(line.splitlines()) > 1:
+            raise RequestError(422, where, "a sentence of the list may not contain a line break")
+        words = len(line.split())
+        if words > limits.max_line_words:
+            line_no = f" (line {i + 1})" if isinstance(request.text, str) else ""
+            raise RequestError(413, where, f"{words} words in one sentence{line_no}, more than the limit of "
+                                           f"{limits.max_line_words} (--max-line-words)")
+    if not any(line.strip() for line in lines):
+        raise RequestError(422, "text", "empty: no sentence to translate")
+    if len(lines) > limits.max_request_sents:
+        raise RequestError(413, "text", f"{len(lines)} sentences, more than the limit of "
+                                        f"{limits.max_request_sents} (--max-request-sents)")
+    chars = sum(len(line) for line in lines)
+    if chars > limits.max_chars:
+        raise RequestError(413, "text", f"{chars} characters, more than the limit of {limits.max_chars} (--max-chars)")

@@ -1,0 +1,176 @@
+"""The JSON API through FastAPI's TestClient: answers against the Translator and the
+analysis functions they come from, /v1/models, /health, /docs, document mode, and a
+one-line 4xx for each kind of bad input (after which the server still answers)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from ctxnmt.analysis.forced import target_attention
+from ctxnmt.analysis.gates import encoder_gates, output_weights
+from ctxnmt.data.vocab import EOS
+from ctxnmt.decoding.translator import Translator
+from ctxnmt.serve.app import ServeSettings, create_app
+from ctxnmt.serve.requests import Limits
+
+def as_tensor(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64)
+
+
+LINES = ["el gato 3 .", "", "el gato 5 . el gato 6 .", "el gato 7 ."]
+
+
+def client_for(dirs: list, **settings) -> tuple[TestClient, Translator]:
+    translator = Translator.load([str(d) for d in dirs] if len(dirs) > 1 else dirs[0])
+    settings.setdefault("beam", 3)
+    return TestClient(create_app(translator, [str(d) for d in dirs], ServeSettings(**settings))), translator
+
+
+@pytest.fixture(scope="module")
+def rich(model_dirs):
+    client, translator = client_for([model_dirs["rich"]], limits=Limits(8, 300, 12))
+    with client:
+        yield client, translator
+
+
+def test_translations_are_the_translators(rich):
+    client, translator = rich
+    answer = client.post("/v1/translate", json={"text": "\n".join(LINES), "beam": 2, "nbest": 2})
+    assert answer.status_code == 200
+    body = answer.json()
+    expected = translator.translate(LINES, beam=2, nbest=2)
+    assert body["beam"] == 2 and len(body["sentences"]) == len(LINES)
+    for got, want in zip(body["sentences"], expected):
+        assert got["translation"] == want.text
+        assert got["score"] == pytest.approx(want.score, abs=1e-3)
+        assert [h["translation"] for h in got["nbest"]] == [h.text for h in want.nbest]
+        assert "attention" not in got and "context" not in got
+    assert body["sentences"][1] == {"translation": "", "score": 0.0, "nbest": []}  # an empty line stays empty
+    assert len(body["sentences"][0]["nbest"]) == 2
+    assert body["sentences"][0]["nbest"][0]["score"] >= body["sentences"][0]["nbest"][1]["score"]
+    # a list of sentences is the same as lines, and the server's --beam is the default
+    listed = client.post("/v1/translate", json={"text": LINES}).json()
+    assert [s["translation"] for s in listed["sentences"]] == [t.text for t in translator.translate(LINES, beam=3)]
+
+
+def test_attention_target_attention_and_gates_are_the_analysis_values(rich):
+    client, translator = rich
+    s = client.post("/v1/translate", json={"text": LINES[0], "attention": True}).json()["sentences"][0]
+    want = translator.translate(LINES[:1], beam=3, return_attention=True)[0]
+    assert s["src_tokens"] == want.src_tokens and s["tokens"] == want.tokens
+    T, S = len(s["tokens"]) + 1, len(s["src_tokens"])
+    assert as_tensor(s["attention"]).shape == (T, S)
+    torch.testing.assert_close(as_tensor(s["attention"]), want.attention.double(), atol=6e-5, rtol=0)
+    model, src = translator.model, [translator.src_vocab.encode(want.src_tokens, add_eos=False)]
+    out = [translator.tgt_vocab.encode(want.tokens, add_eos=False)]
+    alpha = target_attention(model, src, [out[0] + [EOS]])[0]
+    got = as_tensor(s["target_attention"])
+    assert got.shape == (T, T) and torch.all(got.triu(1) == 0)  # only earlier words are attended
+    torch.testing.assert_close(got, alpha.double(), atol=6e-5, rtol=0)
+    for name, values in encoder_gates(model, src).items():
+        torch.testing.assert_close(as_tensor(s["gates"]["encoder"][name]), values[0].double(), atol=6e-5, rtol=0)
+    assert set(s["gates"]["encoder"]) == {"forward", "backward"}
+    alphas = output_weights(model, src, out)[0]
+    for j, name in enumerate(("alpha_s", "alpha_y", "alpha_c")):
+        torch.testing.assert_close(as_tensor(s["gates"]["output"][name]), alphas[:, j].double(), atol=6e-5, rtol=0)
+
+
+def test_a_baseline_has_source_attention_only(model_dirs):
+    client, _ = client_for([model_dirs["base"]])
+    with client:
+        s = client.post("/v1/translate", json={"text": "el gato 3 .", "attention": True}).json()["sentences"][0]
+        signals = client.get("/v1/models").json()["signals"]
+    assert s["attention"] and s["target_attention"] is None and s["gates"] is None
+    assert signals == {"target_attention": False, "encoder_gates": False, "output_gates": False,
+                       "document_context": False}
+
+
+def test_models_health_and_docs(rich):
+    client, translator = rich
+    info = client.get("/v1/models").json()
+    member = info["models"][0]
+    assert info["ensemble"] is False and info["signals"]["target_attention"] and info["signals"]["output_gates"]
+    assert member["parameters"] == sum(p.numel() for p in translator.model.parameters())
+    assert member["architecture"]["target_context"] == "self-attentive" and member["architecture"]["hidden_dim"] == 48
+    assert member["vocabularies"]["source"] == {"language": "es", "size": len(translator.src_vocab)}
+    assert member["checkpoint"]["path"].endswith("best.pt") and member["checkpoint"]["update"] == 4
+    assert set(member["dev_scores"]) >= {"ppl", "bleu"}
+    assert client.get("/health").json()["status"] == "ok"
+    schema = client.get("/openapi.json").json()
+    body = schema["paths"]["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert set(body["properties"]) == {"text", "beam", "nbest", "attention", "document"}
+    assert "/v1/models" in schema["paths"] and "/health" in schema["paths"]
+    assert client.get("/docs").status_code == 200
+    page = client.get("/")
+    assert page.status_code == 200 and "/static/app.js" in page.text
+    assert client.get("/static/app.js").status_code == 200 and client.get("/static/style.css").status_code == 200
+
+
+def test_document_mode_reads_the_previous_sentences(model_dirs):
+    client, translator = client_for([model_dirs["doc"]])
+    doc = ["el gato 1 .", "el gato 2 .", "", "el gato 4 .", "el gato 5 .", "el gato 6 ."]
+    with client:
+        as_document = client.post("/v1/translate", json={"text": doc, "document": True, "beam": 2}).json()
+        alone = client.post("/v1/translate", json={"text": doc, "beam": 2}).json()
+    # K = 3 previous non-empty sentences, the empty line never context
+    assert [s["context"] for s in as_document["sentences"]] == [[], [0], [0, 1], [0, 1], [0, 1, 3], [1, 3, 4]]
+    with_ids = translator.translate(doc, beam=2, doc_ids=["d"] * len(doc))
+    without = translator.translate(doc, beam=2, doc_ids=[str(i) for i in range(len(doc))])
+    assert [s["score"] for s in as_document["sentences"]] == pytest.approx([t.score for t in with_ids], abs=1e-3)
+    assert [s["score"] for s in alone["sentences"]] == pytest.approx([t.score for t in without], abs=1e-3)
+    assert any(abs(a.score - b.score) > 1e-3 for a, b in zip(with_ids, without))  # context changes the scores
+    assert "context" not in alone["sentences"][0]
+
+
+def test_an_ensemble_is_served(model_dirs):
+    client, translator = client_for([model_dirs["base"], model_dirs["rich"]])
+    with client:
+        info = client.get("/v1/models").json()
+        s = client.post("/v1/translate", json={"text": "el gato 3 .", "attention": True}).json()["sentences"][0]
+    assert info["ensemble"] is True and info["ensemble_mode"] == "logprob" and len(info["models"]) == 2
+    assert [m["architecture"]["target_context"] for m in info["models"]] == ["previous", "self-attentive"]
+    assert s["translation"] == translator.translate(["el gato 3 ."], beam=3)[0].text
+    assert s["attention"] and s["target_attention"] is None  # the members' mean α only
+
+
+BAD = [  # (body bytes, status, field, words the error must contain)
+    (b'{"text": "el gato', 400, "body", "invalid JSON"),
+    (b'{"text": "caf\xe9 con leche"}', 400, "body", "invalid UTF-8 at byte 13"),
+    (b'["el gato"]', 422, "body", "JSON object"),
+    (b'{"text": 3}', 422, "text", "string or a list of strings"),
+    (b'{"text": ["el gato", 4]}', 422, "text[1]", "should be a string"),
+    (b'{"text": "el gato", "beam": "5"}', 422, "beam", "integer"),
+    (b'{"text": "el gato", "beam": 0}', 422, "beam", "greater than or equal to 1"),
+    (b'{"text": "el gato", "attention": "yes"}', 422, "attention", "boolean"),
+    (b'{"text": "el gato", "colour": "red"}', 422, "colour", "unknown field"),
+    (b'{"beam": 2}', 422, "text", "missing"),
+    (b'{"text": ""}', 422, "text", "empty"),
+    (b'{"text": ["", "  "]}', 422, "text", "empty"),
+    (b'{"text": ["el gato\\nperro"]}', 422, "text[0]", "line break"),
+    (b'{"text": "el gato", "nbest": 4, "beam": 2}', 422, "nbest", "more than the beam"),
+    (b'{"text": "el gato", "nbest": 5}', 422, "nbest", "more than the beam (3)"),
+    (json.dumps({"text": " ".join(["gato"] * 10000)}).encode(), 413, "text", "10000 words"),
+    (json.dumps({"text": ["gato"] * 9}).encode(), 413, "text", "9 sentences, more than the limit of 8"),
+    (json.dumps({"text": ["gato " * 10] * 7}).encode(), 413, "text", "350 characters, more than the limit of 300"),
+]
+
+
+@pytest.mark.parametrize("body,status,field,words", BAD, ids=[f"{b[:24]!r}" for b, *_ in BAD])
+def test_bad_input_gets_a_one_line_error_naming_the_field(rich, body, status, field, words):
+    client, _ = rich
+    answer = client.post("/v1/translate", content=body, headers={"content-type": "application/json"})
+    assert answer.status_code == status, answer.text
+    error = answer.json()
+    assert error["field"] == field and words in error["error"] and error["error"].startswith(field + ": ")
+    assert "\n" not in error["error"]
+    assert client.post("/v1/translate", json={"text": "el gato 3 ."}).status_code == 200  # still serving
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(rich):
+    client, _ = rich
+    answer = client.post("/v1/translate", content=b"x" * (2 << 20), headers={"content-type": "application/json"})
+    assert answer.status_code == 413 and answer.json()["field"] == "body"
+    assert client.get("/nowhere").json() == {"error": "/nowhere: Not Found", "field": "path"}
