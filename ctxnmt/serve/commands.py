@@ -69,6 +69,8 @@ def cmd_serve(args) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         server.run()
+    except SystemExit:  # uvicorn's way to say it could not start (e.g. the port is taken), logged above
+        raise CtxnmtError(f"could not serve on {args.host}:{args.port} (see the message above)") from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     if not server.started:

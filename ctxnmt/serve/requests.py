@@ -75,7 +75,8 @@ def sentences(request: TranslateRequest) -> list[str]:
 
 def _first_error(err: ValidationError) -> RequestError:
     errors = err.errors()
-    if errors[0]["loc"][0] == "text" and errors[0]["type"] != "missing":  # two branches failed: name the list item, else both branches
+    if errors[0]["loc"][0] == "text" and errors[0]["type"] != "missing":
+        # both branches of str | list[str] failed: name the list item, else both branches
         items = [e["loc"][2] for e in errors if len(e["loc"]) == 3]
         if items:
             return RequestError(422, f"text[{items[0]}]", "should be a string")

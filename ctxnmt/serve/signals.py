@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from ctxnmt.analysis.forced import target_attention
-from ctxnmt.data.vocab import EOS
 from ctxnmt.analysis.gates import OUTPUT_WEIGHTS, encoder_gates, has_hyper_gates, output_weights
+from ctxnmt.data.vocab import EOS
 from ctxnmt.models.output import AdaptiveOutput
 from ctxnmt.models.target_context import TargetContext
 

@@ -17,7 +17,7 @@ from ctxnmt.cli import main
 from tests.test_cli import small_corpus, write_config
 
 with warnings.catch_warnings():  # starlette asks for httpx2, which FastAPI's TestClient does not use yet
-    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore")
     import fastapi.testclient  # noqa: F401
 
 # the baseline, a model with every signal the page draws, and a document-context model

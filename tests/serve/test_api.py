@@ -16,6 +16,7 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.serve.app import ServeSettings, create_app
 from ctxnmt.serve.requests import Limits
 
+
 def as_tensor(values) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float64)
 
