@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import time
@@ -42,6 +43,8 @@ def error(status: int, field_name: str, message: str) -> JSONResponse:
 def create_app(translator, model_dirs: list[str], settings: ServeSettings) -> FastAPI:
     batcher = DynamicBatcher(BatchDecoder(translator), settings.max_batch_sents, settings.max_wait_ms)
     info = models_info(model_dirs, translator)
+    info["server"] = {"beam": settings.beam, "max_batch_sents": settings.max_batch_sents,
+                      "max_wait_ms": settings.max_wait_ms, **dataclasses.asdict(settings.limits)}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -52,16 +52,19 @@ function describeModel(info) {
   if (m.dev_scores && m.dev_scores.bleu !== undefined) parts.push(`dev BLEU ${m.dev_scores.bleu.toFixed(2)}`);
   if (signals.document_context) parts.push(`document context: ${a.doc_sents} previous sentences`);
   $("#model").textContent = parts.join(" · ");
-  $("#beam").value = info.decoding.beam;
+  $("#beam").value = info.server.beam;
 }
 
 function select(card, row) {
   card.querySelectorAll(".tgt-token").forEach((t) => t.classList.toggle("selected", Number(t.dataset.row) === row));
-  card.querySelectorAll(".heatmap tbody tr").forEach((tr) => {
+  // rows are output words in the attention maps; columns are output words in the output gates
+  card.querySelectorAll("table.source tbody tr, table.target tbody tr").forEach((tr) => {
     const on = Number(tr.dataset.row) === row;
     tr.classList.toggle("selected", on);
     tr.querySelectorAll("td.cell").forEach((td) => td.classList.toggle("hl", on));
   });
+  card.querySelectorAll("table.output-gates tbody tr").forEach((tr) =>
+    tr.querySelectorAll("td.cell").forEach((td, j) => td.classList.toggle("hl", j === row)));
   const weights = card.attention[row] || [];
   const best = weights.indexOf(Math.max(...weights));
   card.querySelectorAll(".src-token").forEach((s, j) => {
@@ -109,6 +112,7 @@ function sentenceCard(s, n, source, documentMode) {
   const src = el("div", { class: "tokens source" }, el("span", { class: "label", text: "source" }));
   s.src_tokens.forEach((t) => src.append(el("span", { class: "tok src-token", text: shown(t) })));
   card.append(tgt, src);
+  card.append(el("p", { class: "note legend" }, "weights: ", el("span", { class: "scale" }), " 0 → 1"));
   const panels = el("div", { class: "panels" });
   if (s.attention) {
     panels.append(el("div", { class: "panel" }, el("h3", { text: "source attention α (rows: output, columns: source)" }),
@@ -123,7 +127,7 @@ function sentenceCard(s, n, source, documentMode) {
   }
   if (s.gates) panels.append(gatesPanel(s));
   card.append(panels);
-  card.querySelectorAll(".heatmap tbody tr").forEach((tr) =>
+  card.querySelectorAll("table.source tbody tr, table.target tbody tr").forEach((tr) =>
     tr.querySelector("th").addEventListener("click", () => select(card, Number(tr.dataset.row))));
   return card;
 }
