@@ -12,7 +12,7 @@ DEMO_DIR ?= runs/rnnsearch-small
 DEMO_MINUTES ?= 20
 DATA := data/bible
 
-.PHONY: demo test install sysdeps data bench clean
+.PHONY: demo test install sysdeps browser data bench clean
 
 install: $(VENV)/.installed
 
@@ -31,6 +31,14 @@ sysdeps:
 	    diatheke sword-text-sparv sword-text-kjv >/dev/null; \
 	fi
 
+# Headless Chromium and its driver for the web page's browser test (tests/serve/test_browser.py).
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  echo "installing chromium and chromium-driver with apt"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    chromium chromium-driver >/dev/null; \
+	fi
+
 data: install sysdeps
 	$(CTX) data bible --out $(DATA)
 
@@ -45,7 +53,7 @@ demo: $(DEMO_DIR)/test.hyp.en
 	$(CTX) score --hyp $< --ref $(DATA)/test.en --metrics bleu,chrf
 	$(BIN)/python -m ctxnmt.examples --src $(DATA)/test.es --ref $(DATA)/test.en --hyp $< -n 8
 
-test: install sysdeps
+test: install sysdeps browser
 	$(BIN)/python -m pytest -q -x --durations=15
 
 bench: install sysdeps

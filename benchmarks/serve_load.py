@@ -1,0 +1,183 @@
+"""Load on `ctxnmt serve` from concurrent clients on 127.0.0.1: throughput and latency
+with dynamic batching, against the same load with batching off, in one run.
+
+    python benchmarks/serve_load.py [--model-dir DIR] [--beam 5] [--requests 4] [--max-seconds 90]
+
+Each client sends single sentences (Bible test verses, each client its own) one after
+another.  Levels: 1, 8 and 32 clients against a server with dynamic batching
+(--max-batch-sents 32 --max-wait-ms 10), then 32 clients against one with batching off
+(--max-batch-sents 1).  A level stops after `--requests` requests per client (at least 16
+in all) or `--max-seconds`, whichever comes first.  Reported: start-up time to the first
+/health, sentences/s, p50/p95/p99 latency per level, the 32-client throughput ratio
+(batching on / off; the bar is 3×), and the server's peak RSS during the 32-client load
+against its idle RSS after a warm-up (the bar is 1.5×).
+
+Without --model-dir the model is the demo's size (configs/rnnsearch-small.yaml) briefly
+trained (60 updates, a few minutes) into runs/serve-bench; it needs data/bible (make data).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+CTXNMT = [sys.executable, "-m", "ctxnmt.cli"]
+
+
+def briefly_trained(model_dir: Path, updates: int) -> Path:
+    if not (model_dir / "done.json").is_file():
+        subprocess.run([*CTXNMT, "train", str(ROOT / "configs" / "rnnsearch-small.yaml"), "--quiet",
+                        "--set", f"model_dir={model_dir}", "--set", f"training.max_updates={updates}",
+                        "--set", f"training.valid_every={updates}", "--set", "training.valid_max_sents=50"],
+                       check=True, cwd=ROOT)
+    return model_dir
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Server:
+    def __init__(self, model_dir: Path, beam: int, *options: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        start = time.perf_counter()
+        self.process = subprocess.Popen([*CTXNMT, "serve", str(model_dir), "--port", str(self.port),
+                                         "--beam", str(beam), *options],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        while True:
+            if self.process.poll() is not None:
+                raise SystemExit(f"the server exited with status {self.process.returncode}")
+            if time.perf_counter() - start > 120:
+                self.stop()
+                raise SystemExit("the server did not answer /health within 120 s")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        self.startup_s = time.perf_counter() - start
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(60)
+
+
+def run_level(url: str, sentences: list[str], clients: int, per_client: int, max_seconds: float,
+              pid: int | None = None) -> dict:
+    latencies: list[float] = []
+    failures = [0]
+    lock = threading.Lock()
+    deadline = time.monotonic() + max_seconds
+    peak = [rss_mib(pid) if pid else 0.0]
+    done = threading.Event()
+
+    def client(k: int) -> None:
+        with httpx.Client(timeout=max_seconds + 60) as http:
+            for n in range(per_client):
+                if time.monotonic() > deadline:
+                    return
+                text = sentences[(k * per_client + n) % len(sentences)]
+                start = time.perf_counter()
+                answer = http.post(url + "/v1/translate", json={"text": text})
+                with lock:
+                    if answer.status_code == 200:
+                        latencies.append(time.perf_counter() - start)
+                    else:
+                        failures[0] += 1
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], rss_mib(pid))
+
+    sampler = threading.Thread(target=sample) if pid else None
+    if sampler:
+        sampler.start()
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    done.set()
+    if sampler:
+        sampler.join()
+    q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else [latencies[0]] * 99
+    return {"clients": clients, "requests": len(latencies), "failures": failures[0], "seconds": round(elapsed, 2),
+            "sentences_per_s": round(len(latencies) / elapsed, 2), "p50_ms": round(1000 * q[49], 1),
+            "p95_ms": round(1000 * q[94], 1), "p99_ms": round(1000 * q[98], 1), "peak_rss_mib": round(peak[0], 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", help="a trained model directory (default: runs/serve-bench, built if absent)")
+    parser.add_argument("--updates", type=int, default=60, help="training updates of the default model")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=4, help="requests per client and level")
+    parser.add_argument("--max-seconds", type=float, default=90.0, help="time limit of each level")
+    parser.add_argument("--sentences", default=str(ROOT / "data" / "bible" / "test.es"))
+    args = parser.parse_args()
+
+    model_dir = Path(args.model_dir) if args.model_dir else briefly_trained(ROOT / "runs" / "serve-bench", args.updates)
+    sentences = [line for line in Path(args.sentences).read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows, report = [], {"model_dir": str(model_dir), "beam": args.beam}
+
+    def level(server, clients, label, pid=None):
+        per_client = max(args.requests, -(-16 // clients))
+        row = {"batching": label, **run_level(server.url, sentences, clients, per_client, args.max_seconds, pid)}
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+        return row
+
+    on = Server(model_dir, args.beam, "--max-batch-sents", "32", "--max-wait-ms", "10")
+    try:
+        report["startup_s"] = round(on.startup_s, 2)
+        run_level(on.url, sentences, 1, 2, args.max_seconds)  # warm-up
+        idle = rss_mib(on.process.pid)
+        for clients in (1, 8):
+            level(on, clients, "on")
+        loaded = level(on, 32, "on", on.process.pid)
+    finally:
+        on.stop()
+    off = Server(model_dir, args.beam, "--max-batch-sents", "1")
+    try:
+        run_level(off.url, sentences, 1, 2, args.max_seconds)
+        unbatched = level(off, 32, "off")
+    finally:
+        off.stop()
+
+    report.update(levels=rows, idle_rss_mib=round(idle, 1),
+                  throughput_ratio_32=round(loaded["sentences_per_s"] / unbatched["sentences_per_s"], 2),
+                  rss_ratio_32=round(loaded["peak_rss_mib"] / idle, 3))
+    print(f"model {model_dir}, beam {args.beam}; server start-up {report['startup_s']} s (to the first /health)")
+    print(f"{'batching':>8} {'clients':>7} {'requests':>8} {'sent/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
+    for r in rows:
+        print(f"{r['batching']:>8} {r['clients']:>7} {r['requests']:>8} {r['sentences_per_s']:>7} {r['p50_ms']:>8} "
+              f"{r['p95_ms']:>8} {r['p99_ms']:>8}")
+    print(f"32 clients: batching on / off throughput ×{report['throughput_ratio_32']} (bar ×3); peak RSS "
+          f"{loaded['peak_rss_mib']} MiB against {report['idle_rss_mib']} MiB idle: ×{report['rss_ratio_32']} "
+          f"(bar ×1.5)")
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
