@@ -48,6 +48,6 @@ class BatchDecoder:
         if job.document:
             k = self.translator.config.model.doc_sents if self.signals.document_context else 0
             context = previous_sentences(["doc"] * len(translations), k, [bool(t.src_tokens) for t in translations])
-            for result, previous in zip(results, context):
-                result["context"] = previous
+            for result, previous, t in zip(results, context, translations):
+                result["context"] = previous if t.src_tokens else []  # an empty line is not translated
         return results

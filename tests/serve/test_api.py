@@ -119,7 +119,7 @@ def test_document_mode_reads_the_previous_sentences(model_dirs):
         as_document = client.post("/v1/translate", json={"text": doc, "document": True, "beam": 2}).json()
         alone = client.post("/v1/translate", json={"text": doc, "beam": 2}).json()
     # K = 3 previous non-empty sentences, the empty line never context
-    assert [s["context"] for s in as_document["sentences"]] == [[], [0], [0, 1], [0, 1], [0, 1, 3], [1, 3, 4]]
+    assert [s["context"] for s in as_document["sentences"]] == [[], [0], [], [0, 1], [0, 1, 3], [1, 3, 4]]
     with_ids = translator.translate(doc, beam=2, doc_ids=["d"] * len(doc))
     without = translator.translate(doc, beam=2, doc_ids=[str(i) for i in range(len(doc))])
     assert [s["score"] for s in as_document["sentences"]] == pytest.approx([t.score for t in with_ids], abs=1e-3)

@@ -85,3 +85,23 @@ def test_translate_click_a_word_and_see_its_attention(live_server, browser, tmp_
 
     shot = Path(os.environ.get("CTXNMT_SCREENSHOT") or tmp_path / "serve.png")
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+
+def test_document_mode_says_which_sentences_were_the_context(live_server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = live_server("doc", "--beam", "2")
+    wait = WebDriverWait(browser, 60)
+    browser.get(server.url + "/")
+    wait.until(lambda b: "document context: 3 previous sentences" in b.find_element(By.ID, "model").text)
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys("el gato 1 .\nel gato 2 .\n\nel gato 4 .")
+    browser.find_element(By.ID, "document").click()
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".sentence")) == 4)
+    contexts = [[p.text for p in card.find_elements(By.CSS_SELECTOR, ".context")]
+                for card in browser.find_elements(By.CSS_SELECTOR, ".sentence")]
+    assert contexts == [["context: none (first sentence of the document)"], ["context: sentence 1"], [],
+                        ["context: sentences 1, 2"]]

@@ -93,7 +93,7 @@ function sentenceCard(s, n, source, documentMode) {
   const card = el("section", { class: "sentence", "data-sentence": n });
   card.append(el("h2", { text: `sentence ${n + 1}` }), el("p", { class: "source-line", text: source }),
     el("p", { class: "translation", text: s.translation || "(empty)" }));
-  if (documentMode) {
+  if (documentMode && s.src_tokens && s.src_tokens.length) {
     const ctx = s.context || [];
     const text = !signals.document_context ? "this model reads no document context"
       : ctx.length ? `context: sentence${ctx.length > 1 ? "s" : ""} ${ctx.map((i) => i + 1).join(", ")}`
