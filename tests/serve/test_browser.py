@@ -22,15 +22,15 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
 SENTENCE = "el gato 3 . el gato 5 ."
 
 
-@pytest.fixture
-def browser(tmp_path):
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1200,1000", f"--user-data-dir={tmp_path / 'profile'}"):
+                 "--window-size=1200,1000", f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
         options.add_argument(flag)
     # the driver path is given, so selenium-manager never looks for (or downloads) one
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)

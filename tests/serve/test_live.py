@@ -6,32 +6,41 @@ from __future__ import annotations
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
+import pytest
 
+from ctxnmt.cli import main
 from ctxnmt.decoding.translator import Translator
-from tests.serve.conftest import free_port
+from tests.serve.conftest import LiveServer, free_port
 
 
-def test_the_server_answers_and_logs_one_line_per_request(live_server, model_dirs):
-    server = live_server("rich", "--beam", "2")
+@pytest.fixture(scope="module")
+def rich_server(model_dirs, tmp_path_factory):
+    server = LiveServer([model_dirs["rich"]], tmp_path_factory.mktemp("live") / "server.log", "--beam", "2",
+                        "--max-wait-ms", "300")
+    yield server
+    server.stop()
+
+
+def test_the_server_answers_and_logs_one_line_per_request(rich_server, model_dirs):
+    server = rich_server
     answer = httpx.post(f"{server.url}/v1/translate", json={"text": "el gato 3 .\nel gato 4 ."}, timeout=60)
     assert answer.status_code == 200
     want = Translator.load(model_dirs["rich"]).translate(["el gato 3 .", "el gato 4 ."], beam=2)
     assert [s["translation"] for s in answer.json()["sentences"]] == [t.text for t in want]
-    request_id = answer.headers["x-request-id"]
-    assert httpx.post(f"{server.url}/v1/translate", content=b"{", timeout=60).status_code == 400
-    server.stop()
-    lines = [line for line in server.stderr().splitlines() if " request " in line]
-    translate_lines = [line for line in lines if "/v1/translate" in line]
-    assert len(translate_lines) == 2
-    assert re.search(rf"request {request_id} POST /v1/translate 200 sentences=2 latency=\d+\.\dms$", translate_lines[0])
-    assert re.search(r"POST /v1/translate 400 sentences=0 latency=", translate_lines[1])
-    assert "model(s) loaded in" in server.stderr()
+    bad = httpx.post(f"{server.url}/v1/translate", content=b"{", timeout=60)
+    assert bad.status_code == 400
+    log = server.stderr()
+    for response, status, sentences in ((answer, 200, 2), (bad, 400, 0)):
+        request_id = response.headers["x-request-id"]
+        lines = [line for line in log.splitlines() if f" request {request_id} " in line]
+        assert len(lines) == 1
+        assert re.search(rf"request {request_id} POST /v1/translate {status} sentences={sentences} "
+                         rf"latency=\d+\.\dms$", lines[0])
+    assert "model(s) loaded in" in log
 
 
 def send_and_hang_up(url: str, body: bytes) -> None:
@@ -42,8 +51,8 @@ def send_and_hang_up(url: str, body: bytes) -> None:
         time.sleep(0.1)  # the request is in the queue, waiting for its batch
 
 
-def test_a_client_that_disconnects_does_not_poison_the_batch(live_server, model_dirs):
-    server = live_server("rich", "--beam", "2", "--max-wait-ms", "800")
+def test_a_client_that_disconnects_does_not_poison_the_batch(rich_server, model_dirs):
+    server = rich_server  # its batches wait 300 ms for more requests
     results = {}
 
     def patient():
@@ -79,15 +88,14 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(live_server):
     assert results["answer"].status_code == 200 and results["answer"].json()["sentences"][0]["translation"] is not None
 
 
-def test_bad_options_and_a_taken_port_are_one_line_errors(model_dirs, tmp_path):
+def test_bad_options_and_a_taken_port_are_one_line_errors(model_dirs, tmp_path, capsys):
     def serve(*args):
-        done = subprocess.run([sys.executable, "-m", "ctxnmt.cli", "serve", *map(str, args)], capture_output=True,
-                              text=True, timeout=120)
-        return done.returncode, [line for line in done.stderr.splitlines() if "error" in line.lower()]
+        code = main(["serve", *map(str, args)])
+        return code, [line for line in capsys.readouterr().err.splitlines() if "error" in line.lower()]
 
     code, errors = serve(model_dirs["base"], "--max-batch-sents", "0")
     assert code == 2 and errors == ["ctxnmt serve: error: --max-batch-sents must be at least 1, not 0"]
-    code, errors = serve(tmp_path, "--port", str(free_port()))
+    code, errors = serve(tmp_path, "--port", free_port())
     assert code == 2 and errors == [f"ctxnmt serve: error: {tmp_path}: not a model directory (no config.yaml)"]
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
