@@ -97,6 +97,10 @@ def _check_text(request: TranslateRequest, limits: Limits) -> None:
         where = "text" if isinstance(request.text, str) else f"text[{i}]"
         if isinstance(request.text, list) and len(line.splitlines()) > 1:
             raise RequestError(422, where, "a sentence of the list may not contain a line break")
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate escape such as \ud800: valid JSON, not text
+            raise RequestError(422, where, f"not valid Unicode (a lone surrogate at character {err.start})") from None
         words = len(line.split())
         if words > limits.max_line_words:
             line_no = f" (line {i + 1})" if isinstance(request.text, str) else ""

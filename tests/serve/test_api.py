@@ -153,6 +153,7 @@ BAD = [  # (body bytes, status, field, words the error must contain)
     (b'{"text": ""}', 422, "text", "empty"),
     (b'{"text": ["", "  "]}', 422, "text", "empty"),
     (b'{"text": ["el gato\\nperro"]}', 422, "text[0]", "line break"),
+    (b'{"text": ["el gato", "el \\ud800 gato"]}', 422, "text[1]", "lone surrogate at character 3"),
     (b'{"text": "el gato", "nbest": 4, "beam": 2}', 422, "nbest", "more than the beam"),
     (b'{"text": "el gato", "nbest": 5}', 422, "nbest", "more than the beam (3)"),
     (json.dumps({"text": " ".join(["gato"] * 10000)}).encode(), 413, "text", "10000 words"),
