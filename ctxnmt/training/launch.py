@@ -75,6 +75,8 @@ def _watch(procs: list[subprocess.Popen]) -> int:
             if code not in (None, 0) and first_failure is None:
                 first_failure = (rank, exit_status(code))
                 deadline = time.monotonic() + GRACE
+                if code < 0:  # it could not say so itself
+                    print(f"ctxnmt train: rank {rank} was killed by {signal.Signals(-code).name}", file=sys.stderr)
         if all(code is not None for code in codes):
             return first_failure[1] if first_failure else 0
         if deadline is not None and time.monotonic() > deadline:
