@@ -159,7 +159,9 @@ class Trainer:
         return data
 
     def _wrap(self, loss: _Loss) -> torch.nn.Module:
-        """DistributedDataParallel on several ranks (after any restore: it starts from rank 0's parameters)."""
+        """DistributedDataParallel on several ranks (after any restore: it starts from rank 0's parameters).
+        Every model variant uses all its parameters in every forward pass (checked for each config in
+        configs/), so DDP need not search the graph for unused ones."""
         if not self.world.distributed:
             return loss
         from torch.nn.parallel import DistributedDataParallel
