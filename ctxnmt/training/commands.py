@@ -75,7 +75,7 @@ def _resume_command(config) -> str:
     if os.environ.get(LAUNCHER_PID):
         return f"{command} --nproc {world}"
     if world != "1":
-        return f"the same torchrun command with {command}"
+        return f"torchrun (as before) … -m {command}"
     return command
 
 
