@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from ctxnmt.data.batching import make_batch
+from ctxnmt.data.documents import previous_sentences
+from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.training.checkpoint import load_checkpoint
 from ctxnmt.training.distributed import World
 from tests.training.conftest import tiny_config
@@ -88,6 +91,22 @@ def test_ranks_are_dealt_every_sentence_once():
     assert shares == [([10, 13, 16], 1.0), ([11, 14], 1.0), ([12, 15], 1.0)]
     # A rank left without a sentence runs a dummy one whose loss counts 0.
     assert [World(rank=r, size=3).share([5]) for r in range(3)] == [([5], 1.0), ([5], 0.0), ([5], 0.0)]
+
+
+def test_each_sentence_keeps_its_document_context_on_its_rank():
+    src = [[4 + i, 4 + i] for i in range(9)]
+    tgt = [[5, EOS]] * 9
+    context = previous_sentences(["a"] * 5 + ["b"] * 4, 2)
+    index = [8, 1, 4, 6, 2]
+
+    def rows(batch, order):
+        return {i: [[t for t in s if t != PAD] for s in batch.context.ids[r].tolist()] for r, i in enumerate(order)}
+
+    whole = rows(make_batch(index, src, tgt, context, 2), index)
+    assert whole[8] == [[10, 10], [11, 11]] and whole[1] == [[4, 4], []]
+    for rank in (0, 1):
+        share, _ = World(rank=rank, size=2).share(index)
+        assert rows(make_batch(share, src, tgt, context, 2), share) == {i: whole[i] for i in share}
 
 
 def test_two_ranks_make_the_updates_of_one_process(cfg, one_process, tmp_path):
