@@ -100,7 +100,9 @@ class TrainingConfig:
     seed: int = 1234
     threads: int = 0  # 0 = all cores
     log_every: int = 50
-    device: str = "cpu"
+    device: str = "cpu"  # cpu | cuda; a distributed run on cuda gives each local rank its own GPU
+    precision: str = "fp32"  # fp32 | bf16 | fp16: autocast for the training forward pass (docs/distributed.md)
+    checkpoint_every: int = 0  # updates between writes of last.pt, independent of validation; 0 = at validation only
 
 
 @dataclass
@@ -234,6 +236,10 @@ def validate(config: Config) -> None:
         raise ConfigError(f"model.encoder_layers must be at least 1, got {m.encoder_layers}")
     if t.optimizer not in ("adam", "adadelta"):
         raise ConfigError(f"training.optimizer must be 'adam' or 'adadelta', got '{t.optimizer}'")
+    if t.precision not in ("fp32", "bf16", "fp16"):
+        raise ConfigError(f"training.precision must be 'fp32', 'bf16' or 'fp16', got '{t.precision}'")
+    if t.checkpoint_every < 0:
+        raise ConfigError(f"training.checkpoint_every must be 0 (off) or a number of updates, got {t.checkpoint_every}")
     if t.early_stop_metric not in ("bleu", "ppl"):
         raise ConfigError(f"training.early_stop_metric must be 'bleu' or 'ppl', got '{t.early_stop_metric}'")
     for name in ("dropout_emb", "dropout_hidden", "dropout_out"):

@@ -17,6 +17,16 @@ _custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")
 _custom_bwd = functools.partial(torch.amp.custom_bwd, device_type="cuda")
 
 
+def _cpu_autocast(*tensors: torch.Tensor) -> bool:
+    """True under autocast on a device other than CUDA (the CPU's bf16/fp16 training).
+
+    The functions here declare their autocast behaviour for CUDA only (one device type
+    per custom_fwd), so on CPU their forward would run in autocast's precision and
+    their backward in another; the plain operations, whose casts autograd records,
+    serve instead, and the loss keeps float32 by its own cast."""
+    return any(t.device.type != "cuda" and torch.is_autocast_enabled(t.device.type) for t in tensors)
+
+
 class _Mix(torch.autograd.Function):
     """out = Σ_i α_i v_i for α (N, K, S) and v (N, S, D).
 
@@ -109,7 +119,7 @@ def read_every_step(values: torch.Tensor) -> torch.Tensor:
     for the decoder's `mix`, attention keys for the fused energy, a recurrent matrix for
     `step_product`.  The gradient of all steps is formed at once.  Outside autograd,
     values unchanged."""
-    if not (torch.is_grad_enabled() and values.requires_grad):
+    if not (torch.is_grad_enabled() and values.requires_grad) or _cpu_autocast(values):
         return values
     bank = _StepBank()
     shared = _ReadEveryStep.apply(values, bank)
@@ -154,7 +164,7 @@ def mix(alpha: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """Σ_i α_ti v_i for rows (R, S) of weights over values (N, S, D) shared by R/N rows each."""
     N, S, D = values.shape
     alpha = alpha.view(N, -1, S)
-    if torch.is_grad_enabled() and (alpha.requires_grad or values.requires_grad):
+    if torch.is_grad_enabled() and (alpha.requires_grad or values.requires_grad) and not _cpu_autocast(values):
         return _Mix.apply(alpha, values).view(-1, D)
     return torch.bmm(alpha, values).view(-1, D)
 
@@ -222,6 +232,9 @@ def _xent_chunk_fused(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b) -> tor
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor,
                          label_smoothing: float = 0.0, chunk: int = 512) -> torch.Tensor:
+    if _cpu_autocast(x):  # the loss and its softmax in float32 (CUDA: the forward's cast_inputs)
+        with torch.autocast(x.device.type, enabled=False):
+            return linear_cross_entropy(x.float(), weight.float(), bias.float(), target, label_smoothing, chunk)
     if not torch.is_grad_enabled():
         return F.cross_entropy(F.linear(x, weight, bias), target, reduction="sum", label_smoothing=label_smoothing)
     return _LinearCrossEntropy.apply(x, weight, bias, target, label_smoothing, chunk)
@@ -274,6 +287,8 @@ def _energy_from_sigmoid(sig: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def additive_energy(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """vᵀ tanh(k_i + q) as (N, K, S) for keys (N, S, A), queries (N, K, A) and v (A,)."""
+    if _cpu_autocast(keys, query):
+        return _energy_from_sigmoid(_doubled_sigmoid(keys, query), v)  # autograd keeps (N, K, S, A)
     if _fusable(keys, query, v):
         query = query.contiguous()
         if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
@@ -337,7 +352,7 @@ def gru_gates(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.T
     """The dl4mt GRU's gate arithmetic (cells.GRUCell) in one fused kernel, with the
     state held where `mask` (rows of h; 1 for real tokens) is 0.  None where the kernels
     cannot serve these tensors: the caller then runs the PyTorch expression."""
-    if mask is not None and mask.requires_grad or not _fusable(xp, hp, h):
+    if mask is not None and mask.requires_grad or not _fusable(xp, hp, h) or _cpu_autocast(h):
         return None
     rows_mask = None if mask is None else mask.to(torch.float32).reshape(-1)
     if torch.is_grad_enabled() and (xp.requires_grad or hp.requires_grad or h.requires_grad):

@@ -23,6 +23,8 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue exactly from MODEL_DIR/checkpoints/last.pt")
     p.add_argument("--max-minutes", type=float, help="wall-clock budget for training (overrides the config)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or log lines on stderr")
+    p.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="data-parallel training in N local processes (docs/distributed.md)")
     p.set_defaults(func=cmd_train)
 
 
@@ -37,14 +39,62 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
+    from ctxnmt.training.preemption import Preempted
     from ctxnmt.training.trainer import Trainer
 
     overrides = list(args.overrides)
     if args.max_minutes is not None:
         overrides.append(f"training.max_minutes={args.max_minutes}")
     config = load_config(args.config, overrides)
+    if args.nproc != 1:
+        return _launch(args, config)
     trainer = Trainer(config, resume=args.resume, quiet=args.quiet)
-    progress = trainer.train()
-    print(f"{config.model_dir}: {progress.update} updates, stopped because {progress.stopped}; "
-          f"best dev {config.training.early_stop_metric}: {progress.best_metric}")
+    try:
+        progress = trainer.train()
+    except Preempted as err:
+        print(f"ctxnmt train{_rank_tag(trainer)}: {err}; resume with: {_resume_command(config)}", file=sys.stderr)
+        return err.exit_code
+    if trainer.world.is_main:
+        print(f"{config.model_dir}: {progress.update} updates, stopped because {progress.stopped}; "
+              f"best dev {config.training.early_stop_metric}: {progress.best_metric}")
     return 0
+
+
+def _rank_tag(trainer) -> str:
+    return f" (rank {trainer.world.rank})" if trainer.world.distributed else ""
+
+
+def _resume_command(config) -> str:
+    """The command that continues this run (its config.yaml holds every --set)."""
+    import os
+
+    from ctxnmt.training.distributed import LAUNCHER_PID
+
+    command = f"ctxnmt train {config.model_dir}/config.yaml --resume"
+    world = os.environ.get("WORLD_SIZE", "1")
+    if os.environ.get(LAUNCHER_PID):
+        return f"{command} --nproc {world}"
+    if world != "1":
+        return f"torchrun (as before) … -m {command}"
+    return command
+
+
+def _launch(args, config) -> int:
+    """Prepare once, then run the ranks (ctxnmt.training.launch)."""
+    from ctxnmt.data.prepare import prepare
+    from ctxnmt.errors import ConfigError
+    from ctxnmt.training.launch import launch
+
+    if args.nproc < 1:
+        raise ConfigError(f"--nproc must be at least 1, got {args.nproc}")
+    if config.training.device.startswith("cuda"):
+        import torch
+
+        if args.nproc > torch.cuda.device_count():
+            raise ConfigError(f"--nproc {args.nproc} needs as many GPUs; {torch.cuda.device_count()} visible")
+    prepare(config, log=lambda message: print(message, file=sys.stderr))
+    child = [args.config, *[a for o in args.overrides for a in ("--set", o)]]
+    if args.max_minutes is not None:
+        child += ["--max-minutes", str(args.max_minutes)]
+    child += ["--resume"] * args.resume + ["--quiet"] * args.quiet
+    return launch(child, args.nproc)

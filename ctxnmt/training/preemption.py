@@ -1,0 +1,61 @@
+"""Stopping on SIGINT and SIGTERM at the next update boundary, so that a checkpoint is
+saved instead of lost (clusters send SIGTERM before preempting a job).
+
+The handler only records the signal; the training loop looks at it after each update,
+where parameters, optimiser and RNG are consistent, saves last.pt and stops.  Repeated
+signals change nothing (torchrun and cluster schedulers pass a signal on to processes
+that already had it from the terminal); SIGKILL still ends a process at once.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from ctxnmt.errors import CtxnmtError
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Preempted(CtxnmtError):
+    """Training stopped on a signal after saving last.pt."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum  # the shell's convention for a death by that signal
+
+
+class StopSignals:
+    """Context manager: while inside, SIGINT/SIGTERM set `signum` instead of interrupting."""
+
+    def __init__(self, announce: bool = True):
+        self.signum = 0
+        self.announce = announce
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            for sig in SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._record)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        return False
+
+    def _record(self, signum, frame) -> None:
+        if self.signum:
+            return
+        self.signum = signum
+        if self.announce:
+            try:  # a handler can interrupt a write to stderr; the message is then lost, not the signal
+                print(f"\n{signal.Signals(signum).name}: saving last.pt at the end of this update "
+                      f"(SIGKILL aborts without saving)", file=sys.stderr, flush=True)
+            except (RuntimeError, OSError, ValueError):
+                pass
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""

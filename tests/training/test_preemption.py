@@ -1,0 +1,74 @@
+"""In-process checks of the stopping rules: a signal that lands on a validation update
+leaves that validation to the resumed run (which then equals the uninterrupted one,
+schedule and best checkpoint included), and training.checkpoint_every writes last.pt
+between validations.  (Signals to real subprocesses: test_distributed.py.)"""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch
+
+from ctxnmt.config import load_config
+from ctxnmt.training import trainer as trainer_module
+from ctxnmt.training.checkpoint import load_checkpoint
+from ctxnmt.training.preemption import Preempted
+from ctxnmt.training.trainer import Trainer
+from tests.training.conftest import tiny_config
+
+
+def config(cfg, model_dir, *overrides):
+    return load_config(cfg, [f"model_dir={model_dir}", "training.max_epochs=0", "training.max_updates=14",
+                             "model.dropout_out=0.3", *overrides])
+
+
+@pytest.fixture
+def cfg(tiny_corpus, tmp_path):
+    return tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")
+
+
+def test_signal_on_a_validation_update_validates_first_on_resume(cfg, tmp_path):
+    Trainer(config(cfg, tmp_path / "straight"), quiet=True).train()
+    interrupted = Trainer(config(cfg, tmp_path / "interrupted"), quiet=True)
+    step = interrupted.train_step
+
+    def step_then_signal(*args):
+        if interrupted.progress.update == 9:  # during update 10, a validation update (valid_every 10)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(*args)
+
+    interrupted.train_step = step_then_signal
+    with pytest.raises(Preempted) as stopped:
+        interrupted.train()
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    saved = load_checkpoint(tmp_path / "interrupted/checkpoints/last.pt")
+    assert saved["progress"]["update"] == 10 and saved["progress"]["validation_due"]
+    assert "validation at update 10" not in (tmp_path / "interrupted/train.log").read_text()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone again
+
+    Trainer(config(cfg, tmp_path / "interrupted"), resume=True, quiet=True).train()
+    assert "validation at update 10" in (tmp_path / "interrupted/train.log").read_text()
+    for name in ("last.pt", "best.pt"):
+        a = load_checkpoint(tmp_path / "straight/checkpoints" / name)
+        b = load_checkpoint(tmp_path / "interrupted/checkpoints" / name)
+        assert a["progress"]["update"] == b["progress"]["update"]
+        assert a["progress"]["best_metric"] == b["progress"]["best_metric"]
+        assert a["schedule"] == b["schedule"]
+        for key, tensor in a["model"].items():
+            assert torch.equal(tensor, b["model"][key]), (name, key)
+
+
+def test_checkpoint_every_writes_last_between_validations(cfg, tmp_path, monkeypatch):
+    written = []
+    save = trainer_module.save_checkpoint
+
+    def record(path, payload):
+        written.append((path.name, payload["progress"]["update"]))
+        save(path, payload)
+
+    monkeypatch.setattr(trainer_module, "save_checkpoint", record)
+    Trainer(config(cfg, tmp_path / "run", "training.checkpoint_every=3", "training.valid_every=100",
+                   "training.max_updates=7"), quiet=True).train()
+    assert [update for name, update in written if name == "last.pt" and update < 7] == [3, 6]
+    assert ("best.pt", 7) in written and ("last.pt", 7) in written  # the final validation
