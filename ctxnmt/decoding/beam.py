@@ -191,6 +191,8 @@ class _Search:
                 # Not for every small change: each trim copies the encoder side.
                 width = max(src_lens)
                 enc = {k: v[:, :width].contiguous() if _per_position(k) else v for k, v in enc.items()}
+                if att_history is not None:  # its source axis too: later steps' α_t have the new width
+                    att_history = att_history[..., :width]
         prev = tok_of.index_select(0, keep_t).view(-1)
         history = part.history
         if K > 1 or len(keep) < n:  # otherwise (greedy, no sentence dropped) every row stays where it is

@@ -61,8 +61,9 @@ class Ensemble(nn.Module):
     def vocab_size(self) -> int:
         return self.members[0].vocab_size
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        return pack([m.encode(src, src_mask) for m in self.members])
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context=None) -> dict[str, torch.Tensor]:
+        """`context`: previous source sentences, read by the document-context members."""
+        return pack([m.encode(src, src_mask, context) for m in self.members])
 
     def init_state(self, enc, beam: int = 1):
         encs = unpack(enc, len(self.members))
@@ -97,6 +98,17 @@ def preprocessing_fingerprint(model_dir: Path) -> str:
     for path in sorted(p for p in prep.rglob("*") if p.is_file()):
         digest.update(path.relative_to(prep).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def document_sents(model_dirs: list[Path], translators) -> int:
+    """K previous sentences the ensemble's document-context members read (0: none does);
+    members that read different numbers are refused, naming them."""
+    reading = [(d, t.document_sents) for d, t in zip(model_dirs, translators) if t.document_sents]
+    for model_dir, k in reading[1:]:
+        if k != reading[0][1]:
+            raise CheckpointError(f"cannot ensemble {reading[0][0]} and {model_dir}: their document context is "
+                                  f"{reading[0][1]} and {k} previous sentences (model.doc_sents must agree)")
+    return reading[0][1] if reading else 0
 
 
 def check_members(model_dirs: list[Path], translators) -> None:
