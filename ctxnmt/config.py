@@ -2,7 +2,8 @@
 
 A config has four sections (data, model, training, decoding) plus the model
 directory.  `base: OTHER.yaml` (a path relative to the file) takes every key the
-file does not set from another config, so a variant states only its differences.  Every key is a dataclass field, so an unknown key is an error that
+file does not set from another config, so a variant states only its differences.
+Every key is a dataclass field, so an unknown key is an error that
 names the key and the closest valid one, and a value of the wrong type is an
 error that names the key and the expected type.
 """
