@@ -118,6 +118,14 @@ def read_every_step(values: torch.Tensor) -> torch.Tensor:
     return shared
 
 
+def read_each_every_step(state):
+    """`read_every_step` for every entry of an encoder side (ctxnmt.models.state) that is
+    not per row: the per-position values and the matrices that the steps share."""
+    from ctxnmt.models.state import Kind
+
+    return state.replace(**{name: read_every_step(state[name]) for name in state if state.kind(name) is not Kind.ROW})
+
+
 class _StepProduct(torch.autograd.Function):
     """h_t U for a matrix U read at every step (`read_every_step`): the backward pass forms
     ∂h_t and leaves (h_t, ∂out_t) with U's bank, which forms ∂U = Σ_t h_tᵀ ∂out_t as one
@@ -282,6 +290,27 @@ def additive_energy(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) ->
     if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
         return _AdditiveEnergy.apply(keys, query, v)
     return _energy_from_sigmoid(_doubled_sigmoid(keys, query), v)  # nothing is kept for a backward pass
+
+
+class WordTable:
+    """A per-word table f(E) (V, F) of a function of the embedding matrix, for search: a row
+    lookup per step instead of a product with inner size emb_dim, which CPU BLAS runs at
+    half its rate.  Formed again whenever the embeddings or the function's parameters
+    change in place (an optimiser step, a checkpoint load: each changes a tensor's storage
+    or version counter); None above `limit` entries (the papers' 30k × 3072 would take
+    370 MB)."""
+
+    def __init__(self, limit: int = 1 << 26):
+        self.limit = limit
+        self.key: list | None = None
+        self.table: torch.Tensor | None = None
+
+    def get(self, form, embeddings: torch.Tensor, parameters: list[torch.Tensor]) -> torch.Tensor | None:
+        key = [(t.data_ptr(), t._version) for t in (embeddings, *parameters)]
+        if self.key != key:
+            rows, cols = embeddings.size(0), form(embeddings[:1]).size(-1)
+            self.key, self.table = key, form(embeddings) if rows * cols <= self.limit else None
+        return self.table
 
 
 # -- the fused CPU kernels (ctxnmt/models/kernels.cpp) ---------------------------------------

@@ -96,6 +96,28 @@ def test_finished_rows_left_in_the_batch_change_no_hypothesis(beam, monkeypatch)
             assert abs(a.score - b.score) < 1e-5
 
 
+@pytest.mark.parametrize("beam, sentences", [(5, 16), (1, 16), (3, 40)])
+def test_finished_sentences_leave_once_they_hold_an_eighth_of_the_rows(beam, sentences, monkeypatch):
+    """The lazy-drop threshold counts rows, K per sentence: finished rows stay while fewer
+    than an eighth of the rows are finished, whatever the beam size."""
+    import ctxnmt.decoding.beam as search_module
+
+    torch.manual_seed(9)
+    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
+    with torch.no_grad():
+        model.generator.bias[EOS] -= 0.1
+    model.eval()
+    sources = [torch.randint(4, 16, (int(n),)).tolist() for n in torch.randint(1, 10, (sentences,))]
+    parts, advance = [], search_module._Search.advance
+    monkeypatch.setattr(search_module._Search, "advance",
+                        lambda self, part: parts.append(advance(self, part)) or parts[-1])
+    beam_search(model, *pad(sources), beam=beam)
+    parts = [p for p in parts if p is not None]
+    assert any(None in p.active for p in parts)  # finished rows did stay
+    assert all(8 * p.active.count(None) < len(p.active) for p in parts)  # but never an eighth of them
+    assert any(len(b.active) < len(a.active) for a, b in zip(parts, parts[1:]))  # and then left
+
+
 def test_larger_beam_never_finds_a_worse_best_hypothesis_here():
     model = random_model(3)
     small = beam_search(model, *pad(SRC), beam=1, length_penalty=0.0)
