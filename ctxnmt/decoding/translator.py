@@ -59,8 +59,7 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
             yield index, src.to(device), mask.to(device), ctx
 
     # Greedy search: the next batch joins once fewer than half a batch of sentences is left
-    # (search_batches).  Measured on 500 test verses with a trained bench model: greedy
-    # ×1.12–1.20, beam 5 ×0.93–0.95 (interleaved in one process), so beams run batch by batch.
+    # (search_batches); beams run batch by batch, where refill measured slower (docs/speed.md).
     refill = max(1, size // 2) if beam == 1 else 0
     found = search_batches(model, batches(), beam, nbest, dec.length_penalty, dec.max_len_ratio,
                            return_attention=return_attention, refill_below=refill)

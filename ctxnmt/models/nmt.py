@@ -9,7 +9,7 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import Context
 from ctxnmt.data.vocab import PAD
 from ctxnmt.models.document import HierarchicalSummary
-from ctxnmt.models.functional import WordTable, linear_cross_entropy, top_log_softmax
+from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
 from ctxnmt.models.registry import DECODERS, ENCODERS
 from ctxnmt.models.state import State
 
@@ -129,25 +129,15 @@ class NMTModel(nn.Module):
         return self.decoder.step(enc, state, self.tgt_emb(prev_tokens), word_input)
 
     def top_log_probs(self, readout: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k largest log-probabilities of each row and their word ids, best first.
-
-        On CPU the fused kernel (kernels.cpp) reads W_o tᵀ as the product leaves it,
-        without the transpose and full log-softmax of `log_probs`: at the bench size
-        3.0 against 3.9 ms for 64 rows and 16.5 against 29 ms for 320 (beam 5)."""
+        """The k largest log-probabilities of each row and their word ids, best first."""
         top = None if self.training else top_log_softmax(readout, self.generator.weight, self.generator.bias, k)
         return self.log_probs(readout).topk(k, dim=-1) if top is None else top
 
     def log_probs(self, readout: torch.Tensor) -> torch.Tensor:
-        """log softmax(W_o t + b) (R, V) for the R rows of one decoding step.
-
-        For 16 to 224 rows, CPU BLAS (MKL) formed W_o tᵀ (V × R) 1.1–1.8× as fast
-        as t W_oᵀ (R × V) at the bench size (benchmarks/logits_layout.py), so the
-        product is taken that way round and transposed back; from 256 rows on,
-        two runs disagreed (×0.76 to ×1.28), so the plain order is kept there."""
-        if self.training or torch.is_grad_enabled() or readout.size(0) >= 256 or readout.device.type != "cpu":
+        """log softmax(W_o t + b) (R, V) for the R rows of one decoding step."""
+        if self.training:
             return torch.log_softmax(self.logits(readout), dim=-1)
-        logits_t = torch.addmm(self.generator.bias.unsqueeze(1), self.generator.weight, readout.t())
-        return torch.log_softmax(logits_t.t().contiguous(), dim=-1)
+        return step_log_softmax(readout, self.generator.weight, self.generator.bias)
 
 
 def init_weights(model: nn.Module, scheme: str) -> None:
