@@ -96,7 +96,7 @@ def test_finished_rows_left_in_the_batch_change_no_hypothesis(beam, monkeypatch)
             assert abs(a.score - b.score) < 1e-5
 
 
-@pytest.mark.parametrize("beam, sentences", [(5, 16), (1, 16), (3, 40)])
+@pytest.mark.parametrize("beam, sentences", [(5, 40), (1, 40), (3, 40)])
 def test_finished_sentences_leave_once_they_hold_an_eighth_of_the_rows(beam, sentences, monkeypatch):
     """The lazy-drop threshold counts rows, K per sentence: finished rows stay while fewer
     than an eighth of the rows are finished, whatever the beam size."""
