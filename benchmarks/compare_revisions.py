@@ -8,7 +8,7 @@ HEAD~1), or `.` for the working tree as it is.  Each revision is checked out int
 a temporary worktree and runs in its own worker process; the workers build the same
 model (same seed, random weights) and take turns on the same training batches and
 the same decoding chunks, in alternating order, so that a shared machine's slow
-spells hit both alike.  This is how docs/speed.md's "what each optimisation gained"
+spells hit both alike.  This is how docs/speed-log.md's "what each optimisation gained"
 ratios were measured.  Timing covers the forward pass, backward pass, gradient
 clipping and Adam step of each batch; decoding covers the whole search.
 """

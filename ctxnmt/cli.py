@@ -25,23 +25,29 @@ COMMAND_MODULES = (
 )
 
 
+class CommandImportError(CtxnmtError):
+    """A command family's module failed to import: every command is refused, naming it,
+    rather than one of them missing from --help without a word."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxnmt", description="Context-aware recurrent NMT toolkit.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            # a command family not written yet
-            if err.name and (name == err.name or name.startswith(err.name + ".")):
-                continue
-            raise
+        except ImportError as err:
+            raise CommandImportError(f"cannot load the commands of {name}: {err}") from err
         module.register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except CommandImportError as err:
+        print(f"ctxnmt: error: {err}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         result = args.func(args)

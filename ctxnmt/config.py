@@ -1,7 +1,9 @@
 """Typed configuration: one YAML file per system, overridable with --set.
 
 A config has four sections (data, model, training, decoding) plus the model
-directory.  Every key is a dataclass field, so an unknown key is an error that
+directory.  `base: OTHER.yaml` (a path relative to the file) takes every key the
+file does not set from another config, so a variant states only its differences.
+Every key is a dataclass field, so an unknown key is an error that
 names the key and the closest valid one, and a value of the wrong type is an
 error that names the key and the expected type.
 """
@@ -197,19 +199,44 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 
 def read_raw(path: str | Path | None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """The YAML mapping of a config file (empty for None) with `--set` overrides applied."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: a config must be a mapping of sections")
+    """The YAML mapping of a config file (empty for None), its `base:` chain merged
+    under it, with `--set` overrides applied."""
+    raw = {} if path is None else _read_with_bases(Path(path), ())
     return apply_overrides(raw, overrides or [])
+
+
+def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """A config file states what it changes: `base: OTHER.yaml` (relative to the file)
+    gives every key it does not set; sections merge key by key."""
+    if not path.is_file():
+        where = f" (the base of {seen[-1]})" if seen else ""
+        raise ConfigError(f"config file not found: {path}{where}")
+    if path.resolve() in seen:
+        chain = " -> ".join(str(p) for p in (*seen, path.resolve()))
+        raise ConfigError(f"{path}: its base chain loops back to itself ({chain})")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a config must be a mapping of sections")
+    if "base" not in raw:
+        return raw
+    base = raw.pop("base")
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path}: 'base' must be the path of another config file, got {base!r}")
+    return merge(_read_with_bases(path.parent / base, (*seen, path.resolve())), raw)
+
+
+def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` applied: mappings merge key by key, anything else is replaced."""
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def build_typed(cls: type, raw: dict[str, Any]) -> Any:

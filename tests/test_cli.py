@@ -186,3 +186,23 @@ def test_overlong_input_is_translated_in_pieces_with_a_warning(tmp_path, capsys)
     assert len(out) == 3 and out[1].text == ""
     assert len(warnings) == 1 and warnings[0].startswith("input line 3 ")
     assert "pieces" in warnings[0]
+
+
+def test_a_command_module_that_fails_to_import_is_an_error_not_a_missing_command(tmp_path, capsys, monkeypatch):
+    """Any command family whose module cannot be imported stops the CLI with one line naming
+    the module, whichever command was asked for (it used to vanish from --help)."""
+    import sys
+
+    from ctxnmt import cli
+
+    (tmp_path / "ctxnmt_broken_commands.py").write_text("import ctxnmt_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cli, "COMMAND_MODULES", (*cli.COMMAND_MODULES, "ctxnmt_broken_commands"))
+    for args in (["score", "--help"], ["data", "bible", "--out", str(tmp_path)]):
+        code, out, err = run(args, capsys)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert "cannot load the commands of ctxnmt_broken_commands: No module named 'ctxnmt_no_such_dependency'" in err
+    monkeypatch.setattr(cli, "COMMAND_MODULES", (*cli.COMMAND_MODULES[:-1], "ctxnmt_missing_commands"))
+    sys.modules.pop("ctxnmt_broken_commands", None)
+    code, _, err = run(["score", "--help"], capsys)
+    assert code == 2 and "cannot load the commands of ctxnmt_missing_commands" in err

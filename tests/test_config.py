@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxnmt.config import load_config
+from ctxnmt.config import ModelConfig, load_config
 from ctxnmt.errors import ConfigError
 
 # lm-*.yaml are language-model configs, with their own schema (tests/lm)
@@ -61,3 +61,51 @@ def test_unknown_component_name_lists_known_ones():
     cfg = load_config(None, ["model.encoder=birn"])
     with pytest.raises(ConfigError, match=r"unknown encoder 'birn' \(did you mean 'birnn'\?\)"):
         build_model(cfg.model, 10, 10)
+
+
+# -- configs by difference (base:) -----------------------------------------------------------
+
+ALL_CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+RESOLVED = Path(__file__).parent / "fixtures" / "resolved-configs"
+
+
+@pytest.mark.parametrize("path", ALL_CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_resolves_to_its_recorded_effective_config(path):
+    """The fixtures were written from the configs as they were before they stated only their
+    differences (tests/fixtures/write_resolved_configs.py); a new config needs its own."""
+    import json
+
+    from tests.fixtures.write_resolved_configs import resolved
+
+    fixture = RESOLVED / f"{path.stem}.json"
+    assert fixture.is_file(), f"no fixture for {path.name}: run tests/fixtures/write_resolved_configs.py {path}"
+    assert resolved(path) == json.loads(fixture.read_text())
+
+
+def test_a_config_states_only_what_it_changes_from_its_base(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "root.yaml").write_text("name: root\nmodel: {hidden_dim: 64, att_dim: 32}\ntraining: {lr: 0.01}\n")
+    (tmp_path / "sub" / "mid.yaml").write_text("base: ../root.yaml\nmodel: {hidden_dim: 48}\n")
+    (tmp_path / "leaf.yaml").write_text("base: sub/mid.yaml\nname: leaf\ntraining: {seed: 7}\n")
+    cfg = load_config(tmp_path / "leaf.yaml", ["model.att_dim=16"])
+    assert (cfg.name, cfg.model.hidden_dim, cfg.model.att_dim, cfg.training.lr, cfg.training.seed) == \
+        ("leaf", 48, 16, 0.01, 7)
+    assert cfg.model.emb_dim == ModelConfig().emb_dim  # set nowhere: the default
+
+
+def test_bad_bases_are_one_line_errors_naming_the_file(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("base: b.yaml\n")
+    b.write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match=r"a.yaml: its base chain loops back to itself"):
+        load_config(a)
+    a.write_text("base: missing.yaml\n")
+    with pytest.raises(ConfigError, match=r"config file not found: .*missing.yaml \(the base of .*a.yaml\)"):
+        load_config(a)
+    a.write_text("base: [b.yaml]\n")
+    with pytest.raises(ConfigError, match=r"a.yaml: 'base' must be the path of another config file"):
+        load_config(a)
+    b.write_text("model: {hiden_dim: 3}\n")
+    a.write_text("base: b.yaml\n")
+    with pytest.raises(ConfigError, match=r"unknown config key 'model.hiden_dim'"):
+        load_config(a)

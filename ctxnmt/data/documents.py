@@ -2,7 +2,8 @@
 
 A `.doc` file (or `translate --doc-ids FILE`) gives one document id per line,
 aligned with the sentences; a document is a run of consecutive lines with the
-same id.  The context of sentence m is the (at most) K sentences before it in
+same id.  `translate --doc-blank-lines` takes the other common form: documents
+separated by blank lines (`blank_line_documents`).  The context of sentence m is the (at most) K sentences before it in
 its document, oldest first.  Context is looked up by position in the split,
 never by batch order, so shuffling and length bucketing cannot change it.
 """
@@ -38,3 +39,20 @@ def previous_sentences(doc_ids: list[str], k: int, usable: list[bool] | None = N
         if usable is None or usable[i]:
             window = (window + [i])[-k:]
     return context
+
+
+def blank_line_documents(lines: list[str]) -> list[str]:
+    """Document ids for text whose documents are separated by blank lines: each run of
+    non-blank lines is one document.  A blank line keeps the id of the line before it (it
+    is translated as empty and is nobody's context)."""
+    ids: list[str] = []
+    number, seen_text, after_blank = 1, False, False
+    for line in lines:
+        if not line.strip():
+            after_blank = True
+        else:
+            if seen_text and after_blank:
+                number += 1
+            seen_text, after_blank = True, False
+        ids.append(f"doc{number}")
+    return ids

@@ -3,8 +3,9 @@
 Each row of the decoder state is one hypothesis (sentence-major, K rows per
 sentence); the encoder side is kept once per sentence and shared by its rows.
 After every step one index vector both reorders the beams and drops the
-sentences that are finished, and that one gather is applied to every state
-tensor.  Finished sentences are dropped once they hold an eighth of the rows;
+sentences that are finished, and that one gather (`State.select`) is applied to
+the decoder state; both states declare their entries (ctxnmt.models.state), so
+search needs to know nothing of any model's.  Finished sentences are dropped once they hold an eighth of the rows;
 until then their rows stay and search nothing.  Greedy search is beam search with K = 1.
 
 `search_batches` runs many batches; with refill, the next batch joins the tail of
@@ -18,7 +19,7 @@ import torch
 from torch.nn import functional as F
 
 from ctxnmt.data.vocab import EOS, PAD
-from ctxnmt.models.decoders import SOURCE_POSITION_ENTRIES
+from ctxnmt.models.state import State
 
 
 @dataclass
@@ -43,8 +44,8 @@ class _Part:
     steps: list[int]  # words each sentence's hypotheses hold so far
     src_lens: list[int]  # each sentence's source length
     width: int  # padded source length of the encoder side
-    enc: dict
-    state: dict
+    enc: State  # per sentence
+    state: State  # per hypothesis
     scores: torch.Tensor  # (n, K)
     history: torch.Tensor  # (n·K, L)
     att_history: torch.Tensor | None = None  # (n·K, L, S)
@@ -53,11 +54,6 @@ class _Part:
     def searching(self) -> int:
         """Sentences still searched."""
         return sum(i is not None for i in self.active)
-
-
-def select_rows(tree: dict, index: torch.Tensor) -> dict:
-    """Gather rows of every batch-first tensor; '_'-prefixed entries are shared."""
-    return {k: (v if k.startswith("_") else v.index_select(0, index)) for k, v in tree.items()}
 
 
 def _normalise(logprob: torch.Tensor | float, length, alpha: float):
@@ -167,11 +163,11 @@ class _Search:
         keep = [j for j, s in enumerate(sentences) if s is not None and not _done(s, K, lengths[j], best_alive[j])]
         if not keep:
             return None
-        if len(keep) < n and n - len(keep) < n // (8 * K):
+        if len(keep) < n and 8 * (n - len(keep)) < n:
             # Few rows are finished: they stay, as rows that search nothing (score −inf, so
-            # they propose nothing), until an eighth of the rows are such.  Dropping rows
-            # copies the whole encoder side, which at every finished sentence cost greedy
-            # search 7–8% of its time; lazily, greedy ran ×1.02 faster (interleaved).
+            # they propose nothing), until an eighth of the rows are such (K rows per
+            # sentence, finished or not: the share of sentences is the share of rows).
+            # Dropping rows copies the whole encoder side (docs/speed-log.md).
             searched = torch.zeros(n, dtype=torch.bool, device=cand.device)
             searched[keep] = True
             alive_scores = alive_scores.masked_fill(~searched.view(-1, 1), float("-inf"))
@@ -185,12 +181,14 @@ class _Search:
         enc, width, src_lens = part.enc, part.width, part.src_lens
         if len(keep) < n:
             src_lens = [src_lens[j] for j in keep]
-            enc = select_rows(enc, keep_t)
+            enc = enc.select(keep_t)
             if max(src_lens) <= 3 * width // 4:
                 # The longest sources have left (a joined part's tail): trim the padding.
                 # Not for every small change: each trim copies the encoder side.
                 width = max(src_lens)
-                enc = {k: v[:, :width].contiguous() if _per_position(k) else v for k, v in enc.items()}
+                enc = enc.trim(width)
+                if att_history is not None:  # its source axis too: later steps' α_t have the new width
+                    att_history = att_history[..., :width]
         prev = tok_of.index_select(0, keep_t).view(-1)
         history = part.history
         if K > 1 or len(keep) < n:  # otherwise (greedy, no sentence dropped) every row stays where it is
@@ -198,7 +196,7 @@ class _Search:
             history = history.index_select(0, row_index)
             if att_history is not None:
                 att_history = att_history.index_select(0, row_index)
-            state = select_rows(state, row_index)
+            state = state.select(row_index)
         return _Part(active, [lengths[j] for j in keep], src_lens, width, enc, state,
                      alive_scores.index_select(0, keep_t), torch.cat([history, prev.view(-1, 1)], dim=1),
                      att_history, prev)
@@ -226,31 +224,16 @@ class _Search:
 
 
 def _join(a: _Part, b: _Part) -> _Part | None:
-    """One part of a's and b's sentences (b's after fewer steps); None where their decoder
-    states differ in shape beyond the row (a state with a time axis)."""
-    if a.state.keys() != b.state.keys() or a.enc.keys() != b.enc.keys() or any(
-            a.state[k].shape[1:] != b.state[k].shape[1:] for k in a.state):
+    """One part of a's and b's sentences (b's after fewer steps); None where their states
+    differ beyond the rows (a decoder state that grows with t)."""
+    if not (a.state.fits(b.state) and a.enc.fits(b.enc)):
         return None
     width = max(a.width, b.width)
-
-    def joined(key: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        # Source positions are padded with zeros: masked positions, which get zero attention.
-        if _per_position(key):
-            x, y = (F.pad(z, (0, 0) * (z.dim() - 2) + (0, width - z.size(1))) for z in (x, y))
-        return torch.cat([x, y])
-
-    enc = {k: (v if k.startswith("_") else joined(k, v, b.enc[k])) for k, v in a.enc.items()}
     length = max(a.history.size(1), b.history.size(1))
     history = torch.cat([F.pad(h, (length - h.size(1), 0), value=PAD) for h in (a.history, b.history)])
-    return _Part(a.active + b.active, a.steps + b.steps, a.src_lens + b.src_lens, width, enc,
-                 {k: torch.cat([v, b.state[k]]) for k, v in a.state.items()},
+    return _Part(a.active + b.active, a.steps + b.steps, a.src_lens + b.src_lens, width,
+                 a.enc.concat(b.enc, width), a.state.concat(b.state, width),
                  torch.cat([a.scores, b.scores]), history, None, torch.cat([a.prev, b.prev]))
-
-
-def _per_position(key: str) -> bool:
-    """Whether an encoder-side entry has a source-position axis (an ensemble's entries
-    carry their member's number as a prefix)."""
-    return key.rsplit(".", 1)[-1] in SOURCE_POSITION_ENTRIES
 
 
 def _done(sentence: _Sentence, K: int, length: int, best_alive: float) -> bool:

@@ -5,7 +5,8 @@ import json
 import sys
 
 from ctxnmt.data.corpus import read_lines
-from ctxnmt.data.documents import check_document_ids
+from ctxnmt.data.documents import blank_line_documents, check_document_ids
+from ctxnmt.errors import ConfigError
 from ctxnmt.utils.io import atomic_write
 
 
@@ -26,6 +27,8 @@ def register(sub) -> None:
     p.add_argument("--doc-ids", metavar="FILE",
                    help="one document id per input line (like a corpus .doc file): document-context models "
                         "read each line's previous lines of the same document")
+    p.add_argument("--doc-blank-lines", action="store_true",
+                   help="the input's documents are separated by blank lines (kept as empty output lines)")
     p.set_defaults(func=cmd_translate)
 
 
@@ -41,11 +44,15 @@ def _read_input(path: str | None) -> list[str]:
 def cmd_translate(args) -> int:
     from ctxnmt.decoding.translator import Translator
 
+    if args.doc_ids and args.doc_blank_lines:
+        raise ConfigError("--doc-ids and --doc-blank-lines are two ways of giving documents; use one")
     model_dirs = [args.model_dir, *args.ensemble]
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir, checkpoint=args.checkpoint,
                                  ensemble_mode=args.ensemble_mode)
     lines = _read_input(args.input)
     doc_ids = None
+    if args.doc_blank_lines:
+        doc_ids = blank_line_documents(lines)
     if args.doc_ids:
         doc_ids = read_lines(args.doc_ids, allow_empty=True)
         check_document_ids(doc_ids, args.doc_ids, len(lines))

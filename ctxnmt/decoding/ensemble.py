@@ -1,11 +1,10 @@
 """Ensembles: several trained models searched as one.
 
-`Ensemble` presents the interface beam search uses (encode / init_state / step,
-with flat dicts of batch-first tensors that beam search reorders), so the search
-itself does not know it decodes with several models.  Each member keeps its own
-encoder output and decoder state, stored under its index ("0.s", "_1._U1" …; a
-leading underscore still marks the entries that are never reordered), so members
-may have any architecture.  At every step the members' next-word distributions
+`Ensemble` presents the interface beam search uses (encode / init_state / step),
+so the search itself does not know it decodes with several models.  Each member
+keeps its own encoder side and decoder state, as a part of the ensemble's State
+named by the member's index (ctxnmt.models.state), so members may have any
+architecture and search reorders them all with one `select`.  At every step the members' next-word distributions
 are combined:
 
   logprob  mean_k log p_k(y_t | …)          (the usual ensemble of Nematus / Marian)
@@ -25,24 +24,21 @@ import torch
 from torch import nn
 
 from ctxnmt.errors import CheckpointError
+from ctxnmt.models.state import State
 
 MODES = ("logprob", "prob")
 
 
-def pack(trees: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    out = {}
-    for k, tree in enumerate(trees):
-        for key, value in tree.items():
-            out[f"_{k}.{key}" if key.startswith("_") else f"{k}.{key}"] = value
+def pack(states: list[State]) -> State:
+    """The members' states as the parts of one."""
+    out = State()
+    for k, state in enumerate(states):
+        out.with_part(str(k), state)
     return out
 
 
-def unpack(tree: dict[str, torch.Tensor], members: int) -> list[dict[str, torch.Tensor]]:
-    out: list[dict[str, torch.Tensor]] = [{} for _ in range(members)]
-    for packed, value in tree.items():
-        k, key = (packed[1:] if packed.startswith("_") else packed).split(".", 1)
-        out[int(k)][key] = value
-    return out
+def unpack(state: State, members: int) -> list[State]:
+    return [state.part(str(k)) for k in range(members)]
 
 
 class Ensemble(nn.Module):
@@ -61,8 +57,9 @@ class Ensemble(nn.Module):
     def vocab_size(self) -> int:
         return self.members[0].vocab_size
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        return pack([m.encode(src, src_mask) for m in self.members])
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context=None) -> State:
+        """`context`: previous source sentences, read by the document-context members."""
+        return pack([m.encode(src, src_mask, context) for m in self.members])
 
     def init_state(self, enc, beam: int = 1):
         encs = unpack(enc, len(self.members))
@@ -97,6 +94,17 @@ def preprocessing_fingerprint(model_dir: Path) -> str:
     for path in sorted(p for p in prep.rglob("*") if p.is_file()):
         digest.update(path.relative_to(prep).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def document_sents(model_dirs: list[Path], translators) -> int:
+    """K previous sentences the ensemble's document-context members read (0: none does);
+    members that read different numbers are refused, naming them."""
+    reading = [(d, t.document_sents) for d, t in zip(model_dirs, translators) if t.document_sents]
+    for model_dir, k in reading[1:]:
+        if k != reading[0][1]:
+            raise CheckpointError(f"cannot ensemble {reading[0][0]} and {model_dir}: their document context is "
+                                  f"{reading[0][1]} and {k} previous sentences (model.doc_sents must agree)")
+    return reading[0][1] if reading else 0
 
 
 def check_members(model_dirs: list[Path], translators) -> None:

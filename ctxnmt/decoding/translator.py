@@ -59,8 +59,7 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
             yield index, src.to(device), mask.to(device), ctx
 
     # Greedy search: the next batch joins once fewer than half a batch of sentences is left
-    # (search_batches).  Measured on 500 test verses with a trained bench model: greedy
-    # ×1.12–1.20, beam 5 ×0.93–0.95 (interleaved in one process), so beams run batch by batch.
+    # (search_batches); beams run batch by batch, where refill measured slower (docs/speed.md).
     refill = max(1, size // 2) if beam == 1 else 0
     found = search_batches(model, batches(), beam, nbest, dec.length_penalty, dec.max_len_ratio,
                            return_attention=return_attention, refill_below=refill)
@@ -87,8 +86,13 @@ def _to_translation(hyps: list[Hypothesis], preprocessor, tgt_vocab: Vocab, src_
 
 
 class Translator:
-    def __init__(self, config: Config, model, preprocessor, src_vocab: Vocab, tgt_vocab: Vocab, device="cpu"):
+    def __init__(self, config: Config, model, preprocessor, src_vocab: Vocab, tgt_vocab: Vocab, device="cpu",
+                 document_sents: int | None = None):
         self.config, self.model = config, model
+        # K previous sentences a document-context model reads (0: the model reads none); an
+        # ensemble's is its document-context members' (they must agree).
+        cfg = config.model
+        self.document_sents = (cfg.doc_sents if cfg.uses_document else 0) if document_sents is None else document_sents
         self.preprocessor, self.src_vocab, self.tgt_vocab = preprocessor, src_vocab, tgt_vocab
         self.device = device
         self.warn = lambda msg: print(f"warning: {msg}", file=sys.stderr)
@@ -118,7 +122,7 @@ class Translator:
     @classmethod
     def load_ensemble(cls, model_dirs: list, checkpoint: str | None = None, device: str = "cpu",
                       mode: str = "logprob") -> Translator:
-        from ctxnmt.decoding.ensemble import Ensemble, check_members
+        from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
 
         if len(model_dirs) > 1 and checkpoint:
             raise CheckpointError("--checkpoint names one model's file; it cannot be used with an ensemble")
@@ -126,7 +130,8 @@ class Translator:
         check_members([Path(d) for d in model_dirs], members)
         first = members[0]
         model = Ensemble([m.model for m in members], mode).to(device).eval()
-        return cls(first.config, model, first.preprocessor, first.src_vocab, first.tgt_vocab, device)
+        return cls(first.config, model, first.preprocessor, first.src_vocab, first.tgt_vocab, device,
+                   document_sents=document_sents([Path(d) for d in model_dirs], members))
 
     def translate(self, lines: list[str], beam: int | None = None, nbest: int = 1, batch_size: int | None = None,
                   return_attention: bool = False, doc_ids: list[str] | None = None) -> list[Translation]:
@@ -154,8 +159,7 @@ class Translator:
     def _document_context(self, lines, doc_ids, owners, src_tokens) -> list[list[list[int]]] | None:
         """Each piece's previous source sentences: its line's previous non-empty lines in the same
         document (every piece of an over-long line gets its line's context)."""
-        cfg = self.config.model
-        if not cfg.uses_document:
+        if not self.document_sents:
             if doc_ids is not None:
                 self._warn_once("this model uses no document context; the document ids are ignored")
             return None
@@ -166,7 +170,7 @@ class Translator:
         check_document_ids(doc_ids, "doc_ids", len(lines))
         limit = self.config.decoding.max_src_len
         line_ids = {n: self.src_vocab.encode(t[:limit], add_eos=False) for n, t in src_tokens.items()}
-        previous = previous_sentences(doc_ids, cfg.doc_sents, [n in line_ids for n in range(len(lines))])
+        previous = previous_sentences(doc_ids, self.document_sents, [n in line_ids for n in range(len(lines))])
         context: list[list[list[int]]] = [[] for _ in range(sum(len(o) for o in owners.values()))]
         for line_no, piece_nos in owners.items():
             for p in piece_nos:

@@ -3,6 +3,11 @@
 A decoder has two modes that must agree to 1e-5 (tests check it):
   forward(enc, prev_emb, tgt_mask)   teacher forcing over a whole batch
   init_state(enc) / step(...)        one step at a time, as beam search runs it
+
+Both read the encoder side that `prepare` declares, and search carries the
+decoder state that `init_state` and `step` declare (ctxnmt.models.state): a
+variant adds its entries there with their kinds and never needs to tell search
+anything else.
 """
 from __future__ import annotations
 
@@ -11,12 +16,9 @@ from torch import nn
 
 from ctxnmt.models import document  # noqa: F401  (registers the document inputs)
 from ctxnmt.models.attention import AdditiveAttention
-from ctxnmt.models.functional import additive_energy, mix, read_every_step, step_product
+from ctxnmt.models.functional import additive_energy, mix, read_each_every_step, step_product
 from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, OUTPUTS, TARGET_CONTEXTS
-
-# Entries of `prepare`'s dict with a source-position axis (dim 1): search pads or trims
-# them when sentences of other lengths join or the longest ones leave (decoding.beam).
-SOURCE_POSITION_ENTRIES = ("annotations", "src_mask", "keys", "values", "gate_values")
+from ctxnmt.models.state import State
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -61,39 +63,34 @@ class ConditionalGRUDecoder(nn.Module):
                                                 emb_dim=emb_dim, ctx_dim=ctx_dim, init_dec=doc_init_dec)
 
     # -- encoder-side work, once per sentence ---------------------------------------
-    def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor,
-                doc: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """`doc` is the document summary D (B, doc_dim) of a document-context model."""
-        enc = {
-            "annotations": annotations,
-            "src_mask": src_mask,
-            "keys": self.attention.precompute(annotations),
-            # Recurrent matrices gathered once per batch, not once per step; a leading
-            # underscore marks entries without a batch dimension (never reordered).
-            "_U1": self.gru1.hidden_weight(),
-            "_Wq": self._query_weight(),
-        }
+    def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor, doc: torch.Tensor | None = None) -> State:
+        """The encoder side, per sentence.  `doc` is the document summary D (B, doc_dim)
+        of a document-context model."""
+        enc = State().positions(annotations=annotations, src_mask=src_mask,
+                                keys=self.attention.precompute(annotations))
+        enc.shared(**self.step_weights())
         if torch.is_grad_enabled():
-            enc["values"] = self.gru2.input_proj(annotations)
-        enc = {**enc, **self.document.prepare(enc, doc, self.gru2)}
-        for name in ("keys", "values", "gate_values", "_U1", "_Wq"):  # read at every step
-            if name in enc:
-                enc[name] = read_every_step(enc[name])
-        return enc
+            enc.positions(values=self.gru2.input_proj(annotations))
+        self.document.prepare(enc, doc, self.gru2)
+        return read_each_every_step(enc)
 
-    def initial_state(self, enc: dict[str, torch.Tensor]) -> torch.Tensor:
+    def step_weights(self) -> dict[str, torch.Tensor]:
+        """Matrices every step multiplies with, gathered once per batch: U of GRU_1, and
+        [W_d, U] of attention and GRU_2 (s'_t feeds both: one product serves both)."""
+        return {"U1": self.gru1.hidden_weight(), "Wq": self._query_weight()}
+
+    def initial_state(self, enc: State) -> torch.Tensor:
         pre = self.init_proj(masked_mean(enc["annotations"], enc["src_mask"]))
         return torch.tanh(self.document.initial_preactivation(enc, pre))
 
     def _query_weight(self) -> torch.Tensor:
-        # s'_t feeds both W_d (attention) and U of GRU_2: one matmul serves both.
         return torch.cat([self.attention.query_proj.weight.t(), self.gru2.hidden_weight()], dim=1)
 
     def _transition(self, enc, s, xp1_t, doc_t=None):
         """s_t, α_t and c_t (None where it was not formed).  `doc_t`: the document
         input's per-step terms of E y_{t-1} (None for most)."""
-        s1 = self.gru1.combine(xp1_t, step_product(s, enc["_U1"]), s)
-        q = step_product(s1, enc["_Wq"])
+        s1 = self.gru1.combine(xp1_t, step_product(s, enc["U1"]), s)
+        q = step_product(s1, enc["Wq"])
         alpha = self.attention.weights(q[:, : self.att_dim], enc["keys"], enc["src_mask"])
         xp2, c = self._gru2_input(enc, alpha)
         xp2, hp2 = self.document.gru2_terms(enc, xp2, q[:, self.att_dim:], s, s1, alpha, doc_t)
@@ -104,7 +101,7 @@ class ConditionalGRUDecoder(nn.Module):
         if "values" not in enc and alpha.size(0) > enc["annotations"].size(0):
             # Beams: formed at the first step and kept with the search's encoder side,
             # which carries it along when sentences leave.
-            enc["values"] = self.gru2.input_proj(enc["annotations"])
+            enc.positions(values=self.gru2.input_proj(enc["annotations"]))
         if "values" in enc:
             return mix(alpha, enc["values"]), None
         c = mix(alpha, enc["annotations"])
@@ -135,38 +132,45 @@ class ConditionalGRUDecoder(nn.Module):
             alphas.append(alpha)
         return torch.stack(states, dim=1), torch.stack(alphas, dim=1)
 
-    own_state = ("s",)  # state entries of the decoder itself; the rest belong to the summary
-
     def output_extra(self, S: torch.Tensor) -> torch.Tensor | None:
         """A variant's extra deep-output term for all steps (None: the plain cGRU)."""
         return None
 
     # -- incremental decoding ----------------------------------------------------
-    def init_state(self, enc, beam: int = 1) -> dict[str, torch.Tensor]:
-        """State rows for `beam` hypotheses per sentence (sentence-major)."""
+    def init_state(self, enc: State, beam: int = 1) -> State:
+        """State rows for `beam` hypotheses per sentence (sentence-major): s_0, and the
+        summary's state as the part "summary"."""
         s = self.initial_state(enc).repeat_interleave(beam, dim=0)
-        return {"s": s, **self.summary.init_state(s.size(0), s)}
+        return State().rows(s=s).with_part("summary", self.summary.init_state(s.size(0), s))
 
-    def step(self, enc, state: dict[str, torch.Tensor], prev_emb_t: torch.Tensor, xp1_t: torch.Tensor | None = None):
+    def step(self, enc: State, state: State, prev_emb_t: torch.Tensor, word_input_t: torch.Tensor | None = None):
         """One step: readout (R, out_dim), new state, α_t (R, S); R = beam × sentences.
-        `xp1_t`: GRU_1's input term for E y_{t-1} where the caller has it (search's word table)."""
-        if xp1_t is None:
-            xp1_t = self.gru1.input_proj(prev_emb_t)
-        s, alpha, c, own = self.advance(enc, state, prev_emb_t, xp1_t)
+        `word_input_t`: GRU_1's input term for E y_{t-1} where the caller has it (`word_input`)."""
+        if word_input_t is None:
+            word_input_t = self.word_input(prev_emb_t)
+        s, alpha, c, new = self.advance(enc, state, prev_emb_t, word_input_t)
         c = mix(alpha, enc["annotations"]) if c is None else c
-        summary_state = {k: v for k, v in state.items() if k not in self.own_state}
-        d, summary_state = self.summary.step(summary_state, prev_emb_t, s, c)
-        extra, extra_state = self.output_extra_step(state, s)
-        return self.output(s, d, c, extra), {**own, **summary_state, **extra_state}, alpha
+        d, summary = self.summary.step(state.part("summary"), prev_emb_t, s, c)
+        extra = self.output_extra_step(state, s, new)
+        return self.output(s, d, c, extra), new.with_part("summary", summary), alpha
 
-    def advance(self, enc, state, prev_emb_t, xp1_t):
-        """s_t, α_t and c_t (or None) for one step, and the decoder's own new state entries."""
-        s, alpha, c = self._transition(enc, state["s"], xp1_t,
-                                       self.document.input_terms(prev_emb_t))
-        return s, alpha, c, {"s": s}
+    def word_input(self, emb: torch.Tensor) -> torch.Tensor:
+        """GRU_1's input term W E_y + b for embeddings (…, emb_dim); it depends on the word
+        alone, so search may look it up per word (`word_input_parameters` says when to renew)."""
+        return self.gru1.input_proj(emb)
 
-    def output_extra_step(self, state, s):
-        return None, {}
+    def word_input_parameters(self) -> list[torch.Tensor]:
+        return list(self.gru1.parameters())
+
+    def advance(self, enc: State, state: State, prev_emb_t, word_input_t):
+        """s_t, α_t and c_t (or None) for one step, and the decoder's new state (its own
+        entries; `step` adds the summary's)."""
+        s, alpha, c = self._transition(enc, state["s"], word_input_t, self.document.input_terms(prev_emb_t))
+        return s, alpha, c, State().rows(s=s)
+
+    def output_extra_step(self, state: State, s: torch.Tensor, new: State) -> torch.Tensor | None:
+        """A variant's extra deep-output term for one step; it declares its entries in `new`."""
+        return None
 
 
 @DECODERS.register("self-attentive-rnn")
@@ -177,8 +181,6 @@ class SelfAttentiveRNNDecoder(ConditionalGRUDecoder):
 
     Choices: the query is the current state s_t (the appendix allows s_{t-1} or
     s_t); the memory holds s_1 … s_{t-1}, so s̃_1 = 0 (nothing to attend to yet)."""
-
-    own_state = ("s", "sar_mem")
 
     def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
         super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)
@@ -203,16 +205,17 @@ class SelfAttentiveRNNDecoder(ConditionalGRUDecoder):
 
     def init_state(self, enc, beam: int = 1):
         state = super().init_state(enc, beam)
-        return {**state, "sar_mem": state["s"].new_zeros(state["s"].size(0), 0, self.hidden_dim)}
+        return state.rows(sar_mem=state["s"].new_zeros(state["s"].size(0), 0, self.hidden_dim))  # s_1 … s_{t-1}
 
-    def output_extra_step(self, state, s):
+    def output_extra_step(self, state, s, new):
         memory = state["sar_mem"]  # (R, t-1, H)
         if memory.size(1) == 0:
             tilde = torch.zeros_like(s)
         else:
             alpha = torch.softmax(self._scores(memory, s.unsqueeze(1)), dim=-1)  # (R, 1, t-1)
             tilde = torch.bmm(alpha, memory).squeeze(1)
-        return self.from_memory(tilde), {"sar_mem": torch.cat([memory, s.unsqueeze(1)], dim=1)}
+        new.rows(sar_mem=torch.cat([memory, s.unsqueeze(1)], dim=1))
+        return self.from_memory(tilde)
 
 
 @DECODERS.register("memory-rnn")
@@ -233,8 +236,6 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
     W_x E y is computed for all steps before the loop, and one matmul per step gives
     both the new state's key W_m s_t and the next step's query term W_q s_t."""
 
-    own_state = ("s", "mem_states", "mem_keys", "mem_query")
-
     def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
         super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)
         self.W_m = nn.Linear(hidden_dim, hidden_dim)  # carries the attention bias
@@ -242,14 +243,12 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
         self.W_x = nn.Linear(emb_dim, hidden_dim, bias=False)
         self.v_m = nn.Linear(hidden_dim, 1, bias=False)
 
-    def prepare(self, annotations, src_mask, doc=None):
-        enc = super().prepare(annotations, src_mask, doc)
-        enc["_Wmq"] = read_every_step(torch.cat([self.W_m.weight, self.W_q.weight]).t())  # once per batch
-        return enc
+    def step_weights(self):
+        return {**super().step_weights(), "Wmq": torch.cat([self.W_m.weight, self.W_q.weight]).t()}
 
     def _remember(self, enc, s):
         """The key W_m s + b of a new memory entry, and its query term W_q s for the next step."""
-        p = step_product(s, enc["_Wmq"])
+        p = step_product(s, enc["Wmq"])
         return p[:, : self.hidden_dim] + self.W_m.bias, p[:, self.hidden_dim:]
 
     def _read(self, states, keys, query):
@@ -277,11 +276,12 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
     def init_state(self, enc, beam: int = 1):
         state = super().init_state(enc, beam)
         key, query = self._remember(enc, state["s"])
-        return {**state, "mem_states": state["s"].unsqueeze(1), "mem_keys": key.unsqueeze(1), "mem_query": query}
+        return state.rows(mem_states=state["s"].unsqueeze(1), mem_keys=key.unsqueeze(1), mem_query=query)
 
-    def advance(self, enc, state, prev_emb_t, xp1_t):
+    def advance(self, enc, state, prev_emb_t, word_input_t):
         tilde = self._read(state["mem_states"], state["mem_keys"], state["mem_query"] + self.W_x(prev_emb_t))
-        s, alpha, c = self._transition(enc, tilde, xp1_t, self.document.input_terms(prev_emb_t))
+        s, alpha, c = self._transition(enc, tilde, word_input_t, self.document.input_terms(prev_emb_t))
         key, query = self._remember(enc, s)
-        return s, alpha, c, {"s": s, "mem_states": torch.cat([state["mem_states"], s.unsqueeze(1)], dim=1),
-                          "mem_keys": torch.cat([state["mem_keys"], key.unsqueeze(1)], dim=1), "mem_query": query}
+        return s, alpha, c, State().rows(s=s, mem_states=torch.cat([state["mem_states"], s.unsqueeze(1)], dim=1),
+                                         mem_keys=torch.cat([state["mem_keys"], key.unsqueeze(1)], dim=1),
+                                         mem_query=query)

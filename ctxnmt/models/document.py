@@ -25,6 +25,7 @@ from ctxnmt.data.vocab import PAD
 from ctxnmt.models.cells import final_state
 from ctxnmt.models.functional import mix
 from ctxnmt.models.registry import CELLS, DOC_INPUTS
+from ctxnmt.models.state import State
 
 
 def per_row(rows: torch.Tensor, per_sentence: torch.Tensor) -> torch.Tensor:
@@ -82,7 +83,8 @@ class DocumentInput(nn.Module):
     """The decoder's interface to D.  This base adds D to no transition; with init_dec it
     adds W_D D inside s_0's tanh.  Subclasses change GRU_2's pre-activation terms:
 
-      prepare(enc, doc)              per-sentence work (D terms, per-annotation terms)
+      prepare(enc, doc)              per-sentence work (D terms, per-annotation terms),
+                                     declared in the encoder side `enc` (a State)
       input_terms(prev_emb)          terms of E y_{t-1}, for all steps outside the loop
       gru2_terms(enc, xp2, hp2, …)   GRU_2's input and recurrent terms at one step
     """
@@ -91,10 +93,11 @@ class DocumentInput(nn.Module):
         super().__init__()
         self.init_from_document = nn.Linear(doc_dim, hidden_dim, bias=False) if init_dec else None  # W_D
 
-    def prepare(self, enc: dict, doc: torch.Tensor | None, gru2) -> dict:
-        return {} if doc is None else {"doc": doc}
+    def prepare(self, enc: State, doc: torch.Tensor | None, gru2) -> None:
+        if doc is not None:
+            enc.rows(doc=doc)
 
-    def initial_preactivation(self, enc: dict, pre: torch.Tensor) -> torch.Tensor:
+    def initial_preactivation(self, enc: State, pre: torch.Tensor) -> torch.Tensor:
         if self.init_from_document is None:
             return pre
         return pre + self.init_from_document(enc["doc"])
@@ -116,7 +119,7 @@ class AuxiliaryInput(DocumentInput):
         self.from_document = nn.Linear(doc_dim, 3 * hidden_dim, bias=False)
 
     def prepare(self, enc, doc, gru2):
-        return {"doc": doc, "doc_input": self.from_document(doc)}
+        enc.rows(doc=doc, doc_input=self.from_document(doc))
 
     def gru2_terms(self, enc, xp2, hp2, s_prev, s1, alpha, y_term):
         return xp2 + per_row(xp2, enc["doc_input"]), hp2
@@ -138,7 +141,7 @@ class GatedAuxiliaryInput(AuxiliaryInput):
         self.gate_context = nn.Linear(ctx_dim, doc_dim, bias=False)  # C_z
 
     def prepare(self, enc, doc, gru2):
-        return {"doc": doc, "gate_values": self.gate_context(enc["annotations"])}
+        enc.rows(doc=doc).positions(gate_values=self.gate_context(enc["annotations"]))
 
     def input_terms(self, prev_emb):
         return self.gate_word(prev_emb)
@@ -172,7 +175,7 @@ class CodeGatedAuxiliaryInput(AuxiliaryInput):
 
     def prepare(self, enc, doc, gru2):
         gate_values = self.gate_context(enc["annotations"]) + self.gate_document(doc).unsqueeze(1)
-        return {"doc": doc, "doc_terms": self.from_document(doc) + gru2.W.bias, "gate_values": gate_values}
+        enc.rows(doc=doc, doc_terms=self.from_document(doc) + gru2.W.bias).positions(gate_values=gate_values)
 
     def gate(self, enc, s1, alpha):
         return torch.sigmoid(self.gate_state(s1) + mix(alpha, enc["gate_values"]))

@@ -1,7 +1,24 @@
-"""Autograd functions whose backward passes PyTorch's generic ones do slowly on CPU.
+"""The fast paths, in one place: what the model files call where an equation has a
+faster form than its plain PyTorch expression.
 
-They change no arithmetic of the forward pass; tests compare them with the plain
-operations, gradients included.
+The contract: every function here computes exactly its equation (named in its
+docstring); where it cannot serve its inputs (another device or dtype, autograd
+where it has no backward, the kernels unavailable) it runs the plain PyTorch
+expression itself, so callers never choose.  Tests compare each with the plain
+operations, gradients included.  A model that calls plain PyTorch instead gets the
+same numbers, more slowly.  docs/speed.md lists them; docs/speed-log.md has what
+each gained.
+
+  mix(α, v)                 Σ_i α_ti v_i over values shared by a sentence's rows
+  step_product(h, U)        h U for a matrix read at every step
+  read_every_step(x)        marks x as read by every step of a loop: its gradient is
+                            formed once for all steps (read_each_every_step: a State)
+  additive_energy(k, q, v)  vᵀ tanh(k_i + q)
+  gru_gates(xp, hp, h)      the dl4mt GRU's gate arithmetic (cells.GRUCell)
+  linear_cross_entropy      Σ cross-entropy of softmax(x Wᵀ + b), chunked, gradient in the forward pass
+  step_log_softmax          log softmax(x Wᵀ + b) for one search step
+  top_log_softmax           its k best entries per row
+  WordTable                 a per-word table of a function of the embeddings, for search
 """
 from __future__ import annotations
 
@@ -31,8 +48,8 @@ class _Mix(torch.autograd.Function):
     """out = Σ_i α_i v_i for α (N, K, S) and v (N, S, D).
 
     The generic bmm backward forms ∂v as a batch of rank-1 products (a bmm with
-    inner size K = 1 during training), which CPU BLAS runs at a few GFLOP/s; a
-    broadcast multiply gives the same numbers an order of magnitude faster.
+    inner size K = 1 during training), which CPU BLAS runs slowly; a broadcast
+    multiply gives the same numbers.
     Values read at every decoder step (`read_every_step`) instead leave their
     factors (α, ∂out) with the values' `_StepBank`, which forms ∂v once."""
 
@@ -97,8 +114,7 @@ class _ReadEveryStep(torch.autograd.Function):
     """Identity whose backward pass runs after every step has deposited its factors
     (each step's node feeds this one) and hands the values their summed gradient.
 
-    Per-step gradients (N, S, D) would otherwise be allocated and added one by one: at
-    the bench size 17 MB per decoder step, 19% of a training step."""
+    Per-step gradients (N, S, D) would otherwise be allocated and added one by one."""
 
     @staticmethod
     def forward(ctx, values, bank):
@@ -128,12 +144,19 @@ def read_every_step(values: torch.Tensor) -> torch.Tensor:
     return shared
 
 
+def read_each_every_step(state):
+    """`read_every_step` for every entry of an encoder side (ctxnmt.models.state) that is
+    not per row: the per-position values and the matrices that the steps share."""
+    from ctxnmt.models.state import Kind
+
+    return state.replace(**{name: read_every_step(state[name]) for name in state if state.kind(name) is not Kind.ROW})
+
+
 class _StepProduct(torch.autograd.Function):
     """h_t U for a matrix U read at every step (`read_every_step`): the backward pass forms
     ∂h_t and leaves (h_t, ∂out_t) with U's bank, which forms ∂U = Σ_t h_tᵀ ∂out_t as one
     product.  Per step, autograd would multiply with inner size B (the batch) and add a
-    U-sized gradient into the sum: a tenth of a profiled training step at the bench
-    size (banked: training ×1.04–1.11 in four A/Bs, docs/speed.md)."""
+    U-sized gradient into the sum."""
 
     @staticmethod
     @_custom_fwd
@@ -176,8 +199,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     formed in the forward pass, chunk by chunk, while each chunk's probabilities
     are at hand: the loss is a scalar, so its backward pass only scales what was
     formed by the incoming gradient.  Recomputing the logits in the backward pass
-    instead would cost one more tokens × vocabulary product and softmax (the
-    softmax layer was about a third of a profiled training step at the bench size)."""
+    instead would cost one more tokens × vocabulary product and softmax."""
 
     @staticmethod
     @functools.partial(torch.amp.custom_fwd, device_type="cuda", cast_inputs=torch.float32)  # softmax in fp32
@@ -246,13 +268,12 @@ class _AdditiveEnergy(torch.autograd.Function):
     Autograd would keep tanh(k_i + q), an (N, K, S, A) tensor, for every decoder
     step: the bulk of a training step's memory.  Here only q is kept per step
     and the tanh is recomputed in the backward pass (one extra element-wise
-    pass, against hundreds of megabytes at the bench size).
+    pass, against hundreds of megabytes at the papers' sizes).
 
     The tanh is evaluated as tanh x = 2σ(2x) − 1, so e = 2 vᵀσ(2(k_i + q)) − Σ_a v_a
     and ∂e/∂x = 4 v ⊙ σ(1 − σ): the same function, rounded differently (absolute
     differences of a few 1e-8), because PyTorch's vectorised float32 sigmoid is
-    about four times faster than its tanh on CPU, and these (N, K, S, A) tanh
-    passes were 13% of a training step at the bench size."""
+    faster than its tanh on CPU."""
 
     @staticmethod
     @_custom_fwd
@@ -297,6 +318,27 @@ def additive_energy(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) ->
     if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
         return _AdditiveEnergy.apply(keys, query, v)
     return _energy_from_sigmoid(_doubled_sigmoid(keys, query), v)  # nothing is kept for a backward pass
+
+
+class WordTable:
+    """A per-word table f(E) (V, F) of a function of the embedding matrix, for search: a row
+    lookup per step instead of a product with inner size emb_dim, which CPU BLAS runs
+    slowly.  Formed again whenever the embeddings or the function's parameters
+    change in place (an optimiser step, a checkpoint load: each changes a tensor's storage
+    or version counter); None above `limit` entries (the papers' 30k × 3072 would take
+    370 MB)."""
+
+    def __init__(self, limit: int = 1 << 26):
+        self.limit = limit
+        self.key: list | None = None
+        self.table: torch.Tensor | None = None
+
+    def get(self, form, embeddings: torch.Tensor, parameters: list[torch.Tensor]) -> torch.Tensor | None:
+        key = [(t.data_ptr(), t._version) for t in (embeddings, *parameters)]
+        if self.key != key:
+            rows, cols = embeddings.size(0), form(embeddings[:1]).size(-1)
+            self.key, self.table = key, form(embeddings) if rows * cols <= self.limit else None
+        return self.table
 
 
 # -- the fused CPU kernels (ctxnmt/models/kernels.cpp) ---------------------------------------
@@ -361,10 +403,20 @@ def gru_gates(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.T
     return out.view(h.shape)
 
 
+def step_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """log softmax(x Wᵀ + b) (R, V) for the R rows of one search step.  On CPU, for fewer
+    than 256 rows, the product is taken vocabulary-major (W xᵀ, which CPU BLAS forms
+    faster at these shapes: benchmarks/logits_layout.py) and transposed back."""
+    if torch.is_grad_enabled() or x.size(0) >= 256 or x.device.type != "cpu":
+        return torch.log_softmax(F.linear(x, weight, bias), dim=-1)
+    logits_t = torch.addmm(bias.unsqueeze(1), weight, x.t())
+    return torch.log_softmax(logits_t.t().contiguous(), dim=-1)
+
+
 def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k: int):
     """The k largest entries of each row of log_softmax(x Wᵀ + b) and their columns, best
     first, by the fused kernel; None where it does not serve (autograd, other devices or
-    dtypes, and fewer than 16 rows: one kernel task per 16 rows, and fewer ran faster
+    dtypes, and fewer than 16 rows: one kernel task per 16 rows, and fewer are faster
     through the plain operations), so the caller runs those."""
     if x.size(0) < 16 or torch.is_grad_enabled() or not _fusable(x, weight, bias):
         return None

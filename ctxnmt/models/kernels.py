@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -33,12 +34,15 @@ def cache_dir() -> Path:
 
 
 def _cpu_flags() -> str:
-    """-march=native builds for this CPU: a cache shared with another CPU must not reuse it."""
+    """The CPU's instruction-set flags.  -march=native builds for this CPU, and the library
+    crashes on one that lacks an instruction it uses: a cache shared with another CPU (a
+    home directory on several machines) must not hand it this CPU's library."""
     try:
         with open("/proc/cpuinfo") as info:
-            return next((line for line in info if line.startswith("flags")), "")
+            line = next((line for line in info if line.startswith("flags")), "")
     except OSError:
-        return platform.processor()
+        line = ""
+    return " ".join(sorted(line.partition(":")[2].split())) or f"{platform.machine()} {platform.processor()}"
 
 
 def library_path() -> Path:
@@ -49,10 +53,23 @@ def library_path() -> Path:
 
 
 def _build(target: Path) -> None:
+    """Build in a child process: torch's builder looks for ninja on PATH, and ninja may come
+    from the venv (pip's ninja package) without the venv being activated.  The child's PATH
+    gains the venv's bin directory; this process's environment stays as it was."""
+    venv_bin = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")])}
+    code = "import sys; from ctxnmt.models.kernels import compile_library; compile_library(sys.argv[1])"
+    done = subprocess.run([sys.executable, "-c", code, str(target)], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise RuntimeError(lines[-1] if lines else f"the kernel build exited with status {done.returncode}")
+
+
+def compile_library(target: str | Path) -> None:
+    """Compile kernels.cpp into `target` (what `_build`'s child process runs)."""
     from torch.utils import cpp_extension
 
-    # ninja may come from the venv (pip's ninja package) without the venv being activated.
-    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         name = "ctxnmt_kernels"

@@ -9,8 +9,9 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import Context
 from ctxnmt.data.vocab import PAD
 from ctxnmt.models.document import HierarchicalSummary
-from ctxnmt.models.functional import linear_cross_entropy, top_log_softmax
+from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
 from ctxnmt.models.registry import DECODERS, ENCODERS
+from ctxnmt.models.state import State
 
 
 class NMTModel(nn.Module):
@@ -48,11 +49,11 @@ class NMTModel(nn.Module):
         self.dropout_hidden = nn.Dropout(cfg.dropout_hidden)
         self.dropout_out = nn.Dropout(cfg.dropout_out)
         init_weights(self, cfg.init)
-        self._word_inputs: tuple = (None, None)  # search's (weights key, table): _word_input_table
+        self._word_inputs = WordTable()  # search's per-word GRU_1 input terms (functional.WordTable)
 
     # -- encoder ---------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor,
-               context: Context | None = None) -> dict[str, torch.Tensor]:
+               context: Context | None = None) -> State:
         """`context`: each sentence's previous source sentences; a document-context model
         given none uses the empty context (D = 0), a sentence-level model ignores it."""
         emb = self.dropout_emb(self.src_emb(src))
@@ -120,47 +121,23 @@ class NMTModel(nn.Module):
 
     def _readout_step(self, enc, state, prev_tokens):
         if prev_tokens is None:
-            return self.decoder.step(enc, state, self.start.expand(state["s"].size(0), -1))
-        table = self._word_input_table()
-        xp1 = None if table is None else table.index_select(0, prev_tokens)
-        return self.decoder.step(enc, state, self.tgt_emb(prev_tokens), xp1)
-
-    def _word_input_table(self) -> torch.Tensor | None:
-        """GRU_1's input term W E_y + b for every target word (V, G·H), for search: a row
-        lookup per step instead of a product with inner size emb_dim, which CPU BLAS runs
-        at half its rate (greedy ×1.03–1.05, beam 5 ×1.05).  Formed again whenever the
-        weights change (an optimiser step, a checkpoint load); None while training or
-        above 64M entries (the papers' 30k × 3072 would take 370 MB)."""
-        if self.training or torch.is_grad_enabled():
-            return None
-        cell = self.decoder.gru1
-        sources = [self.tgt_emb.weight, *cell.parameters()]
-        key = [(t.data_ptr(), t._version) for t in sources]
-        if self._word_inputs[0] != key:
-            rows, cols = self.tgt_emb.weight.size(0), cell.W.weight.size(0)
-            self._word_inputs = (key, cell.input_proj(self.tgt_emb.weight) if rows * cols <= 1 << 26 else None)
-        return self._word_inputs[1]
+            return self.decoder.step(enc, state, self.start.expand(state.batch_size(), -1))
+        # Search looks the decoder's per-word input term up instead of forming it per step.
+        table = None if self.training or torch.is_grad_enabled() else self._word_inputs.get(
+            self.decoder.word_input, self.tgt_emb.weight, self.decoder.word_input_parameters())
+        word_input = None if table is None else table.index_select(0, prev_tokens)
+        return self.decoder.step(enc, state, self.tgt_emb(prev_tokens), word_input)
 
     def top_log_probs(self, readout: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k largest log-probabilities of each row and their word ids, best first.
-
-        On CPU the fused kernel (kernels.cpp) reads W_o tᵀ as the product leaves it,
-        without the transpose and full log-softmax of `log_probs`: at the bench size
-        3.0 against 3.9 ms for 64 rows and 16.5 against 29 ms for 320 (beam 5)."""
+        """The k largest log-probabilities of each row and their word ids, best first."""
         top = None if self.training else top_log_softmax(readout, self.generator.weight, self.generator.bias, k)
         return self.log_probs(readout).topk(k, dim=-1) if top is None else top
 
     def log_probs(self, readout: torch.Tensor) -> torch.Tensor:
-        """log softmax(W_o t + b) (R, V) for the R rows of one decoding step.
-
-        For 16 to 224 rows, CPU BLAS (MKL) formed W_o tᵀ (V × R) 1.1–1.8× as fast
-        as t W_oᵀ (R × V) at the bench size (benchmarks/logits_layout.py), so the
-        product is taken that way round and transposed back; from 256 rows on,
-        two runs disagreed (×0.76 to ×1.28), so the plain order is kept there."""
-        if self.training or torch.is_grad_enabled() or readout.size(0) >= 256 or readout.device.type != "cpu":
+        """log softmax(W_o t + b) (R, V) for the R rows of one decoding step."""
+        if self.training:
             return torch.log_softmax(self.logits(readout), dim=-1)
-        logits_t = torch.addmm(self.generator.bias.unsqueeze(1), self.generator.weight, readout.t())
-        return torch.log_softmax(logits_t.t().contiguous(), dim=-1)
+        return step_log_softmax(readout, self.generator.weight, self.generator.bias)
 
 
 def init_weights(model: nn.Module, scheme: str) -> None:

@@ -7,8 +7,9 @@ Each summary works in two modes that give the same numbers (tests check it):
                          decoder recurrence; Y holds the shifted target
                          embeddings [y_0, E y_1, …, E y_{T-1}], S and C the
                          decoder states s_t and context vectors c_t
-  init_state / step      one step at a time for beam search, carrying a state
-                         dict of batch-first tensors (reordered with the beam)
+  init_state / step      one step at a time for beam search, carrying a State
+                         of per-row entries (ctxnmt.models.state; reordered
+                         with the beam)
 
 Position 0 is the start symbol y_0: a zero vector by default (the authors'
 released code), a learned vector with model.learned_start.  So d_1 is y_0 for
@@ -22,6 +23,7 @@ from torch import nn
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.functional import additive_energy
 from ctxnmt.models.registry import TARGET_CONTEXTS
+from ctxnmt.models.state import State
 
 
 class TargetContext(nn.Module):
@@ -32,8 +34,8 @@ class TargetContext(nn.Module):
     def full(self, prev_emb, mask, states=None, contexts=None):  # pragma: no cover
         raise NotImplementedError
 
-    def init_state(self, rows: int, like: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {}
+    def init_state(self, rows: int, like: torch.Tensor) -> State:
+        return State()
 
     def step(self, state, prev_emb, s=None, c=None):  # pragma: no cover
         raise NotImplementedError
@@ -107,11 +109,11 @@ class MeanResidual(TargetContext):
         return prev_emb.cumsum(1) / steps.view(1, -1, 1)
 
     def init_state(self, rows, like):
-        return {"mean_sum": like.new_zeros(rows, self.out_dim), "mean_count": like.new_zeros(rows, 1)}
+        return State().rows(mean_sum=like.new_zeros(rows, self.out_dim), mean_count=like.new_zeros(rows, 1))
 
     def step(self, state, prev_emb, s=None, c=None):
         total, count = state["mean_sum"] + prev_emb, state["mean_count"] + 1
-        return total / count, {"mean_sum": total, "mean_count": count}
+        return total / count, State().rows(mean_sum=total, mean_count=count)
 
 
 @TARGET_CONTEXTS.register("self-attentive")
@@ -144,8 +146,8 @@ class ContentSelfAttentiveResidual(TargetContext):
         return _causal_softmax(self.scores(prev_emb).unsqueeze(1).expand(-1, prev_emb.size(1), -1))
 
     def init_state(self, rows, like):
-        return {"sa_num": like.new_zeros(rows, self.out_dim), "sa_den": like.new_zeros(rows, 1),
-                "sa_max": like.new_full((rows, 1), float("-inf"))}
+        return State().rows(sa_num=like.new_zeros(rows, self.out_dim), sa_den=like.new_zeros(rows, 1),
+                            sa_max=like.new_full((rows, 1), float("-inf")))
 
     def step(self, state, prev_emb, s=None, c=None):
         e = self.scores(prev_emb).unsqueeze(-1)  # (R, 1)
@@ -153,7 +155,7 @@ class ContentSelfAttentiveResidual(TargetContext):
         carry, w = torch.exp(state["sa_max"] - new_max), torch.exp(e - new_max)
         num = state["sa_num"] * carry + w * prev_emb
         den = state["sa_den"] * carry + w
-        return num / den, {"sa_num": num, "sa_den": den, "sa_max": new_max}
+        return num / den, State().rows(sa_num=num, sa_den=den, sa_max=new_max)
 
 
 class QuerySelfAttentiveResidual(TargetContext):
@@ -191,13 +193,13 @@ class QuerySelfAttentiveResidual(TargetContext):
         return torch.bmm(self.weights(prev_emb, mask, states, contexts), prev_emb)
 
     def init_state(self, rows, like):
-        return {"sa_prev": like.new_zeros(rows, 0, self.out_dim)}
+        return State().rows(sa_prev=like.new_zeros(rows, 0, self.out_dim))  # E y_0 … E y_{t-1}
 
     def step(self, state, prev_emb, s=None, c=None):
         prev = torch.cat([state["sa_prev"], prev_emb.unsqueeze(1)], dim=1)  # (R, t, e)
         e = self.energy(self.keys(prev), prev, self._query(s, c).unsqueeze(1))  # (R, 1, t)
         d = torch.bmm(torch.softmax(e, dim=-1), prev).squeeze(1)
-        return d, {"sa_prev": prev}
+        return d, State().rows(sa_prev=prev)
 
 
 def _causal_softmax(e: torch.Tensor) -> torch.Tensor:

@@ -96,6 +96,28 @@ def test_finished_rows_left_in_the_batch_change_no_hypothesis(beam, monkeypatch)
             assert abs(a.score - b.score) < 1e-5
 
 
+@pytest.mark.parametrize("beam, sentences", [(5, 40), (1, 40), (3, 40)])
+def test_finished_sentences_leave_once_they_hold_an_eighth_of_the_rows(beam, sentences, monkeypatch):
+    """The lazy-drop threshold counts rows, K per sentence: finished rows stay while fewer
+    than an eighth of the rows are finished, whatever the beam size."""
+    import ctxnmt.decoding.beam as search_module
+
+    torch.manual_seed(9)
+    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
+    with torch.no_grad():
+        model.generator.bias[EOS] -= 0.1
+    model.eval()
+    sources = [torch.randint(4, 16, (int(n),)).tolist() for n in torch.randint(1, 10, (sentences,))]
+    parts, advance = [], search_module._Search.advance
+    monkeypatch.setattr(search_module._Search, "advance",
+                        lambda self, part: parts.append(advance(self, part)) or parts[-1])
+    beam_search(model, *pad(sources), beam=beam)
+    parts = [p for p in parts if p is not None]
+    assert any(None in p.active for p in parts)  # finished rows did stay
+    assert all(8 * p.active.count(None) < len(p.active) for p in parts)  # but never an eighth of them
+    assert any(len(b.active) < len(a.active) for a, b in zip(parts, parts[1:]))  # and then left
+
+
 def test_larger_beam_never_finds_a_worse_best_hypothesis_here():
     model = random_model(3)
     small = beam_search(model, *pad(SRC), beam=1, length_penalty=0.0)
@@ -182,3 +204,45 @@ def test_joining_parts_pads_the_encoder_side_and_left_pads_the_words():
     assert both.enc["annotations"].shape[:2] == (3, 5) and float(both.enc["annotations"][2, 2:].abs().sum()) == 0.0
     assert both.steps == [2, 2, 1] and both.history.shape == (3, 2) and int(both.history[2, 0]) == 0
     assert both.history[2, 1] == short.history[0, 0]
+
+
+class _LongSourcesEndFirst(torch.nn.Module):
+    """A model whose sentences with sources of `long` or more words end at their first
+    step (EOS gets log-probability 0): the longest sources leave the search first."""
+
+    def __init__(self, model, long):
+        super().__init__()
+        self.model, self.long = model, long
+        self.vocab_size = model.vocab_size
+
+    def encode(self, src, src_mask):
+        return self.model.encode(src, src_mask)
+
+    def init_state(self, enc, beam=1):
+        return self.model.init_state(enc, beam)
+
+    def step_candidates(self, enc, state, prev, k):
+        logp, state, alpha = self.model.step(enc, state, prev)
+        lengths = enc["src_mask"].sum(1).repeat_interleave(logp.size(0) // enc["src_mask"].size(0))
+        logp[lengths >= self.long, EOS] = 0.0
+        return *logp.topk(k, dim=-1), state, alpha
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_attention_is_returned_when_the_longest_sources_finish_first(beam):
+    """One long source and eight one-word sources (the input of issue 20): when the long one
+    ends, search trims the encoder side's padding, and the attention history with it."""
+    model = random_model(8)
+    with torch.no_grad():
+        model.generator.bias[EOS] -= 3.0  # the short ones run on after the long one has ended
+    sources = [[5, 6, 7, 8] * 7 + [9, 10]] + [[11]] * 8
+    hyps = beam_search(_LongSourcesEndFirst(model, 30), *pad(sources), beam=beam, return_attention=True)
+    assert hyps[0][0].tokens == [] and hyps[0][0].attention.shape == (1, 30)
+    for sent in hyps[1:]:
+        att = sent[0].attention
+        assert len(sent[0].tokens) > 0 and att.size(0) - len(sent[0].tokens) in (0, 1)  # 0: cut at max_len
+        torch.testing.assert_close(att.sum(-1), torch.ones(att.size(0)))
+        # The trimmed columns were padding: all the weight is on the one real source word.
+        torch.testing.assert_close(att[:, 0], torch.ones(att.size(0)))
+    plain = beam_search(model, *pad(sources[1:]), beam=beam)
+    assert [h[0].tokens for h in hyps[1:]] == [h[0].tokens for h in plain]

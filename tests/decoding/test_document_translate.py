@@ -79,3 +79,76 @@ def test_training_a_context_model_needs_document_ids(tmp_path, capsys):
     code, _, err = run(["train", cfg, "--quiet", "--set", "model.doc_aux=aux"], capsys)
     errors = [line for line in err.splitlines() if "error" in line]
     assert code == 2 and len(errors) == 1 and "train.doc: no such file; a document-context model" in errors[0]
+
+
+# -- ensembles with a document-context member, and documents separated by blank lines ------
+
+@pytest.fixture(scope="module")
+def sentence_model_dir(doc_model_dir, tmp_path_factory):
+    """A sentence-level model on the document model's data: the same preprocessing and vocabularies."""
+    tmp = tmp_path_factory.mktemp("sentmodel")
+    cfg = write_config(tmp / "c.yaml", doc_model_dir[1], tmp / "m")
+    assert main([str(a) for a in ["train", cfg, "--quiet", "--set", "training.max_updates=2",
+                                  "--set", "model.hidden_dim=24"]]) == 0
+    return tmp / "m"
+
+
+@pytest.mark.parametrize("doc_first", [True, False])
+def test_an_ensemble_with_a_document_member_reads_the_context_in_either_order(doc_model_dir, sentence_model_dir,
+                                                                              doc_first):
+    dirs = [doc_model_dir[0], sentence_model_dir] if doc_first else [sentence_model_dir, doc_model_dir[0]]
+    translator = Translator.load(dirs)
+    warnings = []
+    translator.warn = warnings.append
+    out = translator.translate(LINES, beam=2, doc_ids=DOCS, batch_size=3)
+    assert len(out) == len(LINES) and out[2].text == "" and warnings == []
+    model, vocab, pre = translator.model, translator.src_vocab, translator.preprocessor
+    ids = {n: vocab.encode(pre.encode(line, "src"), add_eos=False) for n, line in enumerate(LINES) if line}
+    own_context = {0: [], 1: [0], 3: [0, 1], 4: [], 5: [4], 6: [4, 5], 7: []}
+    changed = 0
+    for n, previous in own_context.items():
+        alone = search_ids(model, [ids[n]], translator.config.decoding, beam=2,
+                           context=[[ids[j] for j in previous]])[0][0]
+        assert out[n].score == pytest.approx(alone.score, abs=1e-4), n
+        empty = search_ids(model, [ids[n]], translator.config.decoding, beam=2)[0][0]
+        changed += previous != [] and abs(empty.score - alone.score) > 1e-4
+    assert changed  # the context does reach the document member
+
+
+def test_an_ensemble_through_the_command_line_with_document_ids(doc_model_dir, sentence_model_dir, tmp_path, capsys):
+    src, ids = tmp_path / "in.es", tmp_path / "in.doc"
+    src.write_text("\n".join(LINES) + "\n")
+    ids.write_text("\n".join(DOCS) + "\n")
+    outputs = []
+    for dirs in ([doc_model_dir[0], sentence_model_dir], [sentence_model_dir, doc_model_dir[0]]):
+        hyp = tmp_path / f"out{len(outputs)}.en"
+        code, _, err = run(["translate", *dirs, "-i", src, "--doc-ids", ids, "-o", hyp, "--beam", "2"], capsys)
+        assert code == 0 and "warning" not in err
+        outputs.append(hyp.read_text())
+    assert outputs[0] == outputs[1] and len(outputs[0].split("\n")) == len(LINES) + 1
+
+
+def test_documents_separated_by_blank_lines(doc_model_dir, tmp_path, capsys):
+    """--doc-blank-lines: each run of non-blank lines is a document; blank lines stay blank,
+    and the output equals that of --doc-ids with the same documents."""
+    from ctxnmt.data.documents import blank_line_documents
+
+    assert blank_line_documents(["", "a", "b", "", "", "c", ""]) == ["doc1", "doc1", "doc1", "doc1", "doc1",
+                                                                       "doc2", "doc2"]
+    blank = ["el gato 1 .", "el gato 2 .", "", "el gato 4 .", "el gato 5 . el gato 6 .", "", "", "el gato 8 ."]
+    docs = ["a", "a", "a", "b", "b", "b", "b", "c"]
+    src, ids, hyp, ref = tmp_path / "in.es", tmp_path / "in.doc", tmp_path / "out.en", tmp_path / "ref.en"
+    src.write_text("\n".join(blank) + "\n")
+    ids.write_text("\n".join(docs) + "\n")
+    code, _, err = run(["translate", doc_model_dir[0], "-i", src, "--doc-blank-lines", "-o", hyp, "--beam", "2",
+                        "--nbest", "2"], capsys)
+    assert code == 0 and "warning" not in err
+    code, _, _ = run(["translate", doc_model_dir[0], "-i", src, "--doc-ids", ids, "-o", ref, "--beam", "2",
+                      "--nbest", "2"], capsys)
+    assert code == 0 and hyp.read_text() == ref.read_text()
+    code, _, _ = run(["translate", doc_model_dir[0], "-i", src, "-o", ref, "--beam", "2", "--nbest", "2"], capsys)
+    assert code == 0 and hyp.read_text() != ref.read_text()  # without documents: other scores
+    code, _, _ = run(["translate", doc_model_dir[0], "-i", src, "--doc-blank-lines", "-o", hyp], capsys)
+    assert code == 0 and len(hyp.read_text().split("\n")[:-1]) == len(blank)
+    code, _, err = run(["translate", doc_model_dir[0], "-i", src, "--doc-blank-lines", "--doc-ids", ids], capsys)
+    assert code == 2 and "use one" in err and len(err.strip().splitlines()) == 1

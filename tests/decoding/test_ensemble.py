@@ -40,10 +40,15 @@ def assert_same(a, b, tol):
 
 
 def test_packing_keeps_members_apart_and_shared_entries_shared():
-    trees = [{"s": torch.zeros(2), "_U1": torch.ones(1)}, {"s": torch.ones(2), "sar_mem": torch.ones(2, 0)}]
+    from ctxnmt.models.state import State
+
+    trees = [State().rows(s=torch.tensor([0.0, 1.0])).shared(U1=torch.ones(1)),
+             State().rows(s=torch.tensor([2.0, 3.0]), sar_mem=torch.ones(2, 0))]
     packed = pack(trees)
-    assert set(packed) == {"0.s", "_0._U1", "1.s", "1.sar_mem"}
-    assert unpack(packed, 2) == trees
+    assert set(packed.parts) == {"0", "1"} and unpack(packed, 2) == trees
+    moved = unpack(packed.select(torch.tensor([1, 1, 0])), 2)
+    assert moved[0]["s"].tolist() == [1.0, 1.0, 0.0] and moved[1]["s"].tolist() == [3.0, 3.0, 2.0]
+    assert moved[0]["U1"] is trees[0]["U1"] and moved[1]["sar_mem"].shape == (3, 0)
 
 
 @pytest.mark.parametrize("mode", ["logprob", "prob"])

@@ -104,7 +104,6 @@ def test_incremental_decoding_matches_teacher_forcing(name, decoder):
 def test_beam_rows_share_their_sentence_summary(name):
     """With K hypotheses per sentence, every row continues with its own sentence's D, and
     reordered rows continue as the rows they were copied from."""
-    from ctxnmt.decoding.beam import select_rows
 
     model = doc_model(**INTEGRATIONS[name])
     src, src_mask = pad(SRC)
@@ -120,7 +119,7 @@ def test_beam_rows_share_their_sentence_summary(name):
         perm = torch.tensor([1, 0, 2, 3, 5, 4])  # rows stay within their sentence
         prev = tgt[:, 0].repeat_interleave(K)
         ref_logp, _, _ = model.step(enc, state, prev)
-        logp_perm, _, _ = model.step(enc, select_rows(state, perm), prev[perm])
+        logp_perm, _, _ = model.step(enc, state.select(perm), prev[perm])
     torch.testing.assert_close(logp_perm, ref_logp[perm], atol=1e-6, rtol=0)
 
 
@@ -201,14 +200,16 @@ def test_every_encoder_starts_from_the_document_state(encoder, cell):
 @pytest.mark.parametrize("decoder", ["cgru", "memory-rnn"])
 @pytest.mark.parametrize("name", list(INTEGRATIONS))
 def test_encoder_side_entries_with_a_source_axis_are_the_declared_ones(name, decoder):
-    """Search pads and trims exactly SOURCE_POSITION_ENTRIES along the source axis when
+    """Search pads and trims exactly the entries declared POSITIONS along the source axis when
     batches join (decoding.beam); any other entry with that axis would be cut wrongly."""
-    from ctxnmt.models.decoders import SOURCE_POSITION_ENTRIES
+    from ctxnmt.models.state import Kind
 
     model = doc_model(decoder, **INTEGRATIONS[name])
     src, src_mask = (torch.nn.functional.pad(x, (0, 4)) for x in pad(SRC))  # 11 positions: no size of doc_model
     with torch.no_grad():
         enc = model.encode(src, src_mask, pad_context(CONTEXT, 3))
         model.step(enc, model.init_state(enc, beam=2), None)  # beams add their values at the first step
-    with_axis = {k for k, v in enc.items() if not k.startswith("_") and v.dim() >= 2 and v.size(1) == src.size(1)}
-    assert with_axis <= set(SOURCE_POSITION_ENTRIES) and {"annotations", "src_mask", "keys", "values"} <= with_axis
+    with_axis = {k for k, v in enc.items() if enc.kind(k) is not Kind.SHARED and v.dim() >= 2
+                 and v.size(1) == src.size(1)}
+    declared = {k for k in enc if enc.kind(k) is Kind.POSITIONS}
+    assert with_axis == declared and {"annotations", "src_mask", "keys", "values"} <= with_axis

@@ -202,3 +202,27 @@ def test_linear_cross_entropy_through_the_kernel_matches_the_pytorch_path(monkey
         results.append([loss.detach(), *torch.autograd.grad(2.0 * loss, leaves)])
     for fused, plain in zip(*results):
         torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_the_library_is_keyed_on_the_cpus_instruction_set(monkeypatch):
+    """-march=native binaries crash on a CPU without one of their instructions: a cache
+    shared across machines must give each instruction set its own library."""
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: "avx2 fma sse4_2")
+    path = kernels.library_path()
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: "avx2 avx512f fma sse4_2")
+    assert kernels.library_path() != path and kernels.library_path().parent == path.parent
+
+
+def test_a_build_leaves_path_alone_and_a_failed_one_falls_back(tmp_path):
+    """The build runs in a child process (whose PATH gains the venv's bin for ninja); this
+    process's PATH stays as it was, and a build that fails leaves no library behind."""
+    import subprocess
+    import sys
+
+    script = ("import os; before = os.environ['PATH']; from ctxnmt.models import kernels; "
+              "print(kernels.available(), os.environ['PATH'] == before)")
+    env = {**os.environ, "CTXNMT_KERNEL_CACHE": str(tmp_path), "CXX": "/bin/false", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["False", "True"], done.stderr
+    assert "fused CPU kernels unavailable, using plain PyTorch" in done.stderr
+    assert not list(tmp_path.rglob("*.so"))

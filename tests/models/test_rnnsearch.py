@@ -151,13 +151,13 @@ def test_searchs_word_input_table_follows_every_weight_change():
 
     with torch.no_grad():
         first = second_step()
-        table = model._word_inputs[1]
+        table = model._word_inputs.table
         assert table.shape == (16, 30)
         torch.testing.assert_close(first, without_table(), rtol=0, atol=1e-6)
         model.decoder.gru1.W.bias.add_(0.5)
         model.tgt_emb.weight.mul_(1.5)
         changed = second_step()
-        assert model._word_inputs[1] is not table
+        assert model._word_inputs.table is not table
         torch.testing.assert_close(changed, without_table(), rtol=0, atol=1e-6)
         assert (changed - first).abs().max() > 1e-3
         model.load_state_dict(small_model().state_dict())

@@ -100,7 +100,6 @@ def test_incremental_decoding_matches_teacher_forcing(name, variant, decoder):
 @pytest.mark.parametrize("name, variant", CASES)
 def test_beam_reorder_keeps_states_consistent(name, variant, decoder):
     """Reordered rows continue exactly as the rows they were copied from."""
-    from ctxnmt.decoding.beam import select_rows
 
     model = small_model(target_context=name, decoder=decoder, **VARIANTS[variant])
     src, src_mask = pad(SRC)
@@ -112,7 +111,7 @@ def test_beam_reorder_keeps_states_consistent(name, variant, decoder):
         _, state, _ = model.step(enc, state, None)
         _, state, _ = model.step(enc, state, tgt[:, 0])
         logp_ref, _, _ = model.step(enc, state, tgt[:, 1])
-        logp_perm, _, _ = model.step(select_rows(enc, perm), select_rows(state, perm), tgt[perm, 1])
+        logp_perm, _, _ = model.step(enc.select(perm), state.select(perm), tgt[perm, 1])
     torch.testing.assert_close(logp_perm, logp_ref[perm], atol=1e-6, rtol=0)
 
 
