@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "ctxnmt.lm.commands",
     "ctxnmt.analysis.commands",
     "ctxnmt.experiments.commands",
+    "ctxnmt.judge.commands",
 )
 
 
