@@ -19,7 +19,10 @@ source word of its largest M[j][i].
 Gold alignments number those words from 0 (Pharaoh) or 1 (NAACL), so give source and
 reference already tokenised as the gold was (the Moses tokeniser leaves tokenised
 text unchanged); a line whose word count differs from its number of
-whitespace-separated tokens is an error that names it.
+whitespace-separated tokens is an error that names it.  A silver file written by
+--write-silver numbers the model's own words of the raw text: read it back with
+--gold-words model (any model with the same tokenisation), so that every model is
+scored against the same silver links.
 """
 from __future__ import annotations
 
@@ -102,6 +105,9 @@ def register(sub) -> None:
                       help="align input and reference with eflomal + grow-diag-final instead (a silver standard)")
     p.add_argument("--gold-format", choices=("pharaoh", "naacl"), default="pharaoh")
     p.add_argument("--possible", help="Pharaoh file of possible links, line-aligned with --gold")
+    p.add_argument("--gold-words", choices=("whitespace", "model"), default="whitespace",
+                   help="what the gold's positions count: the input's whitespace tokens (checked against the "
+                        "model's words) or the model's own words (as in a --write-silver file)")
     p.add_argument("--silver-train", nargs=2, metavar=("SRC", "TGT"),
                    help="the corpus eflomal learns from (default: the model's training corpus)")
     p.add_argument("--write-silver", metavar="F", help="write the silver links (Pharaoh) here")
@@ -127,8 +133,9 @@ def cmd_alignment(args) -> int:
     if args.silver:
         gold, label = silver_gold(translator, args, forced, keep), "silver"
     else:
-        check_tokenised([src[k] for k in keep], [forced[k][0] for k in keep], args.input)
-        check_tokenised([ref[k] for k in keep], [forced[k][1] for k in keep], args.reference)
+        if args.gold_words == "whitespace":
+            check_tokenised([src[k] for k in keep], [forced[k][0] for k in keep], args.input)
+            check_tokenised([ref[k] for k in keep], [forced[k][1] for k in keep], args.reference)
         gold, label = read_gold(args, len(src)), "gold"
         check_bounds(gold, [len(s) for s, _, _ in forced], [len(t) for _, t, _ in forced], args.gold)
         gold = [gold[k] for k in keep]

@@ -203,9 +203,16 @@ def test_alignment_command_errors(tmp_path, capsys):
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     raw = tmp_path / "raw.es"
     raw.write_text("el gato 3.\nel gato 11 .\n", encoding="utf-8")  # Moses splits "3." into "3 ."
-    g.write_text("0-0\n0-0\n", encoding="utf-8")
+    g.write_text("0-0\n3-3\n", encoding="utf-8")
     code, _, err = run(["analyze", "alignment", model, "-i", raw, "-r", ref, "--gold", g], capsys)
     assert code == 2 and "raw.es:1: the model's tokenisation gives 4 words but the line has 3 tokens" in err
+    # positions of the model's own words (a --write-silver file): raw text is fine, the bounds still hold
+    assert run(["analyze", "alignment", model, "-i", raw, "-r", ref, "--gold", g, "--gold-words", "model"],
+               capsys)[0] == 0
+    g.write_text("0-0\n4-3\n", encoding="utf-8")
+    code, _, err = run(["analyze", "alignment", model, "-i", raw, "-r", ref, "--gold", g, "--gold-words", "model"],
+                       capsys)
+    assert code == 2 and "sentence 2: link 4-3 (0-based) is outside the sentence (4 source words" in err
     short = tmp_path / "short.en"
     short.write_text("the cat\n", encoding="utf-8")
     code, _, err = run(["analyze", "alignment", model, "-i", src, "-r", short, "--gold", g], capsys)
