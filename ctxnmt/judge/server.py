@@ -113,4 +113,7 @@ def make_server(study_path: str, host: str = "127.0.0.1", port: int = 8765) -> T
     with open_study(study_path):  # refuse a bad file before listening
         pass
     handler = type("StudyHandler", (JudgeHandler,), {"study_path": study_path})
-    return ThreadingHTTPServer((host, port), handler)
+    try:
+        return ThreadingHTTPServer((host, port), handler)
+    except OSError as err:
+        raise DataError(f"cannot listen on {host}:{port} ({err.strerror})") from None

@@ -48,3 +48,6 @@ def test_api_answers_undo_errors_and_kill(tmp_path, capsys):
     with judge_server(study) as (_, base):  # resume after a restart
         status, state = call(base, "api/state?judge=ana")
         assert state["done"] == 1 and state["item"] == second
+        port = base.rsplit(":", 1)[1].strip("/")
+        code, _, err = run(["judge", "serve", study, "--port", port], capsys)  # the port is taken
+        assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err
