@@ -158,7 +158,8 @@ def cmd_alignment(args) -> int:
 
 
 def format_result(r: dict) -> str:
-    against = r.get("alignment_label", f"gold {r['alignment_file']}")
+    # a file given with --gold is named as it is (it may itself be a --write-silver file)
+    against = r.get("alignment_label", f"the links in {r['alignment_file']}")
     return (f"AER {r['aer']:.4f}  SAER {r['saer']:.4f}  on {r['sentences']} sentences "
             f"({r['sure_links']} sure, {r['possible_links']} possible links)  against: {against}\n")
 

@@ -235,13 +235,13 @@ def _add_output(agg: Aggregate, translator, ids: list[list[int]], beam: int | No
         spans.append(word_spans(out_tokens) + [("</s>", len(out_tokens), len(out_tokens) + 1)])
     tags = output_tagger([[w for w, _, _ in sp[:-1]] for sp in spans]) if output_tagger else None
     for k, (sentence_spans, alpha) in enumerate(zip(spans, alphas)):
-        per_word = {f"gate_{name}": word_values(values[k], sentence_spans) for name, values in gates.items()}
+        per_word = {f"gate_{name}": [v[0] for v in word_values(values[k], sentence_spans)]
+                    for name, values in gates.items()}  # {column: one value per word}
         if alpha is not None:
             weights = word_values(alpha, sentence_spans)
             per_word.update({name: [w[n] for w in weights] for n, name in enumerate(OUTPUT_WEIGHTS)})
         for w, (word, _, _) in enumerate(sentence_spans):
-            named = {key: (values[w][0] if isinstance(values[w], list) else values[w])
-                     for key, values in per_word.items()}
+            named = {key: values[w] for key, values in per_word.items()}
             agg.add("output-word", word, named)
             agg.add("all", "output words", named)
             if tags is not None and w < len(tags[k]):

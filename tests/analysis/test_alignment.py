@@ -166,7 +166,7 @@ def test_alignment_command_end_to_end(tmp_path, capsys):
     assert all(0 <= int(x) < 4 for line in silver.read_text().split() for x in line.split("-"))
     # the same silver file as gold gives the same scores; the model's own links as gold give AER 0
     code, stdout, _ = run(["analyze", "alignment", model, "-i", src, "-r", ref, "--gold", silver, "-o", out], capsys)
-    assert code == 0 and "against: gold" in stdout
+    assert code == 0 and f"against: the links in {silver}" in stdout
     again = json.loads(out.read_text())
     assert (again["aer"], again["saer"]) == pytest.approx((result["aer"], result["saer"]))
     code, stdout, _ = run(["analyze", "alignment", model, "-i", src, "-r", ref, "--gold", links, "-o", out], capsys)
