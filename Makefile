@@ -22,13 +22,20 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m ctxnmt.models.kernels
 	@touch $@
 
-# The SWORD Bible modules and the diatheke reader, from Debian.
+# The SWORD Bible modules and the diatheke reader, from Debian; Chromium and its driver
+# for the judge page's browser test; apertium-eng-spa for the POS tags of `analyze gates`.
 sysdeps:
 	@if ! command -v diatheke >/dev/null || ! diatheke -b system -k modulelist 2>/dev/null | grep -q spaRV1909eb \
 	    || ! diatheke -b system -k modulelist 2>/dev/null | grep -q engKJV2006eb; then \
 	  echo "installing diatheke and the SWORD Bible modules with apt"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    diatheke sword-text-sparv sword-text-kjv >/dev/null; \
+	fi
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null \
+	    || [ ! -f /usr/share/apertium/apertium-eng-spa/spa-eng.prob ]; then \
+	  echo "installing chromium, chromium-driver and apertium-eng-spa with apt"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    chromium chromium-driver apertium-eng-spa >/dev/null; \
 	fi
 
 # Headless Chromium and its driver for the web page's browser test (tests/serve/test_browser.py).

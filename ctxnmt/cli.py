@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "ctxnmt.analysis.commands",
     "ctxnmt.experiments.commands",
     "ctxnmt.serve.commands",
+    "ctxnmt.judge.commands",
 )
 
 

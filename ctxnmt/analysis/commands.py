@@ -11,6 +11,7 @@ ANALYSIS_MODULES = (
     "ctxnmt.analysis.target_attention",
     "ctxnmt.analysis.gates",
     "ctxnmt.analysis.curves",
+    "ctxnmt.analysis.alignment",
 )
 
 

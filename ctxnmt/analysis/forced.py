@@ -64,3 +64,20 @@ def word_attention(alpha: torch.Tensor, groups: list[list[int]]) -> list[list[fl
         row = alpha[group[0]]  # predicting subword group[0] (position group[0] + 1)
         A.append([float(sum(row[1 + i] for i in groups[v])) for v in range(w)])
     return A
+
+
+@torch.no_grad()
+def source_attention(model, src_ids: list[list[int]], tgt_ids: list[list[int]],
+                     batch_size: int = 32) -> list[torch.Tensor]:
+    """α (T, S) per sentence under teacher forcing: row t-1 holds the attention over the
+    S source subwords when predicting y_t, T = len(tgt_ids[b]) (its EOS included)."""
+    model.eval()
+    device = model.start.device
+    out: list[torch.Tensor] = []
+    for start in range(0, len(src_ids), batch_size):
+        src, src_mask = (t.to(device) for t in pad(src_ids[start: start + batch_size]))
+        tgt, tgt_mask = (t.to(device) for t in pad(tgt_ids[start: start + batch_size]))
+        _, alpha = model(src, src_mask, tgt, tgt_mask)
+        for b, (s, t) in enumerate(zip(src_ids[start: start + batch_size], tgt_ids[start: start + batch_size])):
+            out.append(alpha[b, : len(t), : len(s)].float().cpu().clone())
+    return out

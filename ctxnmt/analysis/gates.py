@@ -21,6 +21,7 @@ input that is already tokenised (Moses tokenisation leaves it unchanged).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import sys
 from dataclasses import dataclass, field
@@ -71,6 +72,51 @@ def output_weights(model, src_ids: list[list[int]], out_ids: list[list[int]]) ->
     return [alpha[b, : len(ids) + 1] for b, ids in enumerate(out_ids)]
 
 
+DECODER_CELLS = ("gru1", "gru2")  # the cGRU's two transitions: reading E y_{t-1}, then c_t
+
+
+def decoder_gate_cells(model) -> dict[str, AdaptiveGRUCell]:
+    cells = {f"decoder-{name}": getattr(model.decoder, name, None) for name in DECODER_CELLS}
+    return {name: cell for name, cell in cells.items() if isinstance(cell, AdaptiveGRUCell)}
+
+
+@contextlib.contextmanager
+def recording_hyper_gates(cells: dict[str, AdaptiveGRUCell]):
+    """Record g = σ(W_g x + U_g h) of each cell's every combine() call, as the model computes it:
+    the instance attribute shadows the class's method until the block ends."""
+    record: dict[str, list[torch.Tensor]] = {name: [] for name in cells}
+    for name, cell in cells.items():
+        def combine(xp, hp, h, _cell=cell, _out=record[name], _original=cell.combine):
+            _out.append(_cell.hyper_gate(xp, hp).mean(-1))
+            return _original(xp, hp, h)
+        cell.combine = combine
+    try:
+        yield record
+    finally:
+        for cell in cells.values():
+            del cell.combine
+
+
+@torch.no_grad()
+def decoder_gates(model, src_ids: list[list[int]], out_ids: list[list[int]]) -> dict[str, list[torch.Tensor]]:
+    """{decoder-gru1|decoder-gru2: [mean hyper-gate value per output token (len_i + 1,) (EOS appended)]}
+    of the decoder's hyper-gated transitions, teacher-forced on the given outputs."""
+    cells = decoder_gate_cells(model)
+    if not cells:
+        return {}
+    model.eval()
+    device = model.start.device
+    src, src_mask = (t.to(device) for t in pad(src_ids))
+    tgt, tgt_mask = (t.to(device) for t in pad([ids + [EOS] for ids in out_ids]))
+    with recording_hyper_gates(cells) as record:
+        model.decoder.recurrence(model.encode(src, src_mask), model.previous_embeddings(tgt))
+    out = {}
+    for name, steps in record.items():
+        g = torch.stack(steps, 1)  # (B, T)
+        out[name] = [g[b, : len(ids) + 1] for b, ids in enumerate(out_ids)]
+    return out
+
+
 # -- subwords to words ----------------------------------------------------------------------
 
 def word_spans(tokens: list[str], separator: str = "@@") -> list[tuple[str, int, int]]:
@@ -96,7 +142,7 @@ def word_values(values: torch.Tensor, spans) -> list[list[float]]:
 
 @dataclass
 class Row:
-    section: str  # source-word | source-tag | output-word | all
+    section: str  # source-word | source-tag | output-word | output-tag | all
     item: str
     count: int = 0
     sums: dict[str, float] = field(default_factory=dict)
@@ -118,7 +164,7 @@ class Aggregate:
         self.rows.setdefault((section, item), Row(section, item)).add(values)
 
     def sorted_rows(self) -> list[Row]:
-        order = {"all": 0, "source-word": 1, "source-tag": 2, "output-word": 3}
+        order = {"all": 0, "source-word": 1, "source-tag": 2, "output-word": 3, "output-tag": 4}
         return sorted(self.rows.values(), key=lambda r: (order[r.section], -r.count, r.item))
 
 
@@ -136,13 +182,16 @@ def check_tags(tags: list[str], spans_per_line: list[list], tags_path: str) -> l
 
 
 def analyse_lines(translator, lines: list[str], tags: list[str] | None = None, beam: int | None = None,
-                  tags_path: str = "tags", batch_size: int = 32) -> list[Row]:
-    """Mean gate values per source word, per tag and per output word (see the module doc)."""
+                  tags_path: str = "tags", batch_size: int = 32, output_tagger=None) -> list[Row]:
+    """Mean gate values per source word, per tag and per output word (see the module doc).
+
+    `output_tagger`: words (list of lists) → tags, for the output-tag section."""
     model = translator.model
     gated = has_hyper_gates(model.encoder)
+    decoder_gated = bool(decoder_gate_cells(model))
     adaptive_output = isinstance(model.decoder.output, AdaptiveOutput)
-    if not gated and not adaptive_output:
-        raise ConfigError("this model has no adaptive gates (no adaptive-gru cell in its encoder and "
+    if not gated and not adaptive_output and not decoder_gated:
+        raise ConfigError("this model has no adaptive gates (no adaptive-gru cell in its encoder or decoder and "
                           "model.output is not 'adaptive'): nothing to analyse")
     tokens = [translator.preprocessor.encode(line, "src") if line.strip() else [] for line in lines]
     spans = [word_spans(t) for t in tokens]
@@ -154,8 +203,8 @@ def analyse_lines(translator, lines: list[str], tags: list[str] | None = None, b
         ids = [translator.src_vocab.encode(tokens[i], add_eos=False) for i in index]
         if gated:
             _add_source(agg, encoder_gates(model, ids), [spans[i] for i in index], [tag_lists[i] for i in index])
-        if adaptive_output:
-            _add_output(agg, translator, ids, beam)
+        if adaptive_output or decoder_gated:
+            _add_output(agg, translator, ids, beam, adaptive_output, output_tagger)
     return agg.sorted_rows()
 
 
@@ -170,19 +219,33 @@ def _add_source(agg: Aggregate, gates: dict[str, list[torch.Tensor]], spans: lis
                 agg.add("source-tag", sentence_tags[w], values)
 
 
-def _add_output(agg: Aggregate, translator, ids: list[list[int]], beam: int | None) -> None:
+def _add_output(agg: Aggregate, translator, ids: list[list[int]], beam: int | None, adaptive_output: bool,
+                output_tagger=None) -> None:
     from ctxnmt.decoding.translator import search_ids
 
     dec = translator.config.decoding
-    hyps = search_ids(translator.model, ids, dec, beam or dec.beam, device=translator.device)
+    model = translator.model
+    hyps = search_ids(model, ids, dec, beam or dec.beam, device=translator.device)
     outs = [h[0].tokens if h else [] for h in hyps]
-    for out_ids, alpha in zip(outs, output_weights(translator.model, ids, outs)):
+    alphas = output_weights(model, ids, outs) if adaptive_output else [None] * len(outs)
+    gates = decoder_gates(model, ids, outs)
+    spans = []
+    for out_ids in outs:
         out_tokens = [translator.tgt_vocab.token(i) for i in out_ids]
-        spans = word_spans(out_tokens) + [("</s>", len(out_tokens), len(out_tokens) + 1)]
-        for (word, _, _), values in zip(spans, word_values(alpha, spans)):
-            named = dict(zip(OUTPUT_WEIGHTS, values))
+        spans.append(word_spans(out_tokens) + [("</s>", len(out_tokens), len(out_tokens) + 1)])
+    tags = output_tagger([[w for w, _, _ in sp[:-1]] for sp in spans]) if output_tagger else None
+    for k, (sentence_spans, alpha) in enumerate(zip(spans, alphas)):
+        per_word = {f"gate_{name}": [v[0] for v in word_values(values[k], sentence_spans)]
+                    for name, values in gates.items()}  # {column: one value per word}
+        if alpha is not None:
+            weights = word_values(alpha, sentence_spans)
+            per_word.update({name: [w[n] for w in weights] for n, name in enumerate(OUTPUT_WEIGHTS)})
+        for w, (word, _, _) in enumerate(sentence_spans):
+            named = {key: values[w] for key, values in per_word.items()}
             agg.add("output-word", word, named)
             agg.add("all", "output words", named)
+            if tags is not None and w < len(tags[k]):
+                agg.add("output-tag", tags[k][w], named)
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -209,7 +272,7 @@ def format_table(rows: list[Row], top: int = 20) -> str:
     """Per section, the `top` most frequent items with their mean values."""
     cols = columns(rows)
     lines = []
-    for section in ("all", "source-word", "source-tag", "output-word"):
+    for section in ("all", "source-word", "source-tag", "output-word", "output-tag"):
         chosen = [r for r in rows if r.section == section][:top]
         if not chosen:
             continue
@@ -226,12 +289,29 @@ def format_table(rows: list[Row], top: int = 20) -> str:
 
 # -- command ---------------------------------------------------------------------------------
 
+def source_words(translator, lines: list[str]) -> list[list[str]]:
+    """The words (tokenised, truecased, BPE joined) the analysis reports, per line."""
+    return [[w for w, _, _ in word_spans(translator.preprocessor.encode(line, "src"))] if line.strip() else []
+            for line in lines]
+
+
+def tag_lines(translator, lines: list[str]) -> list[str]:
+    """Universal POS tags of the source words, one line of tags per input line."""
+    from ctxnmt.analysis.tagger import apertium_tags
+
+    return [" ".join(t) for t in apertium_tags(source_words(translator, lines), translator.config.data.src_lang)]
+
+
 def register(sub) -> None:
     p = sub.add_parser("gates", help="mean hyper-gate values per source word/tag and adaptive output weights "
                                      "per output word")
     p.add_argument("model_dir")
     p.add_argument("-i", "--input", required=True, help="source text, one sentence per line")
-    p.add_argument("--tags", help="one tag per tokenised source word, one line per input line (e.g. POS)")
+    tags = p.add_mutually_exclusive_group()
+    tags.add_argument("--tags", help="one tag per tokenised source word, one line per input line (e.g. POS)")
+    tags.add_argument("--tagger", choices=("apertium",),
+                      help="tag the source words with Universal POS tags (Debian's apertium-eng-spa)")
+    p.add_argument("--write-tags", metavar="F", help="with --tagger: write the tags made (the --tags format)")
     p.add_argument("-o", "--output", help="CSV file (written atomically); default: the table only")
     p.add_argument("--beam", type=int, help="beam size for the translations whose α are reported")
     p.add_argument("--top", type=int, default=20, help="items per section in the printed table")
@@ -246,7 +326,19 @@ def cmd_gates(args) -> int:
     lines = read_lines(args.input, allow_empty=True)
     tags = read_lines(args.tags, allow_empty=True) if args.tags else None
     translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
-    rows = analyse_lines(translator, lines, tags, beam=args.beam, tags_path=args.tags or "tags")
+    if args.tagger:
+        tags = tag_lines(translator, lines)
+        if args.write_tags:
+            with atomic_write(args.write_tags, "w") as fh:
+                fh.writelines(t + "\n" for t in tags)
+    output_tagger = None
+    if args.tagger:
+        from ctxnmt.analysis.tagger import apertium_tags
+
+        def output_tagger(words):
+            return apertium_tags(words, translator.config.data.tgt_lang)
+    rows = analyse_lines(translator, lines, tags, beam=args.beam, tags_path=args.tags or "tags",
+                         output_tagger=output_tagger)
     if args.output:
         write_csv(rows, args.output)
     sys.stdout.write(format_table(rows, args.top) + "\n")

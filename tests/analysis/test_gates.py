@@ -131,3 +131,26 @@ def test_stacked_gates_name_every_layer():
         torch.testing.assert_close(gates["layer2-backward"][0],
                                    literal_gates(model.encoder.layers[1].bwd, upper_inputs, reverse=True),
                                    atol=1e-6, rtol=0)
+
+
+def test_decoder_gates_match_literal_equation_at_the_first_step():
+    """GRU_1 reads y_0 with state s_0; GRU_2 reads c_1 = Σ α_1i h_i with state s'_1 = GRU_1's output."""
+    from ctxnmt.analysis.gates import decoder_gates
+
+    model = small_model(cell="adaptive-gru")
+    outs = [[5, 6], [7], []]
+    gates = decoder_gates(model, SRC, outs)
+    assert set(gates) == {"decoder-gru1", "decoder-gru2"}
+    dec = model.decoder
+    with torch.no_grad():
+        for b, (src, out) in enumerate(zip(SRC, outs)):
+            assert gates["decoder-gru1"][b].shape == (len(out) + 1,)
+            enc = model.encode(torch.tensor([src]), torch.ones(1, len(src)))
+            s0 = dec.initial_state(enc)[0]
+            _, _, alpha = model.step(enc, model.init_state(enc), None)
+            y0 = model.start.reshape(-1)
+            torch.testing.assert_close(gates["decoder-gru1"][b][0], literal_gate(dec.gru1, y0, s0), atol=1e-6, rtol=0)
+            s1 = ref.cell_step(dec.gru1, y0, s0)
+            c1 = alpha[0] @ enc["annotations"][0]
+            torch.testing.assert_close(gates["decoder-gru2"][b][0], literal_gate(dec.gru2, c1, s1), atol=1e-6, rtol=0)
+    assert decoder_gates(small_model(), SRC, outs) == {}  # plain GRU: no hyper-gates

@@ -1,0 +1,1 @@
+"""Blind pairwise human ranking of translations (`ctxnmt judge`)."""

@@ -1,0 +1,77 @@
+"""`ctxnmt judge create|serve|report`: a blind pairwise ranking study from start to table."""
+from __future__ import annotations
+
+import sys
+
+from ctxnmt.utils.io import atomic_write
+
+
+def register(sub) -> None:
+    p = sub.add_parser("judge", help="blind pairwise human ranking of system outputs (create, serve, report)")
+    inner = p.add_subparsers(dest="judge_command", required=True, metavar="ACTION")
+
+    c = inner.add_parser("create", help="sample items and write a new study file (SQLite)")
+    c.add_argument("--src", required=True, help="source text, one sentence per line")
+    c.add_argument("--ref", help="reference translations, shown to the judges when given")
+    c.add_argument("--system", action="append", required=True, metavar="NAME=FILE",
+                   help="a system's output, line-aligned with --src; two or more (every pair is judged)")
+    c.add_argument("--n", type=int, default=50, help="source sentences sampled (default 50, as in the papers)")
+    c.add_argument("--seed", type=int, default=1, help="seed of the sample and of the left/right sides")
+    c.add_argument("-o", "--output", required=True, help="the study file to create (never overwritten)")
+    c.set_defaults(func=cmd_create)
+
+    s = inner.add_parser("serve", help="the judging web page for a study")
+    s.add_argument("study")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8765, help="port (0: any free port; the URL is printed)")
+    s.set_defaults(func=cmd_serve)
+
+    r = inner.add_parser("report", help="per pair % higher / equal / lower, sign test, agreement")
+    r.add_argument("study")
+    r.add_argument("--format", choices=("md", "csv"), default="md")
+    r.add_argument("-o", "--output", help="write the report here (atomically) instead of stdout")
+    r.set_defaults(func=cmd_report)
+
+
+def cmd_create(args) -> int:
+    from ctxnmt.data.corpus import read_lines
+    from ctxnmt.judge.study import System, create_study, parse_system
+
+    src = read_lines(args.src)
+    ref = read_lines(args.ref) if args.ref else None
+    systems = []
+    for spec in args.system:
+        name, path = parse_system(spec)
+        systems.append(System(name, path, read_lines(path, allow_empty=True)))
+    counts = create_study(args.output, src, ref, systems, args.n, args.seed, args.src, args.ref)
+    print(f"{args.output}: {counts['segments']} sentences × {counts['pairs']} pairs = {counts['items']} items, "
+          f"{counts['identical']} with identical outputs (not shown, reported apart)")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from ctxnmt.judge.server import make_server
+
+    server = make_server(args.study, args.host, args.port)
+    host, port = server.server_address[:2]
+    print(f"judging {args.study} at http://{host}:{port}/ (Ctrl-C stops; answers are saved as given)", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
+def cmd_report(args) -> int:
+    from ctxnmt.judge.report import format_csv, format_markdown, overall_agreement, report_rows
+    from ctxnmt.judge.study import meta, open_study
+
+    with open_study(args.study) as db:
+        rows = report_rows(db)
+        text = format_csv(rows) if args.format == "csv" else format_markdown(rows, meta(db), overall_agreement(db))
+    if args.output:
+        with atomic_write(args.output, "w") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0

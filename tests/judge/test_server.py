@@ -1,0 +1,53 @@
+"""`ctxnmt judge serve` over HTTP on 127.0.0.1: the API's answers, its 4xx for bad
+requests, and nothing lost when the server is killed mid-study."""
+from __future__ import annotations
+
+import urllib.request
+
+from ctxnmt.judge.study import open_study
+from tests.judge.common import call, judge_server, write_study_inputs
+from tests.test_cli import run
+
+
+def test_api_answers_undo_errors_and_kill(tmp_path, capsys):
+    study = tmp_path / "study.sqlite"
+    assert run(["judge", "create", *write_study_inputs(tmp_path), "--n", "5", "-o", study], capsys)[0] == 0
+    with judge_server(study) as (proc, base):
+        with urllib.request.urlopen(base, timeout=10) as page:
+            html = page.read().decode()
+        assert "Left is better" in html and "Undo" in html
+        status, state = call(base, "api/state?judge=ana")
+        assert status == 200 and (state["done"], state["total"]) == (0, 8)
+        first = state["item"]
+        assert set(first) == {"item", "src", "ref", "left", "right"} and first["left"] != first["right"]
+        status, state = call(base, "api/answer", {"judge": "ana", "item": first["item"], "choice": "left"})
+        assert status == 200 and state["done"] == 1 and state["item"]["item"] != first["item"]
+        second = state["item"]
+        # 4xx: the same answer again, unknown item, bad choice, no judge, bad JSON, unknown path
+        for body, code, message in (({"judge": "ana", "item": first["item"], "choice": "left"}, 409, "already"),
+                                    ({"judge": "ana", "item": 12345, "choice": "left"}, 400, "no item 12345"),
+                                    ({"judge": "ana", "item": second["item"], "choice": "x"}, 400, "choice"),
+                                    ({"item": second["item"], "choice": "left"}, 400, "judge name is empty"),
+                                    ({"judge": "ana", "item": "3", "choice": "left"}, 400, "integer")):
+            status, reply = call(base, "api/answer", body)
+            assert status == code and message in reply["error"], (body, reply)
+        request = urllib.request.Request(base + "api/answer", data=b"{not json", method="POST")
+        try:
+            urllib.request.urlopen(request, timeout=10)
+        except urllib.error.HTTPError as err:
+            assert err.code == 400
+        assert call(base, "api/nothing")[0] == 404
+        status, state = call(base, "api/answer", {"judge": "ana", "item": second["item"], "choice": "equal"})
+        assert state["done"] == 2
+        status, state = call(base, "api/undo", {"judge": "ana"})
+        assert status == 200 and state["done"] == 1 and state["item"] == second
+        proc.kill()  # no shutdown: every answer given so far must already be in the file
+        proc.wait(timeout=10)
+    with open_study(study) as db:
+        assert db.execute("SELECT item, judge, choice FROM answers").fetchall() == [(first["item"], "ana", "left")]
+    with judge_server(study) as (_, base):  # resume after a restart
+        status, state = call(base, "api/state?judge=ana")
+        assert state["done"] == 1 and state["item"] == second
+        port = base.rsplit(":", 1)[1].strip("/")
+        code, _, err = run(["judge", "serve", study, "--port", port], capsys)  # the port is taken
+        assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err
