@@ -134,6 +134,18 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+def read_yaml_mapping(path: Path, not_a_mapping: str) -> dict[str, Any]:
+    """A YAML file's top-level mapping ({} for an empty file); a one-line error naming the
+    file for invalid YAML or any other top-level value."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: {not_a_mapping}")
+    return raw
+
+
 def _unknown_key(key: str, valid: list[str], where: str) -> ConfigError:
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
     hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(sorted(valid))}"
@@ -214,12 +226,7 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if path.resolve() in seen:
         chain = " -> ".join(str(p) for p in (*seen, path.resolve()))
         raise ConfigError(f"{path}: its base chain loops back to itself ({chain})")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a config must be a mapping of sections")
+    raw = read_yaml_mapping(path, "a config must be a mapping of sections")
     if "base" not in raw:
         return raw
     base = raw.pop("base")

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ctxnmt.config import _coerce, _field_types, _unknown_key
+from ctxnmt.config import _coerce, _field_types, _unknown_key, read_yaml_mapping
 from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import METRICS
 from ctxnmt.evaluation.significance import TESTS
@@ -165,12 +163,7 @@ def load_experiment(path: str | Path) -> Experiment:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"experiment file not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: an experiment file must be a mapping")
+    raw = read_yaml_mapping(path, "an experiment file must be a mapping")
     try:
         return from_dict(raw)
     except ConfigError as err:
