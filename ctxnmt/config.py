@@ -46,7 +46,7 @@ class ModelConfig:
 
     encoder: str = "birnn"
     decoder: str = "cgru"
-    cell: str = "gru"  # gru | adaptive-gru | adaptive-gru-scaled | adaptive-gru-released
+    cell: str = "gru"  # gru | adaptive-gru | adaptive-gru-scaled | adaptive-gru-balanced | adaptive-gru-released
     encoder_cell: str = ""  # the encoder's cell when it differs from `cell` ("" = `cell`)
     encoder_layers: int = 2  # layers of the stacked-birnn encoder
     target_context: str = "previous"

@@ -11,6 +11,8 @@ h, mask)` the gate arithmetic with the state held on padding.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -133,6 +135,41 @@ class ScaledAdaptiveGRUCell(AdaptiveGRUCell):
     update h' = g ⊙ z ⊙ h + (1 − z) ⊙ h̃ is the paper's (its g has no such reading)."""
 
     gain = 2.0
+
+
+@CELLS.register("adaptive-gru-balanced")
+class BalancedAdaptiveGRUCell(AdaptiveGRUCell):
+    """adaptive-gru whose hyper-gate starts open at g₀ = 0.8 (its bias b_g = logit g₀), with
+    the input term weighed by (1 − g)/(1 − g₀) and the state term by g/g₀ inside r, z and h̃.
+    At g = g₀ the gates and candidate are the plain GRU's, as in adaptive-gru-scaled
+    (which is g₀ = 1/2); unlike it, the carried state g ⊙ z ⊙ h starts at 0.8 of the GRU's
+    instead of half, so a state is not halved at every step before training has learned to
+    open g.  Both weights fold into W and U (g₀ is a constant), so the family is the paper's."""
+
+    open_gate = 0.8  # g₀
+
+    def init_biases(self) -> None:
+        """b_g = logit g₀; the other biases keep the model's initialisation."""
+        with torch.no_grad():
+            self.W.bias[3 * self.hidden_size:].fill_(math.log(self.open_gate / (1 - self.open_gate)))
+
+    @classmethod
+    def _weigh(cls, g: torch.Tensor, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        g0 = cls.open_gate
+        return (1 - g) / (1 - g0) * x + g / g0 * h
+
+    @classmethod
+    def _gates(cls, xp: torch.Tensor, hp: torch.Tensor):
+        x_r, x_z, x_h, x_g = xp.chunk(4, dim=-1)
+        h_r, h_z, h_h, h_g = hp.chunk(4, dim=-1)
+        g = torch.sigmoid(x_g + h_g)
+        return g, torch.sigmoid(cls._weigh(g, x_r, h_r)), torch.sigmoid(cls._weigh(g, x_z, h_z)), x_h, h_h
+
+    @classmethod
+    def combine(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        g, r, z, x_h, h_h = cls._gates(xp, hp)
+        candidate = torch.tanh(cls._weigh(g, x_h, r * h_h))
+        return candidate + z * (g * h - candidate)
 
 
 class ScaledCandidateAdaptiveGRUCell(AdaptiveGRUCell):

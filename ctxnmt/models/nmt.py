@@ -150,6 +150,7 @@ def init_weights(model: nn.Module, scheme: str) -> None:
             with torch.no_grad():
                 model.tgt_emb.weight.normal_(0.0, model.cfg.emb_dim ** -0.5)
                 model.tgt_emb.weight[PAD].zero_()
+        init_module_biases(model)
         return
     with torch.no_grad():
         for module in model.modules():
@@ -167,6 +168,14 @@ def init_weights(model: nn.Module, scheme: str) -> None:
         for emb in (model.src_emb, model.tgt_emb, getattr(model.document, "history_emb", None)):
             if emb is not None:
                 emb.weight[PAD].zero_()
+    init_module_biases(model)
+
+
+def init_module_biases(model: nn.Module) -> None:
+    """Biases that a module's equations want away from the scheme's (a gate that starts open)."""
+    for module in model.modules():
+        if hasattr(module, "init_biases"):
+            module.init_biases()
 
 
 def count_parameters(model: nn.Module) -> int:

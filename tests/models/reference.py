@@ -23,12 +23,13 @@ def gru_step(cell, x, h):
     return z * h + (1 - z) * h_tilde
 
 
-def adaptive_gru_step(cell, x, h, scaled_candidate=False, gain=1.0):
+def adaptive_gru_step(cell, x, h, scaled_candidate=False, gain=1.0, open_gate=None):
     """Hyper-gated GRU: g = σ(W_g x + U_g h);
     r = σ((1-g) ⊙ W_r x + g ⊙ U_r h), z likewise; h̃ = tanh((1-g) ⊙ W x + g ⊙ r ⊙ (U h));
     h' = g ⊙ z ⊙ h + (1-z) ⊙ h̃.  scaled_candidate: the released code's second transition,
     h̃ = (1-g) ⊙ tanh(W x + g ⊙ r ⊙ (U h)).  gain: the weighted sums of r, z and h̃ times k
-    (2 in adaptive-gru-scaled)."""
+    (2 in adaptive-gru-scaled).  open_gate g₀ (adaptive-gru-balanced): the input terms weighed
+    by (1-g)/(1-g₀) and the state terms by g/g₀ instead."""
     H = cell.hidden_size
     W, b, U = cell.W.weight, cell.W.bias, cell.U.weight
 
@@ -36,14 +37,17 @@ def adaptive_gru_step(cell, x, h, scaled_candidate=False, gain=1.0):
         return W[k * H:(k + 1) * H] @ x + b[k * H:(k + 1) * H], U[k * H:(k + 1) * H] @ h
 
     (wr, ur), (wz, uz), (wh, uh), (wg, ug) = block(0), block(1), block(2), block(3)
-    k = gain
     g = sigmoid(wg + ug)
-    r = sigmoid(k * ((1 - g) * wr + g * ur))
-    z = sigmoid(k * ((1 - g) * wz + g * uz))
+    if open_gate is None:
+        a = b = gain
+    else:
+        a, b = 1 / (1 - open_gate), 1 / open_gate
+    r = sigmoid(a * (1 - g) * wr + b * g * ur)
+    z = sigmoid(a * (1 - g) * wz + b * g * uz)
     if scaled_candidate:
         h_tilde = (1 - g) * torch.tanh(wh + g * r * uh)
     else:
-        h_tilde = torch.tanh(k * ((1 - g) * wh + g * r * uh))
+        h_tilde = torch.tanh(a * (1 - g) * wh + b * g * r * uh)
     return g * z * h + (1 - z) * h_tilde
 
 
@@ -56,6 +60,8 @@ def cell_step(cell, x, h):
         return adaptive_gru_step(cell, x, h)
     if name == "ScaledAdaptiveGRUCell":
         return adaptive_gru_step(cell, x, h, gain=2.0)
+    if name == "BalancedAdaptiveGRUCell":
+        return adaptive_gru_step(cell, x, h, open_gate=0.8)
     if name == "ScaledCandidateAdaptiveGRUCell":
         return adaptive_gru_step(cell, x, h, scaled_candidate=True)
     raise AssertionError(f"no reference for cell {name}")

@@ -8,6 +8,7 @@ import torch
 from ctxnmt.config import ModelConfig
 from ctxnmt.models.cells import (
     AdaptiveGRUCell,
+    BalancedAdaptiveGRUCell,
     GRUCell,
     ScaledAdaptiveGRUCell,
     ScaledCandidateAdaptiveGRUCell,
@@ -21,7 +22,7 @@ from tests.models.test_target_context import literal_mean, literal_scored
 
 
 @pytest.mark.parametrize("cls, scaled", [(AdaptiveGRUCell, False), (ScaledCandidateAdaptiveGRUCell, True),
-                                         (ScaledAdaptiveGRUCell, False)])
+                                         (ScaledAdaptiveGRUCell, False), (BalancedAdaptiveGRUCell, False)])
 def test_adaptive_cell_matches_reference(cls, scaled):
     torch.manual_seed(1)
     cell = cls(6, 5)
@@ -29,7 +30,8 @@ def test_adaptive_cell_matches_reference(cls, scaled):
     with torch.no_grad():
         fast = cell.step(cell.input_proj(x.unsqueeze(0)), h.unsqueeze(0))[0]
         gain = 2.0 if cls is ScaledAdaptiveGRUCell else 1.0
-        expected = ref.adaptive_gru_step(cell, x, h, scaled_candidate=scaled, gain=gain)
+        open_gate = 0.8 if cls is BalancedAdaptiveGRUCell else None
+        expected = ref.adaptive_gru_step(cell, x, h, scaled_candidate=scaled, gain=gain, open_gate=open_gate)
         torch.testing.assert_close(fast, expected, atol=1e-6,
                                    rtol=0)
 
@@ -147,6 +149,30 @@ def test_half_open_hyper_gates_give_the_plain_gru_with_the_gain():
         torch.testing.assert_close(g, torch.full_like(g, 0.5))
         torch.testing.assert_close(r, torch.sigmoid((xr + hr) / (2 if half else 1)))
         torch.testing.assert_close(z, torch.sigmoid((xz + hz) / (2 if half else 1)))
+
+
+def test_balanced_cell_starts_open_and_is_the_plain_gru_there():
+    """adaptive-gru-balanced: after the model's initialisation every hyper-gate bias is
+    logit 0.8, so with W_g, U_g zero g = 0.8; there r, z and h̃ are the plain GRU's, and the
+    carried state is 0.8 ⊙ z ⊙ h."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(emb_dim=4, hidden_dim=3, att_dim=3, out_dim=4, cell="adaptive-gru-balanced"), 9, 9)
+    cells = [m for m in model.modules() if isinstance(m, BalancedAdaptiveGRUCell)]
+    assert len(cells) >= 4  # both encoder directions and both decoder transitions
+    for cell in cells:
+        torch.testing.assert_close(torch.sigmoid(cell.W.bias[9:]), torch.full((3,), 0.8))
+    cell, plain = cells[0], GRUCell(4, 3)
+    x, h = torch.randn(5, 4), torch.randn(5, 3)
+    with torch.no_grad():
+        cell.W.weight.copy_(torch.cat([plain.W.weight, torch.zeros(3, 4)]))
+        cell.W.bias[:9].copy_(plain.W.bias)
+        cell.U.weight.copy_(torch.cat([plain.U.weight, torch.zeros(3, 3)]))
+        xp, hp = cell.input_proj(x), h @ cell.hidden_weight()
+        xr, xz, xh = plain.input_proj(x).chunk(3, -1)
+        hr, hz, hh = (h @ plain.hidden_weight()).chunk(3, -1)
+        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+        candidate = torch.tanh(xh + r * hh)
+        torch.testing.assert_close(cell.step(xp, h), 0.8 * z * h + (1 - z) * candidate)
 
 
 def test_parameter_growth():
