@@ -106,6 +106,12 @@ class TrainingConfig:
     precision: str = "fp32"  # fp32 | bf16 | fp16: autocast for the training forward pass (docs/distributed.md)
     checkpoint_every: int = 0  # updates between writes of last.pt, independent of validation; 0 = at validation only
 
+    @property
+    def selection_metric(self) -> str:
+        """The dev metric that early stopping, the learning-rate schedule and best.pt follow:
+        early_stop_metric, except that without dev BLEU (valid_bleu false) it is perplexity."""
+        return "ppl" if self.early_stop_metric == "bleu" and not self.valid_bleu else self.early_stop_metric
+
 
 @dataclass
 class DecodingConfig:

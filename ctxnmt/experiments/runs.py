@@ -167,7 +167,7 @@ def training_record(run: Run) -> dict[str, Any]:
     tokens_per_s = done.get("target_tokens_per_s") or (done.get("tokens", 0) / elapsed if elapsed else 0.0)
     scores = done.get("best_scores") or {}
     dev_bleu = scores.get("bleu")
-    if dev_bleu is None and run.config.training.early_stop_metric == "bleu":
+    if dev_bleu is None and run.config.training.selection_metric == "bleu":
         dev_bleu = done.get("best_metric")  # a done.json written before best_scores existed
     return {"updates": done.get("update"), "epochs": done.get("epoch"), "train_minutes": elapsed / 60,
             "train_tokens_per_s": tokens_per_s, "dev_bleu": dev_bleu, "stopped": done.get("stopped", "")}

@@ -56,7 +56,7 @@ def cmd_train(args) -> int:
         return err.exit_code
     if trainer.world.is_main:
         print(f"{config.model_dir}: {progress.update} updates, stopped because {progress.stopped}; "
-              f"best dev {config.training.early_stop_metric}: {progress.best_metric}")
+              f"best dev {config.training.selection_metric}: {progress.best_metric}")
     return 0
 
 

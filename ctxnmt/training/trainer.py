@@ -136,7 +136,7 @@ class Trainer:
             torch.manual_seed(rank_seed(t.seed, self.world.rank))
         self.optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], t)
         self.schedule = PlateauSchedule(t.lr, t.warmup_updates, t.lr_decay, t.lr_patience, t.min_lr,
-                                        higher_is_better=t.early_stop_metric == "bleu")
+                                        higher_is_better=t.selection_metric == "bleu")
         self.precision = Precision(t.precision, self.device)
         self.progress = Progress()
         self._validated_at = -1
@@ -266,7 +266,7 @@ class Trainer:
                 json.dump({**asdict(p), "target_tokens_per_s": p.tokens / p.elapsed if p.elapsed else 0.0}, fh,
                           indent=1)
         self.log(f"training stopped: {p.stopped}; {p.update} updates in {p.elapsed / 60:.1f} min, "
-                 f"best dev {self.config.training.early_stop_metric} {p.best_metric}")
+                 f"best dev {self.config.training.selection_metric} {p.best_metric}")
         self.log.close()
         self.world.close()
         return p
@@ -373,14 +373,14 @@ class Trainer:
         self.log(f"validation at update {p.update} ({p.tokens} target tokens): {scores}")
         for k, v in result.items():
             self.log.scalar(f"dev/{k}", v, p.update)
-        metric = result.get(t.early_stop_metric, result["ppl"])
+        metric = result[t.selection_metric]
         best = self.schedule.observe(metric) if scheduled else self.schedule.is_better(metric, p.best_metric)
         if best:
             p.best_metric = metric
             p.best_scores = dict(result)
         stop = ""
         if t.patience and self.schedule.bad >= t.patience:
-            stop = f"no improvement of dev {t.early_stop_metric} in {t.patience} validations"
+            stop = f"no improvement of dev {t.selection_metric} in {t.patience} validations"
         return {"best": best, "stop": stop, "schedule": self.schedule.state_dict(), "best_metric": p.best_metric,
                 "best_scores": p.best_scores}
 
