@@ -32,17 +32,7 @@ def test_each_line_is_translated_with_its_own_previous_lines(doc_model_dir):
     translator = Translator.load(doc_model_dir[0])
     out = translator.translate(LINES, beam=2, doc_ids=DOCS, batch_size=3)
     assert len(out) == len(LINES) and out[2].text == ""
-    model, vocab, pre = translator.model, translator.src_vocab, translator.preprocessor
-    ids = {n: vocab.encode(pre.encode(line, "src"), add_eos=False) for n, line in enumerate(LINES) if line}
-    own_context = {0: [], 1: [0], 3: [0, 1], 4: [], 5: [4], 6: [4, 5], 7: []}  # line 2 is empty: no context
-    changed = 0
-    for n, previous in own_context.items():
-        alone = search_ids(model, [ids[n]], translator.config.decoding, beam=2,
-                           context=[[ids[j] for j in previous]])[0][0]
-        assert out[n].score == pytest.approx(alone.score, abs=1e-4), n
-        empty = search_ids(model, [ids[n]], translator.config.decoding, beam=2)[0][0]
-        changed += previous != [] and abs(empty.score - alone.score) > 1e-4
-    assert changed  # the context does reach the model
+    assert_each_line_has_its_own_context(translator, out)
 
 
 def test_without_document_ids_it_warns_once_and_uses_empty_context(doc_model_dir, tmp_path, capsys):
@@ -102,17 +92,7 @@ def test_an_ensemble_with_a_document_member_reads_the_context_in_either_order(do
     translator.warn = warnings.append
     out = translator.translate(LINES, beam=2, doc_ids=DOCS, batch_size=3)
     assert len(out) == len(LINES) and out[2].text == "" and warnings == []
-    model, vocab, pre = translator.model, translator.src_vocab, translator.preprocessor
-    ids = {n: vocab.encode(pre.encode(line, "src"), add_eos=False) for n, line in enumerate(LINES) if line}
-    own_context = {0: [], 1: [0], 3: [0, 1], 4: [], 5: [4], 6: [4, 5], 7: []}
-    changed = 0
-    for n, previous in own_context.items():
-        alone = search_ids(model, [ids[n]], translator.config.decoding, beam=2,
-                           context=[[ids[j] for j in previous]])[0][0]
-        assert out[n].score == pytest.approx(alone.score, abs=1e-4), n
-        empty = search_ids(model, [ids[n]], translator.config.decoding, beam=2)[0][0]
-        changed += previous != [] and abs(empty.score - alone.score) > 1e-4
-    assert changed  # the context does reach the document member
+    assert_each_line_has_its_own_context(translator, out)
 
 
 def test_an_ensemble_through_the_command_line_with_document_ids(doc_model_dir, sentence_model_dir, tmp_path, capsys):
@@ -152,3 +132,19 @@ def test_documents_separated_by_blank_lines(doc_model_dir, tmp_path, capsys):
     assert code == 0 and len(hyp.read_text().split("\n")[:-1]) == len(blank)
     code, _, err = run(["translate", doc_model_dir[0], "-i", src, "--doc-blank-lines", "--doc-ids", ids], capsys)
     assert code == 2 and "use one" in err and len(err.strip().splitlines()) == 1
+
+
+def assert_each_line_has_its_own_context(translator, out):
+    """Every output scores as its line decoded alone with its own document's previous
+    lines as context, and for some line that context changes the score (it reaches the model)."""
+    model, vocab, pre = translator.model, translator.src_vocab, translator.preprocessor
+    ids = {n: vocab.encode(pre.encode(line, "src"), add_eos=False) for n, line in enumerate(LINES) if line}
+    own_context = {0: [], 1: [0], 3: [0, 1], 4: [], 5: [4], 6: [4, 5], 7: []}  # line 2 is empty: no context
+    changed = 0
+    for n, previous in own_context.items():
+        alone = search_ids(model, [ids[n]], translator.config.decoding, beam=2,
+                           context=[[ids[j] for j in previous]])[0][0]
+        assert out[n].score == pytest.approx(alone.score, abs=1e-4), n
+        empty = search_ids(model, [ids[n]], translator.config.decoding, beam=2)[0][0]
+        changed += previous != [] and abs(empty.score - alone.score) > 1e-4
+    assert changed

@@ -230,11 +230,17 @@ def test_a_speed_only_setting_keeps_a_finished_run(finished, tmp_path, capsys):
     assert digest(work / "exp/systems/base/seed1234/checkpoints/last.pt") == before
 
 
+def copy_without(finished, tmp_path, system: str) -> Path:
+    """A copy of the finished experiment with one system's runs and the report removed."""
+    work = copy_experiment(finished, tmp_path)
+    shutil.rmtree(work / f"exp/systems/{system}")
+    (work / "exp/report.json").unlink()
+    return work
+
+
 def test_only_trains_the_named_runs_and_reports_the_finished_ones(finished, tmp_path):
     """Two processes can share an experiment: --only trains one run, the report covers what is done."""
-    work = copy_experiment(finished, tmp_path)
-    shutil.rmtree(work / "exp/systems/mean")
-    (work / "exp/report.json").unlink()
+    work = copy_without(finished, tmp_path, "mean")
     log: list[str] = []
     with chdir(work):
         run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, quiet=True,
@@ -249,9 +255,7 @@ def test_only_trains_the_named_runs_and_reports_the_finished_ones(finished, tmp_
 
 
 def test_report_without_a_finished_baseline_trains_nothing_and_writes_nothing(finished, tmp_path):
-    work = copy_experiment(finished, tmp_path)
-    shutil.rmtree(work / "exp/systems/base")
-    (work / "exp/report.json").unlink()
+    work = copy_without(finished, tmp_path, "base")
     log: list[str] = []
     with chdir(work):
         assert run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, train=False) is None

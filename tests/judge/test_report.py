@@ -48,9 +48,14 @@ def ranked_as(db, judge: str, rank_of_a: dict[str, str]) -> None:
         record_answer(db, judge, item["item"], choice)
 
 
-def test_report_counts_with_three_judges(tmp_path, capsys):
+def create_study(tmp_path, capsys):
     study = tmp_path / "study.sqlite"
     assert run(["judge", "create", *write_study_inputs(tmp_path), "--n", "5", "-o", study], capsys)[0] == 0
+    return study
+
+
+def test_report_counts_with_three_judges(tmp_path, capsys):
+    study = create_study(tmp_path, capsys)
     with open_study(study) as db:
         # judged items per pair: base-mean 2, base-self 2, mean-self 4
         ranked_as(db, "ana", {"base-mean": ">", "base-self": "<", "mean-self": "="})
@@ -80,8 +85,7 @@ def test_report_counts_with_three_judges(tmp_path, capsys):
 
 
 def test_report_two_judges_uses_cohen(tmp_path, capsys):
-    study = tmp_path / "study.sqlite"
-    assert run(["judge", "create", *write_study_inputs(tmp_path), "--n", "5", "-o", study], capsys)[0] == 0
+    study = create_study(tmp_path, capsys)
     with open_study(study) as db:
         ranked_as(db, "ana", {"base-mean": ">", "base-self": "<", "mean-self": "="})
         ranked_as(db, "ben", {"base-mean": ">", "base-self": "=", "mean-self": "="})
