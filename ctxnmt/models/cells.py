@@ -110,18 +110,26 @@ class AdaptiveGRUCell(RecurrentCell):
         return torch.sigmoid(xp[..., 3 * xp.size(-1) // 4:] + hp[..., 3 * hp.size(-1) // 4:])
 
     @classmethod
+    def _weigh(cls, g: torch.Tensor, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The weighted sum inside r and z: (1 − g) x + g h, with one multiplication."""
+        return cls.gain * (x + g * (h - x))
+
+    @classmethod
+    def _weigh_candidate(cls, g: torch.Tensor, x: torch.Tensor, r: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The weighted sum inside h̃: (1 − g) W x + g ⊙ r ⊙ (U h)."""
+        return cls.gain * ((1 - g) * x + g * r * h)
+
+    @classmethod
     def _gates(cls, xp: torch.Tensor, hp: torch.Tensor):
         x_r, x_z, x_h, x_g = xp.chunk(4, dim=-1)
         h_r, h_z, h_h, h_g = hp.chunk(4, dim=-1)
         g = torch.sigmoid(x_g + h_g)
-        r = torch.sigmoid(cls.gain * (x_r + g * (h_r - x_r)))  # (1 − g) x + g h, one multiplication
-        z = torch.sigmoid(cls.gain * (x_z + g * (h_z - x_z)))
-        return g, r, z, x_h, h_h
+        return g, torch.sigmoid(cls._weigh(g, x_r, h_r)), torch.sigmoid(cls._weigh(g, x_z, h_z)), x_h, h_h
 
     @classmethod
     def combine(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         g, r, z, x_h, h_h = cls._gates(xp, hp)
-        candidate = torch.tanh(cls.gain * ((1 - g) * x_h + g * r * h_h))
+        candidate = torch.tanh(cls._weigh_candidate(g, x_h, r, h_h))
         return candidate + z * (g * h - candidate)
 
 
@@ -159,17 +167,8 @@ class BalancedAdaptiveGRUCell(AdaptiveGRUCell):
         return (1 - g) / (1 - g0) * x + g / g0 * h
 
     @classmethod
-    def _gates(cls, xp: torch.Tensor, hp: torch.Tensor):
-        x_r, x_z, x_h, x_g = xp.chunk(4, dim=-1)
-        h_r, h_z, h_h, h_g = hp.chunk(4, dim=-1)
-        g = torch.sigmoid(x_g + h_g)
-        return g, torch.sigmoid(cls._weigh(g, x_r, h_r)), torch.sigmoid(cls._weigh(g, x_z, h_z)), x_h, h_h
-
-    @classmethod
-    def combine(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        g, r, z, x_h, h_h = cls._gates(xp, hp)
-        candidate = torch.tanh(cls._weigh(g, x_h, r * h_h))
-        return candidate + z * (g * h - candidate)
+    def _weigh_candidate(cls, g: torch.Tensor, x: torch.Tensor, r: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return cls._weigh(g, x, r * h)
 
 
 class ScaledCandidateAdaptiveGRUCell(AdaptiveGRUCell):
