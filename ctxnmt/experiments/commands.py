@@ -22,6 +22,10 @@ def register(sub) -> None:
     p.add_argument("--export", metavar="DIR",
                    help="after the report, copy its small text results to DIR (report, test outputs, scores, "
                         "configs, training logs, significance tests; never checkpoints), e.g. to commit them")
+    p.add_argument("--restore", metavar="DIR",
+                   help="first copy the runs of an earlier --export DIR that this experiment directory lacks back "
+                        "into it (their checkpoints were not kept: their recorded test outputs stand), so that a "
+                        "report on a new machine keeps the committed rows")
     p.set_defaults(func=cmd_experiment)
 
 
@@ -35,6 +39,11 @@ def cmd_experiment(args) -> int:
         return dry_run(experiment)
     if args.only and args.report:
         raise ConfigError("--only trains runs and --report trains none: give one of them")
+    if args.restore:
+        from ctxnmt.experiments.export import restore_results
+
+        restored = restore_results(Path(args.restore), experiment.root)
+        print(f"restored {len(restored)} runs from {args.restore}")
     paths = run_experiment(experiment, quiet=args.quiet, only=args.only, train=not args.report)
     if paths is not None:
         print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())

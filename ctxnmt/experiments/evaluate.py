@@ -15,7 +15,7 @@ from typing import Any
 
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.data.prepare import ensure_corpus, split_paths
-from ctxnmt.errors import DataError
+from ctxnmt.errors import CheckpointError, DataError
 from ctxnmt.experiments.runs import Run
 from ctxnmt.experiments.spec import SignificanceSpec
 from ctxnmt.utils.io import atomic_write, file_sha256
@@ -87,6 +87,26 @@ def checkpoint_path(run: Run) -> Path:
     return _default_checkpoint(run.model_dir)
 
 
+def has_checkpoint(model_dir: Path) -> bool:
+    return any((model_dir / "checkpoints" / name).is_file() for name in ("best.pt", "last.pt"))
+
+
+def restored_translation(record: Path, out: Path, test: TestSet, what: str, log=print) -> dict[str, Any]:
+    """The recorded translation of a run restored from an export (`ctxnmt experiment --restore`),
+    whose checkpoints were not kept: it stands as long as its output and input are the recorded ones."""
+    if not record.is_file():
+        raise CheckpointError(f"{what}: {record.parent} has no checkpoint and no recorded test translation")
+    stored = json.loads(record.read_text(encoding="utf-8"))
+    if not out.is_file() or file_sha256(out) != stored["value"].get("output_sha256"):
+        raise CheckpointError(f"{what}: {out} is missing or differs from the translation {record} records, "
+                              f"and there is no checkpoint to translate again")
+    if stored["key"].get("input") != file_sha256(test.src_path):
+        raise CheckpointError(f"{what}: {record} was translated from another {test.src_path}, "
+                              f"and there is no checkpoint to translate again")
+    log(f"{what}: restored test translation (no checkpoint)")
+    return stored["value"]
+
+
 def hyp_path(run: Run, test: TestSet) -> Path:
     return run.model_dir / f"test.hyp.{test.lang}"
 
@@ -94,6 +114,8 @@ def hyp_path(run: Run, test: TestSet) -> Path:
 def translate_run(run: Run, test: TestSet, log=print) -> dict[str, Any]:
     """Translate the test set with the run's selected checkpoint and beam; timed."""
     out = hyp_path(run, test)
+    if not has_checkpoint(run.model_dir):
+        return restored_translation(run.model_dir / "decode.json", out, test, f"{run.system} seed {run.seed}", log)
     key = {"checkpoint": file_sha256(checkpoint_path(run)), "input": file_sha256(test.src_path)}
 
     def output_intact(info: dict[str, Any]) -> bool:
@@ -144,6 +166,8 @@ def translate_ensemble(name: str, seed: int, members: list[Run], test: TestSet, 
     the first member's beam); cached on every member's checkpoint."""
     directory = ensemble_dir(root, name, seed)
     out = directory / f"test.hyp.{test.lang}"
+    if not all(has_checkpoint(run.model_dir) for run in members):
+        return out, restored_translation(directory / "decode.json", out, test, f"{name} seed {seed}", log)
     key = {"checkpoints": [file_sha256(checkpoint_path(run)) for run in members],
            "input": file_sha256(test.src_path)}
 

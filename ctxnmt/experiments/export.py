@@ -4,11 +4,17 @@ Run directories hold checkpoints (tens of MB each) that never belong in git; the
 of a report, and everything needed to re-score or re-test them, are a few small files:
 the report itself, each run's test output, scores, decoding record, effective config and
 training log (its validations are the learning curve), and the significance results.
+Restoring copies a run's small files back into an experiment directory that lacks the
+run, so that a report on a new machine keeps the committed rows without retraining them.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
+
+from ctxnmt.errors import DataError
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "length-buckets.png")
 RUN_FILES = ("config.yaml", "train.log", "done.json", "decode.json", "scores.json")
@@ -37,3 +43,38 @@ def export_results(root: Path, dest: Path) -> list[Path]:
         shutil.copyfile(source, target)
         copied.append(target)
     return copied
+
+
+def restore_results(source: Path, root: Path) -> list[Path]:
+    """Copy every finished run's and ensemble's small files from an export `source` into experiment
+    directory `root` where that run is absent (no config.yaml there; an ensemble: no decode.json),
+    each run directory appearing whole; returns the restored run directories."""
+    if not (source / "report.json").is_file():
+        raise DataError(f"{source}: not an exported experiment (no report.json there)")
+    restored = []
+    for group, marker in (("systems", "config.yaml"), ("ensembles", "decode.json")):
+        for run_dir in sorted((source / group).glob("*/seed*")):
+            target = root / run_dir.relative_to(source)
+            if (target / marker).exists() or not (run_dir / "decode.json").is_file():
+                continue  # a local run wins; an export without its translation record cannot stand in
+            _copy_run(run_dir, target)
+            restored.append(target)
+    return restored
+
+
+def _copy_run(run_dir: Path, target: Path) -> None:
+    """The run's small files into `target`, which may already hold a prepared `prep`."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        for path in _run_files(run_dir):
+            shutil.copyfile(path, tmp / path.name)
+        if target.exists():  # the markers last, so an interrupted restore leaves no run that looks whole
+            for path in sorted(tmp.iterdir(), key=lambda p: p.name in ("config.yaml", "decode.json")):
+                os.replace(path, target / path.name)
+            tmp.rmdir()
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -342,3 +342,65 @@ def test_export_copies_the_small_results_and_never_a_checkpoint(finished, tmp_pa
     with chdir(work):
         assert main(["experiment", "tiny-experiment.yaml", "--report", "--export", "again"]) == 0
     assert not (work / "again/systems/mean").exists() and (work / "again/systems/base/seed1234/test.hyp.en").exists()
+
+
+def exported_with_ensemble(finished, tmp_path) -> tuple[Path, Path]:
+    """(a finished copy with a base+mean ensemble, its --export in results/)."""
+    work = copy_experiment(finished, tmp_path)
+    raw = yaml.safe_load((work / "tiny-experiment.yaml").read_text(encoding="utf-8"))
+    raw["systems"].append({"name": "base+mean", "ensemble": ["base", "mean"]})
+    (work / "tiny-experiment.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--export", "results"]) == 0
+    return work, work / "results"
+
+
+def test_restore_reports_the_exported_runs_without_their_checkpoints(finished, tmp_path, capsys):
+    """A new machine: the experiment directory is gone, only the committed export is left.
+    --restore puts the runs back, and the report has the same rows, numbers and tests."""
+    work, results = exported_with_ensemble(finished, tmp_path)
+    before = report(work)
+    shutil.rmtree(work / "exp")
+    log: list[str] = []
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--restore", "results"]) == 0
+        assert "restored 3 runs from results" in capsys.readouterr().out
+        assert not list((work / "exp").rglob("*.pt"))
+        run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, train=False)
+    after = report(work)
+    assert [r["system"] for r in after["rows"]] == ["base", "mean", "dropper", "base+mean"]
+    for old, new in zip(before["rows"], after["rows"]):
+        assert new["cells"] == old["cells"], new["system"]
+    assert "base seed 1234: restored test translation (no checkpoint)" in log
+    assert "base+mean seed 1234: restored test translation (no checkpoint)" in log
+
+
+def test_restore_never_replaces_a_local_run(finished, tmp_path):
+    work, results = exported_with_ensemble(finished, tmp_path)
+    (results / "systems/base/seed1234/train.log").write_text("exported\n", encoding="utf-8")
+    local = (work / "exp/systems/base/seed1234/train.log").read_bytes()
+    shutil.rmtree(work / "exp/systems/mean")
+    from ctxnmt.experiments.export import restore_results
+
+    restored = restore_results(results, work / "exp")
+    assert restored == [work / "exp/systems/mean/seed1234"]
+    assert (work / "exp/systems/base/seed1234/train.log").read_bytes() == local
+
+
+def test_a_restored_run_whose_output_was_changed_is_a_clear_error(finished, tmp_path, capsys):
+    work, results = exported_with_ensemble(finished, tmp_path)
+    shutil.rmtree(work / "exp")
+    with (results / "systems/mean/seed1234/test.hyp.en").open("a", encoding="utf-8") as fh:
+        fh.write("edited\n")
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--restore", "results"]) != 0
+    err = capsys.readouterr().err
+    assert "mean seed 1234:" in err and "test.hyp.en is missing or differs from the translation" in err
+    assert "no checkpoint to translate again" in err
+
+
+def test_restore_from_a_directory_that_is_no_export_is_a_clear_error(finished, tmp_path, capsys):
+    work = copy_experiment(finished, tmp_path)
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--restore", "nowhere"]) != 0
+    assert "nowhere: not an exported experiment (no report.json there)" in capsys.readouterr().err
