@@ -17,7 +17,8 @@ from pathlib import Path
 from ctxnmt.errors import DataError
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "length-buckets.png")
-RUN_FILES = ("config.yaml", "train.log", "done.json", "decode.json", "scores.json")
+RUN_FILES = ("config.yaml", "train.log", "done.json", "decode.json", "scores.json",
+             "alignment.json")  # the last where `ctxnmt analyze alignment RUN -o RUN/alignment.json` was run
 RUN_PATTERNS = ("test.hyp.*",)
 
 
