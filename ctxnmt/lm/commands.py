@@ -18,6 +18,7 @@ def register(sub) -> None:
                    help="override a config value, e.g. --set model.summary=mean (repeatable)")
     t.add_argument("--max-minutes", type=float, help="training-time budget (overrides the config)")
     t.add_argument("--quiet", action="store_true", help="no log lines on stderr")
+    t.add_argument("--resume", action="store_true", help="continue exactly from MODEL_DIR/checkpoints/last.pt")
     t.set_defaults(func=cmd_train)
 
     c = inner.add_parser("compare", help="train several LM configs with several seeds; test perplexity, mean ± sd")
@@ -26,6 +27,9 @@ def register(sub) -> None:
     c.add_argument("--out", required=True, help="directory for the runs ({out}/{name}/seed{s}) and report.md/.json")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="an override for every config (repeatable), e.g. --set training.max_epochs=20")
+    c.add_argument("--only", action="append", metavar="NAME[:SEED]",
+                   help="train only these runs (repeatable), then report if every run has finished: lets two "
+                        "processes share one comparison")
     c.set_defaults(func=cmd_compare)
 
     s = inner.add_parser("score", help="perplexity of a text (and per-line log-probabilities)")
@@ -37,13 +41,13 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_score)
 
 
-def train_and_score(config, quiet: bool = False) -> dict:
-    """Train, then score dev and test with the best checkpoint; results.json is written last,
-    so its presence says the run finished."""
+def train_and_score(config, quiet: bool = False, resume: bool = False) -> dict:
+    """Train (or go on from last.pt), then score dev and test with the best checkpoint;
+    results.json is written last, so its presence says the run finished."""
     from ctxnmt.lm.scoring import score_file
     from ctxnmt.lm.train import LMTrainer
 
-    progress = LMTrainer(config, quiet=quiet).train()
+    progress = LMTrainer(config, resume=resume, quiet=quiet).train()
     d = config.data
     results = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}").perplexity
                for split in ("dev", "test")}
@@ -61,7 +65,7 @@ def cmd_train(args) -> int:
     if args.max_minutes is not None:
         overrides.append(f"training.max_minutes={args.max_minutes}")
     config = load_lm_config(args.config, overrides)
-    record = train_and_score(config, quiet=args.quiet)
+    record = train_and_score(config, quiet=args.quiet, resume=args.resume)
     print(f"{config.model_dir}: {record['updates']} updates, stopped because {record['stopped']}; "
           f"best checkpoint: dev ppl {record['dev_ppl']:.2f}, test ppl {record['test_ppl']:.2f}")
     return 0
@@ -70,9 +74,10 @@ def cmd_train(args) -> int:
 def cmd_compare(args) -> int:
     from ctxnmt.lm.compare import compare
 
-    compare(args.configs, args.overrides, args.seeds, Path(args.out),
-            log=lambda message: print(f"lm compare: {message}", file=sys.stderr))
-    print((Path(args.out) / "report.md").read_text(encoding="utf-8").rstrip())
+    rows = compare(args.configs, args.overrides, args.seeds, Path(args.out), only=args.only,
+                   log=lambda message: print(f"lm compare: {message}", file=sys.stderr))
+    if rows is not None:
+        print((Path(args.out) / "report.md").read_text(encoding="utf-8").rstrip())
     return 0
 
 

@@ -4,8 +4,9 @@ The target-context papers report their summaries' effect on a language model as 
 perplexity per system.  Over seeds the honest figure is a mean with its spread and the
 per-seed difference to the baseline (the first config) trained with the same seed; a run
 is `{out}/{config name}/seed{s}` and a finished one (results.json beside a config.yaml
-equal to its effective config) is never trained again, so the command can be run again
-after an interruption and only the unfinished runs are redone.
+equal to its effective config) is never trained again; an interrupted one goes on
+exactly from its last checkpoint.  So the command can be run again after an interruption,
+and `--only` lets two processes train different runs of one comparison.
 """
 from __future__ import annotations
 
@@ -27,26 +28,42 @@ def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
                                         f"model_dir={out / name / f'seed{seed}'}"])
 
 
-def is_finished(config) -> bool:
+def run_state(config) -> str:
+    """'finished', 'resume' (last.pt beside the same config.yaml) or 'fresh'; another config is an error."""
     from ctxnmt.lm.config import load_lm_config
 
     directory = Path(config.model_dir)
-    if not (directory / "results.json").is_file() or not (directory / "config.yaml").is_file():
-        return False
+    if not (directory / "config.yaml").is_file():
+        return "fresh"
     if asdict(load_lm_config(directory / "config.yaml")) != asdict(config):
         raise ConfigError(f"{directory} was trained with a different config; use another --out or delete it")
-    return True
+    if (directory / "results.json").is_file():
+        return "finished"
+    return "resume" if (directory / "checkpoints" / "last.pt").is_file() else "fresh"
 
 
-def train_run(config, log) -> None:
-    """Train one run from scratch (an LM run is short and has no resume: a partial one restarts)."""
+def train_run(config, state: str, log) -> None:
+    """Train one run, going on from its last checkpoint where it has one."""
     from ctxnmt.lm.commands import train_and_score
 
     directory = Path(config.model_dir)
-    if directory.exists():
-        log(f"{directory}: unfinished, training again from the start")
+    if state == "fresh" and directory.exists():
+        log(f"{directory}: unfinished and without a checkpoint, training again from the start")
         shutil.rmtree(directory)
-    train_and_score(config, quiet=True)
+    train_and_score(config, quiet=True, resume=state == "resume")
+
+
+def select(runs: list, selectors: list[str]) -> list:
+    """The runs named by NAME (every seed) or NAME:SEED; one that names no run is an error."""
+    chosen = []
+    for selector in selectors:
+        name, _, seed = selector.partition(":")
+        matches = [run for run in runs if run[2].name == name and (not seed or str(run[1]) == seed)]
+        if not matches:
+            known = ", ".join(f"{config.name}:{s}" for _, s, config in runs)
+            raise ConfigError(f"--only {selector!r} names no run of this comparison (runs: {known})")
+        chosen += [run for run in matches if run not in chosen]
+    return chosen
 
 
 def summarise(results: dict[str, dict[int, float]], baseline: str) -> list[dict]:
@@ -83,19 +100,29 @@ def markdown(rows: list[dict], seeds: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path, log=print) -> list[dict]:
+def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path, log=print,
+            only: list[str] | None = None) -> list[dict] | None:
+    """Train what is missing (of `only`'s runs, if given) and write the report; None, and no
+    report, while some run has not finished."""
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"--seeds must be distinct, got {seeds}")
     runs = [(path, seed, run_config(path, overrides, seed, out)) for path in configs for seed in seeds]
     names = list(dict.fromkeys(config.name for _, _, config in runs))
     if len(names) != len(configs):
         raise ConfigError("two configs have the same name; each system needs its own (set it with name: in the file)")
-    for _, seed, config in runs:
-        if is_finished(config):
+    states = {id(config): run_state(config) for _, _, config in runs}  # every directory checked first
+    for _, seed, config in select(runs, only) if only else runs:
+        state = states[id(config)]
+        if state == "finished":
             log(f"{config.name} seed {seed}: already trained")
-        else:
-            log(f"{config.name} seed {seed}: training in {config.model_dir}")
-            train_run(config, log)
+            continue
+        how = "resuming from its last checkpoint" if state == "resume" else "training"
+        log(f"{config.name} seed {seed}: {how} in {config.model_dir}")
+        train_run(config, state, log)
+    waiting = [f"{config.name}:{seed}" for _, seed, config in runs if run_state(config) != "finished"]
+    if waiting:
+        log(f"not finished yet, no report: {', '.join(waiting)}")
+        return None
     results: dict[str, dict[int, float]] = {}
     for _, seed, config in runs:
         stored = json.loads((Path(config.model_dir) / "results.json").read_text(encoding="utf-8"))

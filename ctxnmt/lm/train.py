@@ -1,5 +1,10 @@
 """Training the residual LM: truncated BPTT over B parallel streams, dev perplexity,
-early stopping, time and update budgets, atomic checkpoints."""
+early stopping, time and update budgets, atomic checkpoints, exact resume.
+
+last.pt is written at every validation and at the end, with everything a resumed run
+needs to take the very updates the uninterrupted one would: the optimiser, the learning
+rate schedule, the random generators, the position in the epoch and the stream state
+carried into the next segment."""
 from __future__ import annotations
 
 import json
@@ -15,7 +20,9 @@ from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig
 from ctxnmt.lm.model import ResidualLM, detach
 from ctxnmt.training.budget import budget_reached
-from ctxnmt.training.checkpoint import save_checkpoint
+from ctxnmt.errors import CheckpointError
+from ctxnmt.training.checkpoint import load_checkpoint, save_checkpoint
+from ctxnmt.training.distributed import rng_state, set_rng_state
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.training.trainer import Logger, setup_threads
 from ctxnmt.utils.io import atomic_write
@@ -30,6 +37,7 @@ class LMProgress:
     elapsed: float = 0.0
     best_ppl: float | None = None
     stopped: str = ""
+    segment: int = 0  # segments of the current epoch already trained on
 
 
 @torch.no_grad()
@@ -50,7 +58,7 @@ def perplexity(model: ResidualLM, ids: torch.Tensor) -> float:
 
 
 class LMTrainer:
-    def __init__(self, config: LMConfig, quiet: bool = False):
+    def __init__(self, config: LMConfig, resume: bool = False, quiet: bool = False):
         self.config = config
         t = config.training
         self.model_dir = Path(config.model_dir)
@@ -70,9 +78,13 @@ class LMTrainer:
         self.optimizer = build_optimizer(self.model.parameters(), t)
         self.schedule = PlateauSchedule(t.lr, 0, t.lr_decay, t.lr_patience, t.min_lr, higher_is_better=False)
         self.progress = LMProgress()
+        self.stream_state = None  # carried into the next segment of the epoch (None: the epoch's start)
+        self.window = [0.0, 0]  # training NLL and tokens since the last log line
         n_params = sum(p.numel() for p in self.model.parameters())
         self.log(f"LM: {n_params:,} parameters ({config.model.summary} summary), vocabulary {len(self.vocab)}, "
                  f"{self.train_data.numel():,} training tokens in {t.batch_size} streams")
+        if resume:
+            self._restore(self.model_dir / "checkpoints" / "last.pt")
 
     def _limit(self) -> str:
         return budget_reached(self.config.training, self.progress)
@@ -91,40 +103,50 @@ class LMTrainer:
 
     def train(self) -> LMProgress:
         t, p = self.config.training, self.progress
-        window_nll, window_tokens = 0.0, 0
         stop = self._limit()
         while not stop:
-            state = self.model.initial_state(t.batch_size)  # an epoch starts at the beginning of the text
-            for tokens, targets in lm_data.segments(self.train_data, t.bptt):
-                start = time.perf_counter()
-                nll, state = self._update(tokens, targets, state)
-                p.elapsed += time.perf_counter() - start
-                p.update += 1
-                if not math.isfinite(nll):
-                    stop = p.stopped = "non-finite loss"
-                    break
-                window_nll, window_tokens = window_nll + nll, window_tokens + targets.numel()
-                if p.update % t.log_every == 0:
-                    self.log(f"update {p.update}: train ppl {math.exp(window_nll / window_tokens):.2f}, "
-                             f"lr {self.schedule.lr(p.update):.2e}, {p.elapsed / 60:.1f} min")
-                    window_nll, window_tokens = 0.0, 0
-                stop = self._limit()
-                if p.update % t.valid_every == 0 or stop:
-                    stop = self._validate(scheduled=p.update % t.valid_every == 0) or stop
+            state = self.stream_state or self.model.initial_state(t.batch_size)  # an epoch starts at the text's start
+            for index, (tokens, targets) in enumerate(lm_data.segments(self.train_data, t.bptt)):
+                if index < p.segment:  # trained on before the run was resumed
+                    continue
+                stop = self._step(tokens, targets, state)
+                state = self.stream_state
                 if stop:
                     break
             else:
-                p.epoch += 1
+                p.epoch, p.segment, self.stream_state = p.epoch + 1, 0, None
                 stop = self._limit()
                 if stop:
                     self._validate(scheduled=False)
         p.stopped = p.stopped or stop
-        self._save("last.pt")
+        self._save_last()
         with atomic_write(self.model_dir / "done.json", "w") as fh:
             json.dump(asdict(p), fh, indent=1)
         self.log(f"training stopped: {p.stopped}; {p.update} updates in {p.elapsed / 60:.1f} min, "
                  f"best dev ppl {p.best_ppl}")
         return p
+
+    def _step(self, tokens, targets, state) -> str:
+        """One update on one segment, its log line and validation; the reason to stop, if any."""
+        t, p = self.config.training, self.progress
+        start = time.perf_counter()
+        nll, self.stream_state = self._update(tokens, targets, state)
+        p.elapsed += time.perf_counter() - start
+        p.update, p.segment = p.update + 1, p.segment + 1
+        if not math.isfinite(nll):
+            p.stopped = "non-finite loss"
+            return p.stopped
+        self.window = [self.window[0] + nll, self.window[1] + targets.numel()]
+        if p.update % t.log_every == 0:
+            self.log(f"update {p.update}: train ppl {math.exp(self.window[0] / self.window[1]):.2f}, "
+                     f"lr {self.schedule.lr(p.update):.2e}, {p.elapsed / 60:.1f} min")
+            self.window = [0.0, 0]
+        stop = self._limit()
+        if p.update % t.valid_every == 0 or stop:
+            stop = self._validate(scheduled=p.update % t.valid_every == 0) or stop
+            if not stop:
+                self._save_last()  # the point a resumed run continues from
+        return stop
 
     def _validate(self, scheduled: bool) -> str:
         p, t = self.progress, self.config.training
@@ -137,10 +159,30 @@ class LMTrainer:
             return f"no improvement of dev perplexity in {t.patience} validations"
         return ""
 
-    def _save(self, name: str) -> None:
+    def _save(self, name: str, **extra) -> None:
         save_checkpoint(self.model_dir / "checkpoints" / name, {
             "model": self.model.state_dict(),
             "model_config": asdict(self.config.model),
             "vocab": self.vocab.fingerprint(),
             "progress": asdict(self.progress),
+            **extra,
         })
+
+    def _save_last(self) -> None:
+        self._save("last.pt", optimizer=self.optimizer.state_dict(), schedule=self.schedule.state_dict(),
+                   rng=rng_state(self.device), stream_state=self.stream_state, window=self.window)
+
+    def _restore(self, path: Path) -> None:
+        payload = load_checkpoint(path)
+        if "optimizer" not in payload:
+            raise CheckpointError(f"{path}: holds no training state to resume from")
+        if payload.get("vocab") != self.vocab.fingerprint() or payload.get("model_config") != asdict(self.config.model):
+            raise CheckpointError(f"{path}: was trained with another model config or vocabulary than {self.model_dir}")
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.schedule.load_state_dict(payload["schedule"])
+        self.progress = LMProgress(**{**payload["progress"], "stopped": ""})  # a new budget may let it go on
+        self.stream_state = payload["stream_state"]
+        self.window = list(payload["window"])
+        set_rng_state(payload["rng"], self.device)
+        self.log(f"resumed from {path} at update {self.progress.update} (epoch {self.progress.epoch + 1})")

@@ -160,15 +160,81 @@ def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_
     assert mean["delta"] == pytest.approx([runs["lm-mean", s] - runs["lm-previous", s] for s in (1, 2)])
     assert mean["mean"] == pytest.approx((runs["lm-mean", 1] + runs["lm-mean", 2]) / 2)
     assert runs["lm-previous", 1] != runs["lm-previous", 2]  # the seed reaches the model
-    # a second call trains nothing; an unfinished run (no results.json) is trained again from the start
+    # a second call trains nothing; an unfinished run (no results.json) goes on from its last
+    # checkpoint, and one without a checkpoint is trained again from the start
     (out / "lm-mean" / "seed2" / "results.json").unlink()
+    (out / "lm-mean" / "seed1" / "results.json").unlink()
+    (out / "lm-mean" / "seed1" / "checkpoints" / "last.pt").unlink()
     before = (out / "lm-previous" / "seed1" / "checkpoints" / "best.pt").stat().st_mtime_ns
     code, _, err = run(["lm", "compare", *configs, "--seeds", "1", "2", "--out", out], capsys)
     assert code == 0 and "lm-previous seed 1: already trained" in err
-    assert "seed2: unfinished, training again from the start" in err
+    assert "lm-mean seed 2: resuming from its last checkpoint" in err
+    assert "seed1: unfinished and without a checkpoint, training again from the start" in err
+    assert json.loads((out / "lm-mean" / "seed1" / "results.json").read_text())["test_ppl"] == pytest.approx(
+        runs["lm-mean", 1])
     assert (out / "lm-previous" / "seed1" / "checkpoints" / "best.pt").stat().st_mtime_ns == before
     assert json.loads((out / "lm-mean" / "seed2" / "results.json").read_text())["test_ppl"] == pytest.approx(
         runs["lm-mean", 2])  # the same seed retrained gives the same model
     code, _, err = run(["lm", "compare", *configs, "--seeds", "1", "2", "--out", out, "--set",
                         "training.lr=0.02"], capsys)
     assert code == 2 and "was trained with a different config" in err and len(err.strip().splitlines()) == 1
+
+
+def lm_log(directory: Path) -> list[str]:
+    """train.log without its timestamps and timings."""
+    lines = (directory / "train.log").read_text(encoding="utf-8").splitlines()
+    return [line[20:].rsplit(", ", 1)[0] if " min" in line else line[20:] for line in lines]
+
+
+def test_resumed_lm_run_takes_the_same_updates_as_an_uninterrupted_one(tiny_corpus, tmp_path, capsys):
+    """Stopped mid-epoch between validations, with dropout, and resumed with a larger budget:
+    the updates after the stop, their logged losses and the final weights are the
+    uninterrupted run's; the epoch boundary in between is crossed as it was."""
+    from ctxnmt.training.checkpoint import load_checkpoint
+
+    cfg = tmp_path / "lm.yaml"
+    cfg.write_text(f"data: {{dir: {tiny_corpus}}}\nmodel: {{summary: self-attentive, emb_dim: 8, hidden_dim: 12, "
+                   "dropout: 0.3}\ntraining: {batch_size: 4, bptt: 35, max_updates: 40, valid_every: 10, "
+                   "log_every: 5, lr: 0.01, threads: 1, max_minutes: 0}\n", encoding="utf-8")
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={whole}"], capsys)[0] == 0
+    assert run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={parts}",
+                "--set", "training.max_updates=9"], capsys)[0] == 0
+    progress = load_checkpoint(parts / "checkpoints/last.pt")["progress"]
+    assert (progress["epoch"], progress["segment"]) == (1, 3)  # an epoch is 6 segments here
+    code, out, _ = run(["lm", "train", cfg, "--quiet", "--resume", "--set", f"model_dir={parts}"], capsys)
+    assert code == 0 and "40 updates" in out
+    whole_log, parts_log = lm_log(whole), lm_log(parts)
+    assert any(line.startswith("resumed from") and "at update 9 (epoch 2)" in line for line in parts_log)
+    after = [line for line in whole_log if line.startswith(("update ", "validation")) and
+             int(line.split()[-4 if line.startswith("validation") else 1].rstrip(":")) > 9]
+    assert len(after) == 7 + 4 and all(line in parts_log for line in after), after
+    epochs = json.loads((whole / "done.json").read_text())["epoch"]
+    assert epochs == 6 and json.loads((parts / "done.json").read_text())["epoch"] == epochs
+    a, b = (load_checkpoint(d / "checkpoints/last.pt")["model"] for d in (whole, parts))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(tiny_corpus, tmp_path, capsys):
+    cfg = write_config(tmp_path, tiny_corpus, "mean")
+    assert run(["lm", "train", cfg, "--quiet", "--set", "training.max_updates=10"], capsys)[0] == 0
+    code, _, err = run(["lm", "train", cfg, "--quiet", "--resume", "--set", "model.hidden_dim=20"], capsys)
+    assert code == 2 and "was trained with another model config or vocabulary" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_corpus, tmp_path, capsys):
+    path = tmp_path / "lm-previous.yaml"
+    path.write_text(f"name: lm-previous\ndata: {{dir: {tiny_corpus}}}\nmodel: {{emb_dim: 8, hidden_dim: 12}}\n"
+                    "training: {batch_size: 4, bptt: 10, max_updates: 10, valid_every: 10, threads: 1}\n")
+    out = tmp_path / "cmp"
+    code, stdout, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-previous:2"],
+                            capsys)
+    assert code == 0 and (out / "lm-previous/seed2/results.json").is_file()
+    assert not (out / "lm-previous/seed1").exists() and not (out / "report.md").exists()
+    assert "not finished yet, no report: lm-previous:1" in err and stdout == ""
+    code, stdout, _ = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-previous:1"],
+                          capsys)
+    assert code == 0 and "| lm-previous | " in stdout and (out / "report.md").is_file()
+    code, _, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-mean"], capsys)
+    assert code == 2 and "--only 'lm-mean' names no run of this comparison" in err
