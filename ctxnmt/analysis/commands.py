@@ -12,11 +12,12 @@ ANALYSIS_MODULES = (
     "ctxnmt.analysis.gates",
     "ctxnmt.analysis.curves",
     "ctxnmt.analysis.alignment",
+    "ctxnmt.analysis.context",
 )
 
 
 def register(sub) -> None:
-    p = sub.add_parser("analyze", help="analyse a trained model (attention, trees, gates)")
+    p = sub.add_parser("analyze", help="analyse a trained model (attention, trees, gates, alignment, document context)")
     inner = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
     for name in ANALYSIS_MODULES:
         try:

@@ -1,0 +1,136 @@
+"""`ctxnmt analyze context`: does a document-context model use the context it reads?
+
+A cross-sentence model that beats the baseline may owe it to its extra parameters rather
+than to the previous sentences.  The same model translates the test set three ways:
+
+- **own**: each sentence after its own document's previous sentences, as in training;
+- **none**: every sentence its own document, so it reads no context at all;
+- **other**: each sentence after as many previous sentences as it has in its own
+  document (up to K), taken from a consecutive run of another document, chosen with a
+  seed.
+
+"none" also measures how much the model has come to expect a context; "other" keeps the
+amount of context and changes only whose it is, so own − other is what the right
+context adds.  Each condition is scored against the references and tested against
+"own" with the paired bootstrap.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from ctxnmt.errors import DataError
+
+
+@dataclass
+class ContextInput:
+    """The lines to translate, their document ids, and where the test sentences are among them."""
+
+    lines: list[str]
+    doc_ids: list[str]
+    keep: list[int]
+
+
+def no_context(src: list[str]) -> ContextInput:
+    return ContextInput(list(src), [f"line{i}" for i in range(len(src))], list(range(len(src))))
+
+
+def other_context(src: list[str], doc_ids: list[str], k: int, seed: int) -> ContextInput:
+    """Each line after min(k, its position in its document) consecutive lines of another document."""
+    documents: dict[str, list[int]] = {}
+    position = []
+    for i, doc in enumerate(doc_ids):
+        position.append(len(documents.setdefault(doc, [])))
+        documents[doc].append(i)
+    rng = random.Random(seed)
+    lines, ids, keep = [], [], []
+    for i, doc in enumerate(doc_ids):
+        n = min(k, position[i])
+        donors = [d for d, members in documents.items() if d != doc and len(members) >= n]
+        if n and not donors:
+            raise DataError(f"line {i + 1}: no other document has the {n} sentences its context needs")
+        if n:
+            members = documents[rng.choice(donors)]
+            start = rng.randrange(len(members) - n + 1)
+            lines += [src[j] for j in members[start:start + n]]
+            ids += [f"other{i}"] * n
+        keep.append(len(lines))
+        lines.append(src[i])
+        ids.append(f"other{i}")
+    return ContextInput(lines, ids, keep)
+
+
+def translate_condition(translator, given: ContextInput, beam: int | None) -> list[str]:
+    out = translator.translate(given.lines, beam=beam, doc_ids=given.doc_ids)
+    return [out[i].text for i in given.keep]
+
+
+def context_table(src: list[str], doc_ids: list[str], refs: list[str], translator, lang: str,
+                  seed: int = 1, beam: int | None = None) -> tuple[list[dict], dict[str, list[str]]]:
+    """One row per condition (BLEU, chrF, Δ BLEU and bootstrap p against 'own'), and the outputs."""
+    from ctxnmt.evaluation.metrics import score_all
+    from ctxnmt.evaluation.significance import compare
+
+    k = translator.document_sents
+    if not k:
+        raise DataError("this model reads no document context: there is nothing to take away")
+    conditions = {"own": ContextInput(list(src), list(doc_ids), list(range(len(src)))),
+                  "none": no_context(src),
+                  "other": other_context(src, doc_ids, k, seed)}
+    outputs = {name: translate_condition(translator, given, beam) for name, given in conditions.items()}
+    rows = []
+    for name, hyps in outputs.items():
+        scores = score_all(hyps, refs, lang=lang)
+        row = {"context": name, "bleu": scores["bleu"].value, "chrf": scores["chrf"].value}
+        if name != "own":
+            test = compare(outputs["own"], hyps, refs, test="bootstrap", metric="bleu", seed=seed)
+            row.update(delta=test.system - test.baseline, p=test.p_value)
+        rows.append(row)
+    return rows, outputs
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| context | BLEU | chrF | Δ BLEU vs own | bootstrap p |", "|---|---|---|---|---|"]
+    for r in rows:
+        delta = f"{r['delta']:+.2f}" if "delta" in r else ""
+        p = f"{r['p']:.3f}" if "p" in r else ""
+        lines.append(f"| {r['context']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {delta} | {p} |")
+    return "\n".join(lines) + "\n"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("context", help="a document-context model with its own context, none, and another "
+                                       "document's",
+                       description="Translate a test set with each sentence's own previous sentences, with none, "
+                                   "and with as many from another document; score each and test it against the "
+                                   "own context (paired bootstrap).")
+    p.add_argument("model_dir")
+    p.add_argument("-i", "--input", required=True, help="source text, one sentence a line")
+    p.add_argument("--doc-ids", required=True, help="one document id per input line")
+    p.add_argument("-r", "--ref", required=True, help="reference translations")
+    p.add_argument("--lang", default="en", help="target language, for tokenised scoring (default en)")
+    p.add_argument("--seed", type=int, default=1, help="which other documents lend their sentences (default 1)")
+    p.add_argument("--beam", type=int, help="beam size (default: the model's)")
+    p.add_argument("--out-dir", help="write each condition's translation there as {own,none,other}.txt")
+    p.set_defaults(func=cmd_context)
+
+
+def cmd_context(args) -> int:
+    from ctxnmt.data.corpus import read_lines
+    from ctxnmt.decoding.translator import Translator
+    from ctxnmt.utils.io import atomic_write
+
+    src, doc_ids, refs = read_lines(args.input), read_lines(args.doc_ids), read_lines(args.ref)
+    for path, lines in ((args.doc_ids, doc_ids), (args.ref, refs)):
+        if len(lines) != len(src):
+            raise DataError(f"{path} has {len(lines)} lines but {args.input} has {len(src)}")
+    rows, outputs = context_table(src, doc_ids, refs, Translator.load(args.model_dir), args.lang,
+                                  args.seed, args.beam)
+    if args.out_dir:
+        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+        for name, hyps in outputs.items():
+            with atomic_write(Path(args.out_dir) / f"{name}.txt", "w") as fh:
+                fh.writelines(h + "\n" for h in hyps)
+    print(markdown(rows).rstrip())
+    return 0
