@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 
 from ctxnmt.config import save_config
+from ctxnmt.errors import CheckpointError
 from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig
 from ctxnmt.lm.model import ResidualLM, detach
 from ctxnmt.training.budget import budget_reached
-from ctxnmt.errors import CheckpointError
 from ctxnmt.training.checkpoint import load_checkpoint, save_checkpoint
 from ctxnmt.training.distributed import rng_state, set_rng_state
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
