@@ -87,8 +87,12 @@ def checkpoint_path(run: Run) -> Path:
     return _default_checkpoint(run.model_dir)
 
 
-def has_checkpoint(model_dir: Path) -> bool:
-    return any((model_dir / "checkpoints" / name).is_file() for name in ("best.pt", "last.pt"))
+def has_checkpoint(run: Run) -> bool:
+    try:
+        checkpoint_path(run)
+    except CheckpointError:
+        return False
+    return True
 
 
 def restored_translation(record: Path, out: Path, test: TestSet, what: str, log=print) -> dict[str, Any]:
@@ -114,7 +118,7 @@ def hyp_path(run: Run, test: TestSet) -> Path:
 def translate_run(run: Run, test: TestSet, log=print) -> dict[str, Any]:
     """Translate the test set with the run's selected checkpoint and beam; timed."""
     out = hyp_path(run, test)
-    if not has_checkpoint(run.model_dir):
+    if not has_checkpoint(run):
         return restored_translation(run.model_dir / "decode.json", out, test, f"{run.system} seed {run.seed}", log)
     key = {"checkpoint": file_sha256(checkpoint_path(run)), "input": file_sha256(test.src_path)}
 
@@ -166,7 +170,7 @@ def translate_ensemble(name: str, seed: int, members: list[Run], test: TestSet, 
     the first member's beam); cached on every member's checkpoint."""
     directory = ensemble_dir(root, name, seed)
     out = directory / f"test.hyp.{test.lang}"
-    if not all(has_checkpoint(run.model_dir) for run in members):
+    if not all(has_checkpoint(run) for run in members):
         return out, restored_translation(directory / "decode.json", out, test, f"{name} seed {seed}", log)
     key = {"checkpoints": [file_sha256(checkpoint_path(run)) for run in members],
            "input": file_sha256(test.src_path)}

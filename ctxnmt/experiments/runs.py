@@ -20,6 +20,7 @@ from typing import Any
 from ctxnmt.config import Config, load_config
 from ctxnmt.errors import ConfigError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
+from ctxnmt.utils.selectors import select
 
 FRESH, RESUME, DONE = "fresh", "resume", "done"
 # Settings that change only speed or logging, not what a run learns: a finished run
@@ -65,15 +66,7 @@ def plan_runs(experiment: Experiment) -> list[Run]:
 
 def select_runs(runs: list[Run], selectors: list[str]) -> list[Run]:
     """The runs named by `SYSTEM` (all its seeds) or `SYSTEM:SEED` selectors; an unknown one is an error."""
-    chosen = []
-    for selector in selectors:
-        system, _, seed = selector.partition(":")
-        matches = [run for run in runs if run.system == system and (not seed or str(run.seed) == seed)]
-        if not matches:
-            known = ", ".join(dict.fromkeys(f"{run.system}:{run.seed}" for run in runs))
-            raise ConfigError(f"--only {selector!r} names no run of this experiment (runs: {known})")
-        chosen += [run for run in matches if run not in chosen]
-    return chosen
+    return select(runs, selectors, lambda run: (run.system, run.seed), "experiment")
 
 
 def run_state(run: Run) -> str:

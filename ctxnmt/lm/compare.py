@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ctxnmt.errors import ConfigError
 from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.selectors import select
 
 
 def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
@@ -51,19 +52,6 @@ def train_run(config, state: str, log) -> None:
         log(f"{directory}: unfinished and without a checkpoint, training again from the start")
         shutil.rmtree(directory)
     train_and_score(config, quiet=True, resume=state == "resume")
-
-
-def select(runs: list, selectors: list[str]) -> list:
-    """The runs named by NAME (every seed) or NAME:SEED; one that names no run is an error."""
-    chosen = []
-    for selector in selectors:
-        name, _, seed = selector.partition(":")
-        matches = [run for run in runs if run[2].name == name and (not seed or str(run[1]) == seed)]
-        if not matches:
-            known = ", ".join(f"{config.name}:{s}" for _, s, config in runs)
-            raise ConfigError(f"--only {selector!r} names no run of this comparison (runs: {known})")
-        chosen += [run for run in matches if run not in chosen]
-    return chosen
 
 
 def summarise(results: dict[str, dict[int, float]], baseline: str) -> list[dict]:
@@ -111,7 +99,8 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
     if len(names) != len(configs):
         raise ConfigError("two configs have the same name; each system needs its own (set it with name: in the file)")
     states = {id(config): run_state(config) for _, _, config in runs}  # every directory checked first
-    for _, seed, config in select(runs, only) if only else runs:
+    chosen = select(runs, only, lambda run: (run[2].name, run[1]), "comparison") if only else runs
+    for _, seed, config in chosen:
         state = states[id(config)]
         if state == "finished":
             log(f"{config.name} seed {seed}: already trained")
