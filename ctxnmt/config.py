@@ -105,6 +105,10 @@ class TrainingConfig:
     device: str = "cpu"  # cpu | cuda; a distributed run on cuda gives each local rank its own GPU
     precision: str = "fp32"  # fp32 | bf16 | fp16: autocast for the training forward pass (docs/distributed.md)
     checkpoint_every: int = 0  # updates between writes of last.pt, independent of validation; 0 = at validation only
+    # Whose previous sentences a document model trains on: its own document's, or (a control
+    # that keeps the amount of context and removes its information) another document's,
+    # drawn once with the seed.  Validation and translation always read the own document.
+    document_context: str = "own"  # own | other-document
 
     @property
     def selection_metric(self) -> str:
@@ -289,6 +293,10 @@ def validate(config: Config) -> None:
         raise ConfigError(f"model.doc_embeddings must be 'shared' or 'separate', got '{m.doc_embeddings}'")
     if m.uses_document and m.doc_sents < 1:
         raise ConfigError(f"model.doc_sents must be at least 1 for a document-context model, got {m.doc_sents}")
+    if t.document_context not in ("own", "other-document"):
+        raise ConfigError(f"training.document_context must be 'own' or 'other-document', got '{t.document_context}'")
+    if t.document_context != "own" and not m.uses_document:
+        raise ConfigError("training.document_context=other-document needs a document-context model (model.doc_*)")
     if config.data.corpus not in ("bible", "files"):
         raise ConfigError(f"data.corpus must be 'bible' or 'files', got '{config.data.corpus}'")
 

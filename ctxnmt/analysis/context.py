@@ -16,10 +16,10 @@ context adds.  Each condition is scored against the references and tested agains
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxnmt.data.documents import other_document_sentences
 from ctxnmt.errors import DataError
 
 
@@ -38,23 +38,10 @@ def no_context(src: list[str]) -> ContextInput:
 
 def other_context(src: list[str], doc_ids: list[str], k: int, seed: int) -> ContextInput:
     """Each line after min(k, its position in its document) consecutive lines of another document."""
-    documents: dict[str, list[int]] = {}
-    position = []
-    for i, doc in enumerate(doc_ids):
-        position.append(len(documents.setdefault(doc, [])))
-        documents[doc].append(i)
-    rng = random.Random(seed)
     lines, ids, keep = [], [], []
-    for i, doc in enumerate(doc_ids):
-        n = min(k, position[i])
-        donors = [d for d, members in documents.items() if d != doc and len(members) >= n]
-        if n and not donors:
-            raise DataError(f"line {i + 1}: no other document has the {n} sentences its context needs")
-        if n:
-            members = documents[rng.choice(donors)]
-            start = rng.randrange(len(members) - n + 1)
-            lines += [src[j] for j in members[start:start + n]]
-            ids += [f"other{i}"] * n
+    for i, lent in enumerate(other_document_sentences(doc_ids, k, seed)):
+        lines += [src[j] for j in lent]
+        ids += [f"other{i}"] * len(lent)
         keep.append(len(lines))
         lines.append(src[i])
         ids.append(f"other{i}")

@@ -9,6 +9,8 @@ never by batch order, so shuffling and length bucketing cannot change it.
 """
 from __future__ import annotations
 
+import random
+
 from ctxnmt.errors import DataError
 
 
@@ -39,6 +41,34 @@ def previous_sentences(doc_ids: list[str], k: int, usable: list[bool] | None = N
         if usable is None or usable[i]:
             window = (window + [i])[-k:]
     return context
+
+
+def other_document_sentences(doc_ids: list[str], k: int, seed: int) -> list[list[int]]:
+    """A control for `previous_sentences`: each position gets as many context positions as
+    its own document gives it (up to `k`), but from a consecutive run of one other document
+    chosen with `seed`.  The amount of context stays; what it says about the sentence goes."""
+    documents: dict[str, list[int]] = {}
+    for i, doc in enumerate(doc_ids):
+        documents.setdefault(doc, []).append(i)
+    # donors[n]: the documents long enough to lend n sentences, and where each sits in that list
+    donors = [[d for d, members in documents.items() if len(members) >= n] for n in range(k + 1)]
+    where = [{d: at for at, d in enumerate(names)} for names in donors]
+    rng = random.Random(seed)
+    lent: list[list[int]] = []
+    for i, own in enumerate(previous_sentences(doc_ids, k)):
+        n, doc = len(own), doc_ids[i]
+        if not n:
+            lent.append([])
+            continue
+        own_at = where[n].get(doc)
+        choices = len(donors[n]) - (own_at is not None)
+        if choices < 1:
+            raise DataError(f"line {i + 1}: no other document has the {n} sentences its context needs")
+        pick = rng.randrange(choices)  # the same draw as rng.choice over the donors without `doc`
+        members = documents[donors[n][pick + (own_at is not None and pick >= own_at)]]
+        start = rng.randrange(len(members) - n + 1)
+        lent.append(members[start:start + n])
+    return lent
 
 
 def blank_line_documents(lines: list[str]) -> list[str]:

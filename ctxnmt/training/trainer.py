@@ -128,7 +128,7 @@ class Trainer:
         self.data: Prepared = self._prepare()
         if self.world.is_main:
             save_config(config, self.model_dir / "config.yaml")
-        self.train_context = document_context(self.data.train, config, "train")
+        self.train_context = document_context(self.data.train, config, "train", t.document_context)
         document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
         self.model: NMTModel = build_model(config.model, len(self.data.src_vocab), len(self.data.tgt_vocab))
         self.model.to(self.device)

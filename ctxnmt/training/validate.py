@@ -7,14 +7,15 @@ import torch
 
 from ctxnmt.config import Config
 from ctxnmt.data.batching import epoch_batches, make_batch
-from ctxnmt.data.documents import check_document_ids, previous_sentences
+from ctxnmt.data.documents import check_document_ids, other_document_sentences, previous_sentences
 from ctxnmt.data.prepare import split_paths
 from ctxnmt.errors import DataError
 
 
-def document_context(split, config: Config, name: str) -> list[list[int]] | None:
+def document_context(split, config: Config, name: str, whose: str = "own") -> list[list[int]] | None:
     """Each sentence's previous sentences in `split` for a document-context model (None for
-    a sentence-level one); a DataError if the split has no document ids."""
+    a sentence-level one), or with `whose` "other-document" as many from another document
+    (training.document_context); a DataError if the split has no document ids."""
     if not config.model.uses_document:
         return None
     if split.docs is None:
@@ -23,6 +24,11 @@ def document_context(split, config: Config, name: str) -> list[list[int]] | None
                         f"for the {name} split")
     where = str(split_paths(config.data, name)[2]) + (" (line numbers of kept pairs)" if name == "train" else "")
     check_document_ids(split.docs, where)
+    if whose == "other-document":
+        try:
+            return other_document_sentences(split.docs, config.model.doc_sents, config.training.seed)
+        except DataError as err:
+            raise DataError(f"{where}: {err}") from None
     return previous_sentences(split.docs, config.model.doc_sents)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ctxnmt.data.batching import make_batch
-from ctxnmt.data.documents import check_document_ids, previous_sentences
+from ctxnmt.data.documents import check_document_ids, other_document_sentences, previous_sentences
 from ctxnmt.errors import DataError
 
 DOCS = ["a", "a", "a", "a", "a", "b", "c", "c"]
@@ -33,6 +33,23 @@ def test_batch_context_is_looked_up_by_dataset_position():
     assert batch.context.ids[0, 0].tolist() == [16] * 7 and float(batch.context.mask[0, 1:].sum()) == 0
     assert [row[0].item() for row in batch.context.ids[1]] == [11, 12, 13]  # sentences 1, 2, 3: oldest first
     assert float(batch.context.mask[2].sum()) == 0  # first sentence of its document
+
+
+def test_other_document_context_keeps_the_amount_and_changes_whose_it_is():
+    docs = ["a"] * 5 + ["b"] * 2 + ["c"] * 4
+    own = previous_sentences(docs, 3)
+    lent = other_document_sentences(docs, 3, seed=5)
+    assert [len(c) for c in lent] == [len(c) for c in own]
+    for i, context in enumerate(lent):
+        if context:
+            assert len({docs[j] for j in context}) == 1 and docs[context[0]] != docs[i]
+            assert context == list(range(context[0], context[0] + len(context)))  # a consecutive run
+    assert other_document_sentences(docs, 3, seed=5) == lent != other_document_sentences(docs, 3, seed=6)
+
+
+def test_a_context_no_other_document_can_lend_is_a_clear_error():
+    with pytest.raises(DataError, match=r"^line 3: no other document has the 2 sentences its context needs$"):
+        other_document_sentences(["a", "a", "a", "a", "b"], 3, seed=1)
 
 
 @pytest.mark.parametrize("ids, n, message", [

@@ -10,7 +10,7 @@ import torch
 
 from ctxnmt.config import Config, ModelConfig, TrainingConfig
 from ctxnmt.data.batching import epoch_batches, make_batch
-from ctxnmt.data.documents import previous_sentences
+from ctxnmt.data.documents import other_document_sentences, previous_sentences
 from ctxnmt.data.prepare import Split
 from ctxnmt.data.vocab import EOS
 from ctxnmt.models.nmt import build_model
@@ -57,9 +57,11 @@ def tiny_model(**switches):
     return build_model(ModelConfig(emb_dim=16, hidden_dim=32, att_dim=16, dropout_out=0.0, **switches), VOCAB, VOCAB)
 
 
-def train_and_score_label(switches: dict, updates: int = 150) -> float:
+def train_and_score_label(switches: dict, updates: int = 150, whose: str = "own") -> float:
+    """Accuracy on the second sentences' label of held-out documents, read with their own context,
+    after training with each sentence's own previous sentences or another document's."""
     src, tgt, docs = label_documents(300, seed=1)
-    context = previous_sentences(docs, 3)
+    context = previous_sentences(docs, 3) if whose == "own" else other_document_sentences(docs, 3, seed=1)
     model = tiny_model(**switches)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     step, epoch = 0, 0
@@ -89,6 +91,30 @@ def test_context_model_learns_what_only_the_previous_sentence_tells(one_thread):
     context = train_and_score_label(dict(doc_init_enc=True, doc_init_dec=True, doc_aux="gated-aux"))
     assert context >= 0.9, context
     assert baseline <= 0.45, baseline  # chance is 0.25
+
+
+def test_trained_on_other_documents_context_the_context_model_learns_nothing_from_it(one_thread):
+    """training.document_context=other-document, the control for the cross-sentence model:
+    the same model and amount of context, but context that says nothing of the sentence."""
+    shuffled = train_and_score_label(dict(doc_init_enc=True, doc_init_dec=True, doc_aux="gated-aux"),
+                                     whose="other-document")
+    assert shuffled <= 0.45, shuffled
+
+
+def test_the_trainer_trains_on_the_context_the_config_names(tiny_corpus, tmp_path):
+    from ctxnmt.config import load_config
+    from ctxnmt.training.trainer import Trainer
+    from tests.training.conftest import tiny_config
+
+    cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")
+    docs = (tiny_corpus / "train.doc").read_text(encoding="utf-8").split()
+    for whose, expected in (("own", previous_sentences(docs, 2)),
+                            ("other-document", other_document_sentences(docs, 2, seed=7))):
+        config = load_config(cfg, [f"model_dir={tmp_path / whose}", "model.doc_aux=aux", "model.doc_sents=2",
+                                   f"training.document_context={whose}"])
+        trainer = Trainer(config, quiet=True)
+        assert trainer.train_context == expected
+        assert trainer.train_context != previous_sentences(docs, 2) or whose == "own"
 
 
 def per_sentence_nll(model, batch) -> dict[int, float]:
