@@ -25,7 +25,8 @@ def prepared_data(cfg):
 
 def bench_model(cfg, data, checkpoint: str | None = None, strict: bool = False):
     """The config's model for these vocabularies, with `checkpoint`'s weights where given.
-    Not strict by default: a variant keeps its extra parameters (e.g. W_y, v) at their
+    Not strict by default: a variant keeps its extra parameters (e.g. W_y, v), and those
+    whose shape differs from the baseline's (a hyper-gated GRU's stacked gates), at their
     initial values and otherwise decodes with a trained baseline's weights, so output
     lengths are alike; those left initialised are reported on stderr."""
     from ctxnmt.models.nmt import build_model
@@ -33,7 +34,11 @@ def bench_model(cfg, data, checkpoint: str | None = None, strict: bool = False):
 
     model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
     if checkpoint:
-        missing, _ = model.load_state_dict(load_checkpoint(checkpoint)["model"], strict=strict)
+        saved = load_checkpoint(checkpoint)["model"]
+        own = model.state_dict()
+        if not strict:
+            saved = {k: v for k, v in saved.items() if k not in own or own[k].shape == v.shape}
+        missing, _ = model.load_state_dict(saved, strict=strict)
         if missing:
             print(f"not in the checkpoint, left initialised: {', '.join(missing)}", file=sys.stderr)
     return model

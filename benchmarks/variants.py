@@ -5,6 +5,8 @@
     python benchmarks/variants.py configs/bench.yaml --preset target-context --preset encoders-adaptive \
         --preset document --threads 1
     python benchmarks/variants.py configs/bench.yaml model.doc_init_enc=true,model.doc_init_dec=true
+    python benchmarks/variants.py configs/rnnsearch-small.yaml --preset reproduction --threads 1 \
+        --set model.emb_dim=128 --set model.hidden_dim=256 --set model.att_dim=256   # the protocol's size
 
 Document-context variants (model.doc_*) get each sentence's previous source
 sentences, in training and in decoding, from the corpus's .doc files.
@@ -43,6 +45,15 @@ PRESETS = {
         "doc aux": "model.doc_aux=aux",
         "doc gated-aux": "model.doc_aux=gated-aux",
         "doc init-both gated-aux": "model.doc_init_enc=true,model.doc_init_dec=true,model.doc_aux=gated-aux",
+    },
+    "reproduction": {  # issue 16: the systems of experiments/reproduction.yaml, on configs/rnnsearch-small.yaml
+        "mean residual": "model.target_context=mean",
+        "self-attentive residual": "model.target_context=self-attentive",
+        "memory-rnn": "model.decoder=memory-rnn",
+        "adaptive-both (balanced)": "model.cell=adaptive-gru-balanced,model.output=adaptive",
+        "init-both + gated-aux": "model.doc_init_enc=true,model.doc_init_dec=true,model.doc_aux=gated-aux",
+        "bcae": "model.encoder=bcae",
+        "stacked bi-RNN": "model.encoder=stacked-birnn",
     },
     "encoders-adaptive": {  # issue 5: context-aware encoders and adaptive weighting
         "stacked-birnn": "model.encoder=stacked-birnn",

@@ -44,7 +44,8 @@ def cmd_experiment(args) -> int:
 
         restored = restore_results(Path(args.restore), experiment.root)
         print(f"restored {len(restored)} runs from {args.restore}")
-    paths = run_experiment(experiment, quiet=args.quiet, only=args.only, train=not args.report)
+    paths = run_experiment(experiment, quiet=args.quiet, only=args.only, train=not args.report,
+                           reload=lambda: load_experiment(args.experiment))
     if paths is not None:
         print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())
         if args.export:

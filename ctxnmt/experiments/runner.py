@@ -8,6 +8,7 @@ directory is checked against its effective config before anything is trained.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -167,17 +168,25 @@ def run_details(outputs: dict[str, list[Output]], tests: dict[str, list[dict[str
 
 
 def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
-                   only: list[str] | None = None, train: bool = True) -> dict[str, Path] | None:
+                   only: list[str] | None = None, train: bool = True,
+                   reload: Callable[[], Experiment] | None = None) -> dict[str, Path] | None:
     """Everything `ctxnmt experiment` does; returns the paths of the report files.
 
     `only` (SYSTEM or SYSTEM:SEED selectors) trains just those runs, and `train=False`
     none; the report then covers the runs finished so far, so that two processes can
     train different runs of one experiment side by side and results can be read as
-    they come.  None when the baseline has no finished run yet."""
+    they come.  None when the baseline has no finished run yet.
+
+    `reload` reads the experiment again after training: a training takes hours, and
+    the file or its configs may change meanwhile (a system added, a config fixed and
+    its runs retrained by another process).  The report follows them as they are then,
+    as a `--report` would, instead of judging the other runs by a stale plan."""
     runs = plan_runs(experiment)
     states = check_runs(runs)
     if train:
         train_all(experiment, select_runs(runs, only) if only else runs, states, log, quiet)
+        if reload is not None:
+            experiment, runs = _reread(experiment, runs, reload, log)
     finished = [run for run in runs if run_state(run) == DONE]
     waiting = [f"{run.system}:{run.seed}" for run in runs if run not in finished]
     if waiting:
@@ -207,6 +216,15 @@ def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
     paths = rep.write_report(experiment, test, rows, run_details(outputs, tests), buckets, signatures)
     log(f"report written to {paths['md']}")
     return paths
+
+
+def _reread(experiment: Experiment, runs: list[Run], reload: Callable[[], Experiment], log
+            ) -> tuple[Experiment, list[Run]]:
+    current = reload()
+    planned = plan_runs(current)
+    if current != experiment or [r.config for r in planned] != [r.config for r in runs]:
+        log("the experiment changed while training: the report follows it as it is now")
+    return current, planned
 
 
 def _test_set_run(experiment: Experiment, runs: list[Run]) -> Run:

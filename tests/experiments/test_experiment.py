@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from ctxnmt.cli import main
+from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import score_all
 from ctxnmt.experiments.runner import run_experiment
 from ctxnmt.experiments.spec import load_experiment
@@ -252,6 +253,39 @@ def test_only_trains_the_named_runs_and_reports_the_finished_ones(finished, tmp_
         assert main(["experiment", "tiny-experiment.yaml", "--quiet", "--only", "mean:1234"]) == 0
     assert [r["system"] for r in report(work)["rows"]] == ["base", "mean", "dropper"]
     assert row(report(work), "mean")["mean"]["bleu"] == pytest.approx(row(report(finished[0]), "mean")["mean"]["bleu"])
+
+
+def test_the_report_after_training_follows_an_experiment_edited_meanwhile(finished, tmp_path, monkeypatch):
+    """A long --only run reads the experiment again before its report: a system whose runs were
+    retrained under an edited file by another process meanwhile is reported, not refused."""
+    import ctxnmt.experiments.runner as runner
+
+    work = copy_without(finished, tmp_path, "mean")
+    path = work / "tiny-experiment.yaml"
+    train_all = runner.train_all
+
+    def edited_while_training(*args, **kwargs):
+        monkeypatch.setattr(runner, "train_all", train_all)  # the other process trains as usual
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw["systems"][1]["overrides"].append("training.lr=0.02")
+        path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+        if not (work / "exp/systems/mean").exists():  # the other process, under the edited file
+            assert main(["experiment", "tiny-experiment.yaml", "--quiet", "--only", "mean:1234"]) == 0
+        train_all(*args, **kwargs)
+        monkeypatch.setattr(runner, "train_all", edited_while_training)
+
+    monkeypatch.setattr(runner, "train_all", edited_while_training)
+    original = path.read_text(encoding="utf-8")
+    with chdir(work):
+        with pytest.raises(ConfigError, match=r"exp/systems/mean/seed1234.*training\.lr is 0.02 there"):
+            run_experiment(load_experiment(path), log=[].append, quiet=True, only=["base"])
+        path.write_text(original, encoding="utf-8")
+        shutil.rmtree(work / "exp/systems/mean")
+        log: list[str] = []
+        run_experiment(load_experiment(path), log=log.append, quiet=True, only=["base"],
+                       reload=lambda: load_experiment(path))
+    assert "the experiment changed while training: the report follows it as it is now" in log
+    assert [r["system"] for r in report(work)["rows"]] == ["base", "mean", "dropper"]
 
 
 def test_report_without_a_finished_baseline_trains_nothing_and_writes_nothing(finished, tmp_path):
