@@ -6,7 +6,8 @@
         --preset document --threads 1
     python benchmarks/variants.py configs/bench.yaml model.doc_init_enc=true,model.doc_init_dec=true
     python benchmarks/variants.py configs/rnnsearch-small.yaml --preset reproduction --threads 1 \
-        --set model.emb_dim=128 --set model.hidden_dim=256 --set model.att_dim=256   # the protocol's size
+        --set model.emb_dim=128 --set model.hidden_dim=256 --set model.att_dim=256 \
+        --model-dirs 'runs/exp/reproduction/systems/{name}/seed1'   # the protocol's trained models
 
 Document-context variants (model.doc_*) get each sentence's previous source
 sentences, in training and in decoding, from the corpus's .doc files.
@@ -47,13 +48,13 @@ PRESETS = {
         "doc init-both gated-aux": "model.doc_init_enc=true,model.doc_init_dec=true,model.doc_aux=gated-aux",
     },
     "reproduction": {  # issue 16: the systems of experiments/reproduction.yaml, on configs/rnnsearch-small.yaml
-        "mean residual": "model.target_context=mean",
-        "self-attentive residual": "model.target_context=self-attentive",
+        "mean-residual": "model.target_context=mean",
+        "self-attentive-residual": "model.target_context=self-attentive",
         "memory-rnn": "model.decoder=memory-rnn",
-        "adaptive-both (balanced)": "model.cell=adaptive-gru-balanced,model.output=adaptive",
-        "init-both + gated-aux": "model.doc_init_enc=true,model.doc_init_dec=true,model.doc_aux=gated-aux",
+        "adaptive-both": "model.cell=adaptive-gru-balanced,model.output=adaptive",
+        "doc-init-both-gated-aux": "model.doc_init_enc=true,model.doc_init_dec=true,model.doc_aux=gated-aux",
         "bcae": "model.encoder=bcae",
-        "stacked bi-RNN": "model.encoder=stacked-birnn",
+        "stacked-birnn": "model.encoder=stacked-birnn",
     },
     "encoders-adaptive": {  # issue 5: context-aware encoders and adaptive weighting
         "stacked-birnn": "model.encoder=stacked-birnn",
@@ -82,6 +83,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads (0: every core; 1 on a busy machine, where waiting threads spin)")
     parser.add_argument("--checkpoint", help="baseline weights to decode with (loaded non-strictly)")
+    parser.add_argument("--model-dirs", metavar="PATTERN",
+                        help="each model decodes with its own trained weights, from the model directory "
+                             "PATTERN.format(name=VARIANT) (the baseline's name is 'baseline'), loaded strictly")
     args = parser.parse_args()
 
     import torch
@@ -91,7 +95,7 @@ def main() -> None:
     from ctxnmt.data.batching import make_batch
     from ctxnmt.data.documents import previous_sentences
     from ctxnmt.data.prepare import read_split
-    from ctxnmt.decoding.translator import search_ids
+    from ctxnmt.decoding.translator import default_checkpoint, search_ids
     from ctxnmt.models.nmt import count_parameters
 
     torch.set_num_threads(args.threads or os.cpu_count())
@@ -105,9 +109,12 @@ def main() -> None:
     base = configs[0]
     data = prepared_data(base)
     models, optimizers = [], []
-    for cfg in configs:
+    for name, cfg in zip(names, configs):
         torch.manual_seed(0)
-        model = bench_model(cfg, data, args.checkpoint)
+        if args.model_dirs:
+            model = bench_model(cfg, data, default_checkpoint(Path(args.model_dirs.format(name=name))), strict=True)
+        else:
+            model = bench_model(cfg, data, args.checkpoint)
         models.append(model)
         optimizers.append(torch.optim.Adam(model.parameters(), lr=1e-5))
     train = data.train
@@ -153,7 +160,13 @@ def main() -> None:
               f"{de:>12.1f} {de / decode_base:>6.3f}")
     print(f"\n{args.rounds} interleaved training steps per variant on the first batches of epoch 1; "
           f"beam {args.beam} over {k} test sentences in interleaved chunks of {args.decode_batch}; "
-          f"{'trained baseline weights' if args.checkpoint else 'random weights'}")
+          f"{weights(args)}")
+
+
+def weights(args) -> str:
+    if args.model_dirs:
+        return f"each model's own trained weights ({args.model_dirs})"
+    return "trained baseline weights" if args.checkpoint else "random weights"
 
 
 def mean(rates: list[float]) -> float:

@@ -111,7 +111,7 @@ class Translator:
             raise CheckpointError(f"{model_dir}: not a model directory (no config.yaml)")
         config = load_config(config_path)
         pre, src_vocab, tgt_vocab = load_pipeline(model_dir / "prep")
-        path = Path(checkpoint) if checkpoint else _default_checkpoint(model_dir)
+        path = Path(checkpoint) if checkpoint else default_checkpoint(model_dir)
         payload = load_checkpoint(path)
         check_compatible(payload, path, config.to_dict()["model"], src_vocab.fingerprint(), tgt_vocab.fingerprint())
         model = build_model(config.model, len(src_vocab), len(tgt_vocab))
@@ -205,7 +205,7 @@ class Translator:
         return pieces, owners, src_tokens
 
 
-def _default_checkpoint(model_dir: Path) -> Path:
+def default_checkpoint(model_dir: Path) -> Path:
     for name in ("best.pt", "last.pt"):
         path = model_dir / "checkpoints" / name
         if path.is_file():

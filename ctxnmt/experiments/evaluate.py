@@ -82,9 +82,9 @@ def cached(path: Path, key: dict[str, Any], compute: Callable[[], dict[str, Any]
 
 def checkpoint_path(run: Run) -> Path:
     """The checkpoint `ctxnmt translate` uses by default: best.pt, else last.pt."""
-    from ctxnmt.decoding.translator import _default_checkpoint
+    from ctxnmt.decoding.translator import default_checkpoint
 
-    return _default_checkpoint(run.model_dir)
+    return default_checkpoint(run.model_dir)
 
 
 def has_checkpoint(run: Run) -> bool:

@@ -6,13 +6,13 @@ from pathlib import Path
 import torch
 
 from ctxnmt.config import load_config
-from ctxnmt.decoding.translator import _default_checkpoint
+from ctxnmt.decoding.translator import default_checkpoint
 from ctxnmt.serve.signals import Signals
 
 
 def member_info(model_dir: Path, model, translator) -> dict:
     config = load_config(model_dir / "config.yaml")
-    path = _default_checkpoint(model_dir)
+    path = default_checkpoint(model_dir)
     # mmap: read the progress record, not the weights and optimiser moments into memory again
     progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("progress") or {}
     return {
