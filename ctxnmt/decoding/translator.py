@@ -206,6 +206,7 @@ class Translator:
 
 
 def default_checkpoint(model_dir: Path) -> Path:
+    """The checkpoint a model directory is translated with unless one is named: best.pt, else last.pt."""
     for name in ("best.pt", "last.pt"):
         path = model_dir / "checkpoints" / name
         if path.is_file():
