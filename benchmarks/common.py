@@ -35,9 +35,9 @@ def bench_model(cfg, data, checkpoint: str | None = None, strict: bool = False):
     model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
     if checkpoint:
         saved = load_checkpoint(checkpoint)["model"]
-        own = model.state_dict()
         if not strict:
-            saved = {k: v for k, v in saved.items() if k not in own or own[k].shape == v.shape}
+            shapes = {k: v.shape for k, v in model.state_dict().items()}
+            saved = {k: v for k, v in saved.items() if shapes.get(k, v.shape) == v.shape}
         missing, _ = model.load_state_dict(saved, strict=strict)
         if missing:
             print(f"not in the checkpoint, left initialised: {', '.join(missing)}", file=sys.stderr)
