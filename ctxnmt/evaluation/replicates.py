@@ -14,7 +14,8 @@ M is a corpus metric computed from summed per-sentence sufficient statistics (BL
 counts and lengths, chrF's character and word n-gram counts, TER's edits and lengths), so
 a trial costs one sum, not a re-scoring.  Replicate r of the system is paired with
 replicate r of the baseline (the same seed).  With R = 1 this is the ordinary paired
-approximate randomisation test.
+approximate randomisation test.  `shuffled_p` is the test itself, on any per-sentence
+statistics and corpus score: the language models' perplexity uses it too (ctxnmt.lm.compare).
 """
 from __future__ import annotations
 
@@ -72,34 +73,39 @@ def stratified_ar(baseline_runs: Sequence[Sequence[str]], system_runs: Sequence[
     MultEval reports it); `extra` has the replicate count, the trials and each replicate's
     own scores, whose mean and standard deviation the caller may report."""
     check_metrics([metric])
-    if trials < 1:
-        raise ConfigError(f"the number of trials must be positive, not {trials}")
     _check_replicates(baseline_runs, system_runs, refs)
     scorer = _scorer(metric)
-    a = sentence_statistics(baseline_runs, refs, scorer)
-    b = sentence_statistics(system_runs, refs, scorer)
-    base_score, system_score = corpus_score(scorer, a.sum(0)), corpus_score(scorer, b.sum(0))
-    observed = abs(system_score - base_score)
-    at_least = _count_at_least(scorer, a, b, observed, trials, np.random.default_rng(seed))
-    n = len(refs)
-    per_replicate = [(corpus_score(scorer, a[r * n:(r + 1) * n].sum(0)),
-                      corpus_score(scorer, b[r * n:(r + 1) * n].sum(0))) for r in range(len(baseline_runs))]
+    return stratified_result(sentence_statistics(baseline_runs, refs, scorer),
+                             sentence_statistics(system_runs, refs, scorer), len(baseline_runs),
+                             lambda stats: corpus_score(scorer, stats), metric, trials, seed)
+
+
+def stratified_result(a: np.ndarray, b: np.ndarray, replicates: int, score, metric: str,
+                      trials: int = DEFAULT_TRIALS, seed: int = 12345) -> SigResult:
+    """The test on (replicates × sentences, statistics) rows of the baseline (a) and the
+    system (b), replicate by replicate, with `score` the corpus metric of summed rows."""
+    if trials < 1:
+        raise ConfigError(f"the number of trials must be positive, not {trials}")
+    base_score, system_score = score(a.sum(0)), score(b.sum(0))
+    n = len(a) // replicates
+    per_replicate = [(score(a[r * n:(r + 1) * n].sum(0)), score(b[r * n:(r + 1) * n].sum(0)))
+                     for r in range(replicates)]
     return SigResult(test=TEST, metric=metric, baseline=base_score, system=system_score,
-                     p_value=(at_least + 1) / (trials + 1),
-                     extra={"replicates": len(baseline_runs), "trials": trials,
+                     p_value=shuffled_p(a, b, score, trials, np.random.default_rng(seed)),
+                     extra={"replicates": replicates, "trials": trials,
                             "baseline_replicates": [p[0] for p in per_replicate],
                             "system_replicates": [p[1] for p in per_replicate]})
 
 
-def _count_at_least(scorer, a: np.ndarray, b: np.ndarray, observed: float, trials: int, rng) -> int:
-    """Trials whose shuffled difference is at least the observed one (a small tolerance
-    counts exact ties, which float sums may split)."""
+def shuffled_p(a: np.ndarray, b: np.ndarray, score, trials: int, rng) -> float:
+    """(1 + trials whose shuffled difference is at least the observed one) / (1 + trials);
+    a small tolerance counts exact ties, which float sums may split."""
     total_a, total_b, diff = a.sum(0), b.sum(0), b - a
+    observed = abs(score(total_b) - score(total_a))
     count = 0
     for start in range(0, trials, _CHUNK):
         swap = rng.random((min(_CHUNK, trials - start), len(a))) < 0.5
         moved = swap.astype(np.float64) @ diff  # what the swapped strata move from B to A
         for delta in moved:
-            shuffled = abs(corpus_score(scorer, total_b - delta) - corpus_score(scorer, total_a + delta))
-            count += shuffled >= observed - 1e-9
-    return count
+            count += abs(score(total_b - delta) - score(total_a + delta)) >= observed - 1e-9
+    return (count + 1) / (trials + 1)

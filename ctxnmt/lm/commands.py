@@ -7,6 +7,8 @@ from pathlib import Path
 
 from ctxnmt.utils.io import atomic_write
 
+LINE_SCORES = "test.logprobs"  # a finished run's per-line test log-probabilities
+
 
 def register(sub) -> None:
     p = sub.add_parser("lm", help="the residual LSTM language model: train, score")
@@ -28,8 +30,10 @@ def register(sub) -> None:
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="an override for every config (repeatable), e.g. --set training.max_epochs=20")
     c.add_argument("--only", action="append", metavar="NAME[:SEED]",
-                   help="train only these runs (repeatable), then report if every run has finished: lets two "
+                   help="train only these runs (repeatable), then report the finished ones: lets two "
                         "processes share one comparison")
+    c.add_argument("--report", action="store_true",
+                   help="train nothing: report the runs under --out that have finished (e.g. committed ones)")
     c.set_defaults(func=cmd_compare)
 
     s = inner.add_parser("score", help="perplexity of a text (and per-line log-probabilities)")
@@ -42,20 +46,29 @@ def register(sub) -> None:
 
 
 def train_and_score(config, quiet: bool = False, resume: bool = False) -> dict:
-    """Train (or go on from last.pt), then score dev and test with the best checkpoint;
+    """Train (or go on from last.pt), then score dev and test with the best checkpoint.
+    test.logprobs keeps each test line's log-probability for significance tests;
     results.json is written last, so its presence says the run finished."""
     from ctxnmt.lm.scoring import score_file
     from ctxnmt.lm.train import LMTrainer
 
     progress = LMTrainer(config, resume=resume, quiet=quiet).train()
     d = config.data
-    results = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}").perplexity
-               for split in ("dev", "test")}
+    scores = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}")
+              for split in ("dev", "test")}
+    with atomic_write(Path(config.model_dir) / LINE_SCORES, "w") as fh:
+        fh.writelines(per_line(scores["test"]))
     record = {"updates": progress.update, "minutes": progress.elapsed / 60, "stopped": progress.stopped,
-              **{f"{k}_ppl": v for k, v in results.items()}}
+              **{f"{k}_ppl": v.perplexity for k, v in scores.items()}}
     with atomic_write(Path(config.model_dir) / "results.json", "w") as fh:
         json.dump(record, fh, indent=1)
     return record
+
+
+
+def per_line(score) -> list[str]:
+    """`log-probability<TAB>tokens` lines, as `ctxnmt lm score --per-line` prints them."""
+    return [f"{logprob:.4f}\t{n}\n" for logprob, n in zip(score.line_logprobs, score.line_tokens)]
 
 
 def cmd_train(args) -> int:
@@ -75,7 +88,7 @@ def cmd_compare(args) -> int:
     from ctxnmt.lm.compare import compare
 
     rows = compare(args.configs, args.overrides, args.seeds, Path(args.out), only=args.only,
-                   log=lambda message: print(f"lm compare: {message}", file=sys.stderr))
+                   log=lambda message: print(f"lm compare: {message}", file=sys.stderr), train=not args.report)
     if rows is not None:
         print((Path(args.out) / "report.md").read_text(encoding="utf-8").rstrip())
     return 0
@@ -86,7 +99,6 @@ def cmd_score(args) -> int:
 
     result = score_file(args.model_dir, args.input, args.checkpoint)
     if args.per_line:
-        for logprob, n in zip(result.line_logprobs, result.line_tokens):
-            print(f"{logprob:.4f}\t{n}")
+        print("".join(per_line(result)), end="")
     print(f"perplexity {result.perplexity:.2f} ({sum(result.line_tokens)} tokens, {len(result.line_tokens)} lines)")
     return 0

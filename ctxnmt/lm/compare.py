@@ -2,23 +2,35 @@
 
 The target-context papers report their summaries' effect on a language model as one
 perplexity per system.  Over seeds the honest figure is a mean with its spread and the
-per-seed difference to the baseline (the first config) trained with the same seed; a run
-is `{out}/{config name}/seed{s}` and a finished one (results.json beside a config.yaml
-equal to its effective config) is never trained again; an interrupted one goes on
-exactly from its last checkpoint.  So the command can be run again after an interruption,
-and `--only` lets two processes train different runs of one comparison.
+per-seed difference to the baseline (the first config) trained with the same seed, with
+two significance tests on the test lines' log-probabilities: paired approximate
+randomisation per seed, and Clark et al.'s stratified version over all seeds together
+(ctxnmt.evaluation.replicates), the statistic being the corpus perplexity.
+
+A run is `{out}/{config name}/seed{s}` and a finished one (results.json beside a
+config.yaml equal to its effective config, wherever the directory now lies) is never
+trained again; an interrupted one goes on exactly from its last checkpoint.  So the
+command can be run again after an interruption, `--only` lets two processes train
+different runs of one comparison, and every call reports the runs finished so far.
 """
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from ctxnmt.errors import ConfigError
+import numpy as np
+
+from ctxnmt.errors import ConfigError, DataError
+from ctxnmt.evaluation.replicates import stratified_result
+from ctxnmt.evaluation.significance import SigResult
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.selectors import select
+
+TRIALS = 10000
 
 
 def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
@@ -36,11 +48,16 @@ def run_state(config) -> str:
     directory = Path(config.model_dir)
     if not (directory / "config.yaml").is_file():
         return "fresh"
-    if asdict(load_lm_config(directory / "config.yaml")) != asdict(config):
+    if _settings(load_lm_config(directory / "config.yaml")) != _settings(config):
         raise ConfigError(f"{directory} was trained with a different config; use another --out or delete it")
     if (directory / "results.json").is_file():
         return "finished"
     return "resume" if (directory / "checkpoints" / "last.pt").is_file() else "fresh"
+
+
+def _settings(config) -> dict:
+    """The config without its model_dir: a run is the same run wherever it was copied."""
+    return {**asdict(config), "model_dir": None}
 
 
 def train_run(config, state: str, log) -> None:
@@ -54,18 +71,54 @@ def train_run(config, state: str, log) -> None:
     train_and_score(config, quiet=True, resume=state == "resume")
 
 
-def summarise(results: dict[str, dict[int, float]], baseline: str) -> list[dict]:
+def line_statistics(directory: Path) -> np.ndarray:
+    """(test lines, 2): each line's negative log-probability and token count."""
+    from ctxnmt.lm.commands import LINE_SCORES
+
+    path = directory / LINE_SCORES
+    try:
+        rows = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
+        return np.array([(-float(logprob), int(n)) for logprob, n in rows], dtype=np.float64)
+    except (OSError, ValueError) as err:
+        raise DataError(f"{path}: no per-line test scores of this finished run ({err})") from None
+
+
+def perplexity(statistics_sum: np.ndarray) -> float:
+    return math.exp(statistics_sum[0] / statistics_sum[1])
+
+
+def perplexity_test(baseline_runs: list[np.ndarray], system_runs: list[np.ndarray], trials: int = TRIALS,
+                    seed: int = 12345) -> SigResult:
+    """Stratified approximate randomisation on corpus perplexity: replicate r of each system
+    is one seed's per-line (negative log-probability, tokens) of the same test text."""
+    for r, (a, b) in enumerate(zip(baseline_runs, system_runs, strict=True)):
+        if a.shape != b.shape or not np.array_equal(a[:, 1], b[:, 1]):
+            raise DataError(f"replicate {r + 1}: the two runs scored different test texts "
+                            f"({len(a)} and {len(b)} lines, or other token counts)")
+    return stratified_result(np.concatenate(baseline_runs), np.concatenate(system_runs), len(baseline_runs),
+                             perplexity, "perplexity", trials, seed)
+
+
+def summarise(results: dict[str, dict[int, dict]], baseline: str) -> list[dict]:
+    """A row per system from its finished runs ({seed: {"ppl", "lines"}}); the tests pair
+    each seed with the baseline's same seed, over the seeds both have finished."""
     rows = []
     for name, by_seed in results.items():
-        ppl = [by_seed[s] for s in sorted(by_seed)]
-        row = {"system": name, "seeds": sorted(by_seed), "test_ppl": ppl, "mean": statistics.fmean(ppl),
+        seeds = sorted(by_seed)
+        ppl = [by_seed[s]["ppl"] for s in seeds]
+        row = {"system": name, "seeds": seeds, "test_ppl": ppl, "mean": statistics.fmean(ppl),
                "sd": statistics.stdev(ppl) if len(ppl) > 1 else None}
-        if name != baseline:
-            deltas = [by_seed[s] - results[baseline][s] for s in sorted(by_seed) if s in results[baseline]]
-            row["delta"] = deltas
-            row["delta_mean"] = statistics.fmean(deltas) if deltas else None
-            row["delta_sd"] = statistics.stdev(deltas) if len(deltas) > 1 else None
-            row["lower_every_seed"] = bool(deltas) and all(d < 0 for d in deltas)
+        shared = [s for s in seeds if s in results.get(baseline, {})]
+        if name != baseline and shared:
+            base = results[baseline]
+            deltas = [by_seed[s]["ppl"] - base[s]["ppl"] for s in shared]
+            row.update(paired_seeds=shared, delta=deltas, delta_mean=statistics.fmean(deltas),
+                       delta_sd=statistics.stdev(deltas) if len(deltas) > 1 else None,
+                       lower_every_seed=all(d < 0 for d in deltas),
+                       p_per_seed=[perplexity_test([base[s]["lines"]], [by_seed[s]["lines"]]).p_value
+                                   for s in shared],
+                       p_over_seeds=perplexity_test([base[s]["lines"] for s in shared],
+                                                    [by_seed[s]["lines"] for s in shared]).p_value)
         rows.append(row)
     return rows
 
@@ -76,22 +129,34 @@ def _pm(mean: float | None, sd: float | None) -> str:
     return f"{mean:.2f}" if sd is None else f"{mean:.2f} ± {sd:.2f}"
 
 
-def markdown(rows: list[dict], seeds: list[int]) -> str:
-    head = "| system | test ppl (mean ± sd) | per seed | Δ vs baseline, same seed (mean ± sd) | lower on every seed |"
-    lines = [f"# LM comparison: test perplexity over seeds {', '.join(map(str, seeds))}", "", head,
-             "|---|---|---|---|---|"]
+def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[str]) -> str:
+    lines = [f"# LM comparison: test perplexity over seeds {', '.join(map(str, seeds))}", ""]
+    if waiting:
+        lines += [f"Not finished yet: {', '.join(waiting)}.  Each row has its finished seeds; Δ and p "
+                  "pair them with the baseline's same seeds.", ""]
+    lines += ["| system | seeds | test ppl (mean ± sd) | per seed | Δ vs baseline, same seed (mean ± sd) "
+              "| p per seed (paired AR) | p over seeds (stratified AR) | lower on every seed |",
+              "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         per_seed = ", ".join(f"{p:.2f}" for p in row["test_ppl"])
-        delta = _pm(row.get("delta_mean"), row.get("delta_sd")) if "delta" in row else "baseline"
-        every = ("yes" if row["lower_every_seed"] else "no") if "delta" in row else ""
-        lines.append(f"| {row['system']} | {_pm(row['mean'], row['sd'])} | {per_seed} | {delta} | {every} |")
+        if row["system"] == baseline:
+            cells = ["baseline", "", "", ""]
+        elif "delta" in row:
+            cells = [_pm(row["delta_mean"], row["delta_sd"]), ", ".join(f"{p:.3f}" for p in row["p_per_seed"]),
+                     f"{row['p_over_seeds']:.3f}", "yes" if row["lower_every_seed"] else "no"]
+        else:  # none of its seeds has a finished baseline yet
+            cells = ["–", "–", "–", ""]
+        lines.append(f"| {row['system']} | {', '.join(map(str, row['seeds']))} | {_pm(row['mean'], row['sd'])} "
+                     f"| {per_seed} | {' | '.join(cells)} |")
+    lines += ["", f"p: two-sided approximate randomisation over the test lines' log-probabilities, "
+              f"{TRIALS} trials; over seeds, stratified by seed (Clark et al. 2011)."]
     return "\n".join(lines) + "\n"
 
 
 def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path, log=print,
-            only: list[str] | None = None) -> list[dict] | None:
-    """Train what is missing (of `only`'s runs, if given) and write the report; None, and no
-    report, while some run has not finished."""
+            only: list[str] | None = None, train: bool = True) -> list[dict] | None:
+    """Train what is missing (of `only`'s runs, if given; nothing unless `train`), then
+    report the finished runs; None, and no report, while none has finished."""
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"--seeds must be distinct, got {seeds}")
     runs = [(path, seed, run_config(path, overrides, seed, out)) for path in configs for seed in seeds]
@@ -100,7 +165,7 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
         raise ConfigError("two configs have the same name; each system needs its own (set it with name: in the file)")
     states = {id(config): run_state(config) for _, _, config in runs}  # every directory checked first
     chosen = select(runs, only, lambda run: (run[2].name, run[1]), "comparison") if only else runs
-    for _, seed, config in chosen:
+    for _, seed, config in chosen if train else []:
         state = states[id(config)]
         if state == "finished":
             log(f"{config.name} seed {seed}: already trained")
@@ -108,18 +173,24 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
         how = "resuming from its last checkpoint" if state == "resume" else "training"
         log(f"{config.name} seed {seed}: {how} in {config.model_dir}")
         train_run(config, state, log)
-    waiting = [f"{config.name}:{seed}" for _, seed, config in runs if run_state(config) != "finished"]
-    if waiting:
-        log(f"not finished yet, no report: {', '.join(waiting)}")
-        return None
-    results: dict[str, dict[int, float]] = {}
+    results: dict[str, dict[int, dict]] = {}
+    waiting = []
     for _, seed, config in runs:
-        stored = json.loads((Path(config.model_dir) / "results.json").read_text(encoding="utf-8"))
-        results.setdefault(config.name, {})[seed] = stored["test_ppl"]
+        directory = Path(config.model_dir)
+        if run_state(config) != "finished":
+            waiting.append(f"{config.name}:{seed}")
+            continue
+        stored = json.loads((directory / "results.json").read_text(encoding="utf-8"))
+        results.setdefault(config.name, {})[seed] = {"ppl": stored["test_ppl"], "lines": line_statistics(directory)}
+    if waiting:
+        log(f"not finished yet: {', '.join(waiting)}")
+    if not results:
+        return None
     rows = summarise(results, names[0])
     out.mkdir(parents=True, exist_ok=True)
     with atomic_write(out / "report.json", "w") as fh:
-        json.dump({"configs": configs, "overrides": overrides, "seeds": seeds, "rows": rows}, fh, indent=1)
+        json.dump({"configs": configs, "overrides": overrides, "seeds": seeds, "waiting": waiting, "rows": rows},
+                  fh, indent=1)
     with atomic_write(out / "report.md", "w") as fh:
-        fh.write(markdown(rows, seeds))
+        fh.write(markdown(rows, names[0], seeds, waiting))
     return rows

@@ -3,14 +3,20 @@ with carried state against the whole stream at once, overfitting a tiny text thr
 the command line, and one-line errors for bad input."""
 from __future__ import annotations
 
+import itertools
 import json
+import math
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from ctxnmt.cli import main
 from ctxnmt.data.vocab import EOS
+from ctxnmt.errors import DataError
+from ctxnmt.lm.compare import perplexity_test
 from ctxnmt.lm.config import SUMMARIES, LMModelConfig, load_lm_config
 from ctxnmt.lm.model import ResidualLM, detach
 
@@ -160,6 +166,13 @@ def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_
     assert mean["delta"] == pytest.approx([runs["lm-mean", s] - runs["lm-previous", s] for s in (1, 2)])
     assert mean["mean"] == pytest.approx((runs["lm-mean", 1] + runs["lm-mean", 2]) / 2)
     assert runs["lm-previous", 1] != runs["lm-previous", 2]  # the seed reaches the model
+    for name, seed in runs:  # the per-line scores the tests read are the run's test perplexity
+        lines = (out / name / f"seed{seed}" / "test.logprobs").read_text().splitlines()
+        logprob, tokens = (sum(float(line.split("\t")[i]) for line in lines) for i in (0, 1))
+        assert len(lines) == 6 and math.exp(-logprob / tokens) == pytest.approx(runs[name, seed], rel=1e-3)
+    assert mean["paired_seeds"] == [1, 2] and len(mean["p_per_seed"]) == 2
+    assert all(0 < p <= 1 for p in [*mean["p_per_seed"], mean["p_over_seeds"]])
+    assert "| p over seeds (stratified AR) |" in stdout and "Not finished yet" not in stdout
     # a second call trains nothing; an unfinished run (no results.json) goes on from its last
     # checkpoint, and one without a checkpoint is trained again from the start
     (out / "lm-mean" / "seed2" / "results.json").unlink()
@@ -231,10 +244,77 @@ def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_c
     code, stdout, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-previous:2"],
                             capsys)
     assert code == 0 and (out / "lm-previous/seed2/results.json").is_file()
-    assert not (out / "lm-previous/seed1").exists() and not (out / "report.md").exists()
-    assert "not finished yet, no report: lm-previous:1" in err and stdout == ""
+    assert not (out / "lm-previous/seed1").exists()
+    assert "not finished yet: lm-previous:1" in err
+    assert "Not finished yet: lm-previous:1." in stdout and "| lm-previous | 2 | " in stdout
     code, stdout, _ = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-previous:1"],
                           capsys)
-    assert code == 0 and "| lm-previous | " in stdout and (out / "report.md").is_file()
+    assert code == 0 and "| lm-previous | 1, 2 | " in stdout and "Not finished" not in stdout
     code, _, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-mean"], capsys)
     assert code == 2 and "--only 'lm-mean' names no run of this comparison" in err
+
+
+def test_report_reads_finished_runs_wherever_they_were_copied_and_trains_nothing(tiny_corpus, tmp_path, capsys):
+    """The committed results: config.yaml, results.json and test.logprobs of each run, copied
+    elsewhere, give the same report with --report; runs missing there are reported as such."""
+    path = tmp_path / "lm-previous.yaml"
+    path.write_text(f"name: lm-previous\ndata: {{dir: {tiny_corpus}}}\nmodel: {{emb_dim: 8, hidden_dim: 12}}\n"
+                    "training: {batch_size: 4, bptt: 10, max_updates: 10, valid_every: 10, threads: 1}\n")
+    out, copy = tmp_path / "cmp", tmp_path / "committed"
+    args = ["lm", "compare", path, "--seeds", "1", "2"]
+    assert run([*args, "--out", out], capsys)[0] == 0
+    for seed in (1, 2):
+        (copy / f"lm-previous/seed{seed}").mkdir(parents=True)
+        for name in ("config.yaml", "results.json", "test.logprobs"):
+            shutil.copy(out / f"lm-previous/seed{seed}" / name, copy / f"lm-previous/seed{seed}" / name)
+    code, stdout, _ = run([*args, "--out", copy, "--report"], capsys)
+    assert code == 0 and (copy / "report.md").read_text() == (out / "report.md").read_text()
+    shutil.rmtree(copy / "lm-previous/seed2")
+    code, stdout, err = run([*args, "--out", copy, "--report"], capsys)
+    assert code == 0 and "Not finished yet: lm-previous:2." in stdout and not (copy / "lm-previous/seed2").exists()
+    (copy / "lm-previous/seed1/test.logprobs").write_text("-3.5\tten\n")
+    code, _, err = run([*args, "--out", copy, "--report"], capsys)
+    assert code == 2 and "test.logprobs: no per-line test scores" in err and len(err.strip().splitlines()) == 1
+
+
+def lines(*pairs) -> np.ndarray:
+    """Per-line (negative log-probability, tokens)."""
+    return np.array(pairs, dtype=np.float64)
+
+
+def test_perplexity_test_matches_the_exhaustive_enumeration():
+    """Every one of the 2^(R·N) swaps of two seeds' four lines: the exact p the
+    Monte-Carlo test estimates."""
+    base = [lines((9, 3), (12, 4), (4, 2), (15, 5)), lines((8, 3), (13, 4), (5, 2), (14, 5))]
+    system = [lines((7, 3), (12.5, 4), (3, 2), (11, 5)), lines((8.5, 3), (10, 4), (4.5, 2), (12, 5))]
+
+    def ppl(runs):
+        total = np.concatenate(runs).sum(0)
+        return math.exp(total[0] / total[1])
+
+    observed = abs(ppl(system) - ppl(base))
+    hits = 0
+    for swaps in itertools.product([False, True], repeat=8):
+        x, y = [b.copy() for b in base], [s.copy() for s in system]
+        for k, swap in enumerate(swaps):
+            r, i = divmod(k, 4)
+            if swap:
+                x[r][i], y[r][i] = system[r][i], base[r][i]
+        hits += abs(ppl(y) - ppl(x)) >= observed - 1e-9
+    exact = hits / 2 ** 8
+    result = perplexity_test(base, system, trials=10000, seed=3)
+    assert 0 < exact < 1 and result.p_value == pytest.approx(exact, abs=0.02)
+    assert result.system == pytest.approx(ppl(system)) and result.delta < 0
+
+
+def test_perplexity_test_over_seeds_sees_through_a_seed_that_reverses_the_other():
+    good, bad = lines(*[(10, 5)] * 40), lines(*[(14, 5)] * 40)
+    assert perplexity_test([bad], [good], trials=2000).p_value < 0.01
+    assert perplexity_test([bad, good], [good, bad], trials=2000).p_value > 0.5
+    assert perplexity_test([bad, bad], [good, good], trials=2000).p_value < 0.01
+    assert perplexity_test([good, bad], [good, bad], trials=200).p_value == 1.0
+
+
+def test_perplexity_test_refuses_runs_of_different_texts():
+    with pytest.raises(DataError, match="replicate 2: the two runs scored different test texts"):
+        perplexity_test([lines((1, 2)), lines((1, 2))], [lines((1, 2)), lines((1, 3))])
