@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import shutil
 import statistics
 from dataclasses import asdict
@@ -129,7 +130,7 @@ def _pm(mean: float | None, sd: float | None) -> str:
     return f"{mean:.2f}" if sd is None else f"{mean:.2f} ± {sd:.2f}"
 
 
-def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[str]) -> str:
+def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[str], command: str) -> str:
     lines = [f"# LM comparison: test perplexity over seeds {', '.join(map(str, seeds))}", ""]
     if waiting:
         lines += [f"Not finished yet: {', '.join(waiting)}.  Each row has its finished seeds; Δ and p "
@@ -149,8 +150,17 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
         lines.append(f"| {row['system']} | {', '.join(map(str, row['seeds']))} | {_pm(row['mean'], row['sd'])} "
                      f"| {per_seed} | {' | '.join(cells)} |")
     lines += ["", f"p: two-sided approximate randomisation over the test lines' log-probabilities, "
-              f"{TRIALS} trials; over seeds, stratified by seed (Clark et al. 2011)."]
+              f"{TRIALS} trials; over seeds, stratified by seed (Clark et al. 2011).", "",
+              "Train the missing runs (or, with `--report`, only report the finished ones):", "",
+              f"```sh\n{command}\n```"]
     return "\n".join(lines) + "\n"
+
+
+def shell_command(configs: list[str], overrides: list[str], seeds: list[int], out: Path) -> str:
+    args = ["ctxnmt", "lm", "compare", *map(str, configs), "--seeds", *map(str, seeds), "--out", str(out)]
+    for override in overrides:
+        args += ["--set", override]
+    return " ".join(shlex.quote(a) for a in args)
 
 
 def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path, log=print,
@@ -192,5 +202,5 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
         json.dump({"configs": configs, "overrides": overrides, "seeds": seeds, "waiting": waiting, "rows": rows},
                   fh, indent=1)
     with atomic_write(out / "report.md", "w") as fh:
-        fh.write(markdown(rows, names[0], seeds, waiting))
+        fh.write(markdown(rows, names[0], seeds, waiting, shell_command(configs, overrides, seeds, out)))
     return rows

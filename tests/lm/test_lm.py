@@ -173,6 +173,7 @@ def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_
     assert mean["paired_seeds"] == [1, 2] and len(mean["p_per_seed"]) == 2
     assert all(0 < p <= 1 for p in [*mean["p_per_seed"], mean["p_over_seeds"]])
     assert "| p over seeds (stratified AR) |" in stdout and "Not finished yet" not in stdout
+    assert f"ctxnmt lm compare {configs[0]} {configs[1]} --seeds 1 2 --out {out}\n" in stdout
     # a second call trains nothing; an unfinished run (no results.json) goes on from its last
     # checkpoint, and one without a checkpoint is trained again from the start
     (out / "lm-mean" / "seed2" / "results.json").unlink()
@@ -268,7 +269,8 @@ def test_report_reads_finished_runs_wherever_they_were_copied_and_trains_nothing
         for name in ("config.yaml", "results.json", "test.logprobs"):
             shutil.copy(out / f"lm-previous/seed{seed}" / name, copy / f"lm-previous/seed{seed}" / name)
     code, stdout, _ = run([*args, "--out", copy, "--report"], capsys)
-    assert code == 0 and (copy / "report.md").read_text() == (out / "report.md").read_text()
+    assert code == 0 and json.loads((copy / "report.json").read_text()) == json.loads((out / "report.json").read_text())
+    assert (copy / "report.md").read_text() == (out / "report.md").read_text().replace(str(out), str(copy))
     shutil.rmtree(copy / "lm-previous/seed2")
     code, stdout, err = run([*args, "--out", copy, "--report"], capsys)
     assert code == 0 and "Not finished yet: lm-previous:2." in stdout and not (copy / "lm-previous/seed2").exists()
