@@ -19,6 +19,9 @@ def register(sub) -> None:
                         "train different runs of one experiment side by side")
     p.add_argument("--report", action="store_true",
                    help="train nothing; evaluate and report the runs finished so far")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="train up to N runs at once, each in its own process with the config's training.threads "
+                        "(default 1: one after the other)")
     p.add_argument("--export", metavar="DIR",
                    help="after the report, copy its small text results to DIR (report, test outputs, scores, "
                         "configs, training logs, significance tests; never checkpoints), e.g. to commit them")
@@ -45,7 +48,7 @@ def cmd_experiment(args) -> int:
         restored = restore_results(Path(args.restore), experiment.root)
         print(f"restored {len(restored)} runs from {args.restore}")
     paths = run_experiment(experiment, quiet=args.quiet, only=args.only, train=not args.report,
-                           reload=lambda: load_experiment(args.experiment))
+                           reload=lambda: load_experiment(args.experiment), jobs=args.jobs)
     if paths is not None:
         print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())
         if args.export:

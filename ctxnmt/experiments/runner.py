@@ -40,6 +40,7 @@ from ctxnmt.experiments.runs import (
     training_record,
 )
 from ctxnmt.experiments.spec import Experiment
+from ctxnmt.utils.processes import check_jobs, run_side_by_side
 
 
 def stderr_log(message: str) -> None:
@@ -51,7 +52,10 @@ def check_runs(runs: list[Run]) -> dict[int, str]:
     return {id(run): run_state(run) for run in runs}
 
 
-def train_all(experiment: Experiment, runs: list[Run], states: dict[int, str], log, quiet: bool) -> None:
+def train_all(experiment: Experiment, runs: list[Run], states: dict[int, str], log, quiet: bool,
+              jobs: int = 1) -> None:
+    """Train the runs not finished yet, in order, or up to `jobs` of them at once (each in
+    its own process, quiet: its log is its train.log)."""
     todo = [run for run in runs if states[id(run)] != DONE]
     for run in runs:
         if states[id(run)] == DONE:
@@ -61,7 +65,11 @@ def train_all(experiment: Experiment, runs: list[Run], states: dict[int, str], l
     for run in todo:
         how = "resuming from its last checkpoint" if states[id(run)] == RESUME else "training"
         log(f"{run.system} seed {run.seed}: {how} in {run.model_dir}")
-        train(run, states[id(run)], quiet)
+        if jobs == 1:
+            train(run, states[id(run)], quiet)
+    if jobs > 1 and todo:
+        run_side_by_side([(f"{run.system} seed {run.seed}", train, (run, states[id(run)], True)) for run in todo],
+                         jobs, log)
 
 
 def evaluate_runs(runs: list[Run], test: TestSet, log) -> dict[str, list[Output]]:
@@ -169,13 +177,14 @@ def run_details(outputs: dict[str, list[Output]], tests: dict[str, list[dict[str
 
 def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
                    only: list[str] | None = None, train: bool = True,
-                   reload: Callable[[], Experiment] | None = None) -> dict[str, Path] | None:
+                   reload: Callable[[], Experiment] | None = None, jobs: int = 1) -> dict[str, Path] | None:
     """Everything `ctxnmt experiment` does; returns the paths of the report files.
 
     `only` (SYSTEM or SYSTEM:SEED selectors) trains just those runs, and `train=False`
     none; the report then covers the runs finished so far, so that two processes can
     train different runs of one experiment side by side and results can be read as
-    they come.  None when the baseline has no finished run yet.
+    they come.  None when the baseline has no finished run yet.  `jobs` trains that
+    many runs at once, each in its own process.
 
     `reload` reads the experiment again after training: a training takes hours, and
     the file or its configs may change meanwhile (a system added, a config fixed and
@@ -183,8 +192,9 @@ def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
     as a `--report` would, instead of judging the other runs by a stale plan."""
     runs = plan_runs(experiment)
     states = check_runs(runs)
+    check_jobs(jobs, max(run.config.training.threads for run in runs) if runs else 1, log)
     if train:
-        train_all(experiment, select_runs(runs, only) if only else runs, states, log, quiet)
+        train_all(experiment, select_runs(runs, only) if only else runs, states, log, quiet, jobs)
         if reload is not None:
             experiment, runs = _reread(experiment, runs, reload, log)
     finished = [run for run in runs if run_state(run) == DONE]

@@ -34,6 +34,8 @@ def register(sub) -> None:
                         "processes share one comparison")
     c.add_argument("--report", action="store_true",
                    help="train nothing: report the runs under --out that have finished (e.g. committed ones)")
+    c.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="train up to N runs at once, each in its own process (default 1)")
     c.set_defaults(func=cmd_compare)
 
     s = inner.add_parser("score", help="perplexity of a text (and per-line log-probabilities)")
@@ -88,7 +90,8 @@ def cmd_compare(args) -> int:
     from ctxnmt.lm.compare import compare
 
     rows = compare(args.configs, args.overrides, args.seeds, Path(args.out), only=args.only,
-                   log=lambda message: print(f"lm compare: {message}", file=sys.stderr), train=not args.report)
+                   log=lambda message: print(f"lm compare: {message}", file=sys.stderr), train=not args.report,
+                   jobs=args.jobs)
     if rows is not None:
         print((Path(args.out) / "report.md").read_text(encoding="utf-8").rstrip())
     return 0

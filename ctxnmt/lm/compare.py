@@ -29,6 +29,7 @@ from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import stratified_result
 from ctxnmt.evaluation.significance import SigResult
 from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.processes import check_jobs, run_side_by_side
 from ctxnmt.utils.selectors import select
 
 TRIALS = 10000
@@ -61,15 +62,27 @@ def _settings(config) -> dict:
     return {**asdict(config), "model_dir": None}
 
 
-def train_run(config, state: str, log) -> None:
-    """Train one run, going on from its last checkpoint where it has one."""
-    from ctxnmt.lm.commands import train_and_score
-
+def clear_fresh(config, state: str, log) -> None:
+    """An unfinished run without a checkpoint starts again from an empty directory."""
     directory = Path(config.model_dir)
     if state == "fresh" and directory.exists():
         log(f"{directory}: unfinished and without a checkpoint, training again from the start")
         shutil.rmtree(directory)
-    train_and_score(config, quiet=True, resume=state == "resume")
+
+
+def train_runs(chosen: list[tuple[int, object, str]], jobs: int, log) -> None:
+    """Train (seed, config, state) runs in order, or up to `jobs` at once in their own processes."""
+    from ctxnmt.lm.commands import train_and_score
+
+    for seed, config, state in chosen:
+        how = "resuming from its last checkpoint" if state == "resume" else "training"
+        log(f"{config.name} seed {seed}: {how} in {config.model_dir}")
+        clear_fresh(config, state, log)
+        if jobs == 1:
+            train_and_score(config, quiet=True, resume=state == "resume")
+    if jobs > 1 and chosen:
+        run_side_by_side([(f"{config.name} seed {seed}", train_and_score, (config, True, state == "resume"))
+                          for seed, config, state in chosen], jobs, log)
 
 
 def line_statistics(directory: Path) -> np.ndarray:
@@ -164,9 +177,10 @@ def shell_command(configs: list[str], overrides: list[str], seeds: list[int], ou
 
 
 def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path, log=print,
-            only: list[str] | None = None, train: bool = True) -> list[dict] | None:
-    """Train what is missing (of `only`'s runs, if given; nothing unless `train`), then
-    report the finished runs; None, and no report, while none has finished."""
+            only: list[str] | None = None, train: bool = True, jobs: int = 1) -> list[dict] | None:
+    """Train what is missing (of `only`'s runs, if given; nothing unless `train`; up to
+    `jobs` at once), then report the finished runs; None, and no report, while none has
+    finished."""
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"--seeds must be distinct, got {seeds}")
     runs = [(path, seed, run_config(path, overrides, seed, out)) for path in configs for seed in seeds]
@@ -176,13 +190,12 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
     states = {id(config): run_state(config) for _, _, config in runs}  # every directory checked first
     chosen = select(runs, only, lambda run: (run[2].name, run[1]), "comparison") if only else runs
     for _, seed, config in chosen if train else []:
-        state = states[id(config)]
-        if state == "finished":
+        if states[id(config)] == "finished":
             log(f"{config.name} seed {seed}: already trained")
-            continue
-        how = "resuming from its last checkpoint" if state == "resume" else "training"
-        log(f"{config.name} seed {seed}: {how} in {config.model_dir}")
-        train_run(config, state, log)
+    check_jobs(jobs, max(config.training.threads for _, _, config in runs), log)
+    if train:
+        train_runs([(seed, config, states[id(config)]) for _, seed, config in chosen
+                    if states[id(config)] != "finished"], jobs, log)
     results: dict[str, dict[int, dict]] = {}
     waiting = []
     for _, seed, config in runs:

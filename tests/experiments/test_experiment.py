@@ -438,3 +438,25 @@ def test_restore_from_a_directory_that_is_no_export_is_a_clear_error(finished, t
     with chdir(work):
         assert main(["experiment", "tiny-experiment.yaml", "--report", "--restore", "nowhere"]) != 0
     assert "nowhere: not an exported experiment (no report.json there)" in capsys.readouterr().err
+
+
+def test_two_jobs_train_the_runs_side_by_side_into_the_same_models(finished, tmp_path, capsys):
+    """--jobs 2 trains both systems at once, each in its own process, and gets the very
+    weights and report that training them one after the other gave."""
+    work = copy_experiment(finished, tmp_path)
+    for system in ("base", "mean"):
+        shutil.rmtree(work / f"exp/systems/{system}")
+    (work / "exp/report.json").unlink()
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--quiet", "--jobs", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "base seed 1234: finished" in err and "mean seed 1234: finished" in err
+    for system in ("base", "mean"):
+        a, b = (torch.load(root / f"exp/systems/{system}/seed1234/checkpoints/last.pt", weights_only=True)["model"]
+                for root in (finished[0], work))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [row(report(work), s)["mean"]["bleu"] for s in ("base", "mean")] == \
+        [row(report(finished[0]), s)["mean"]["bleu"] for s in ("base", "mean")]
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--jobs", "0"]) == 2
+    assert "--jobs must be at least 1, not 0" in capsys.readouterr().err

@@ -320,3 +320,18 @@ def test_perplexity_test_over_seeds_sees_through_a_seed_that_reverses_the_other(
 def test_perplexity_test_refuses_runs_of_different_texts():
     with pytest.raises(DataError, match="replicate 2: the two runs scored different test texts"):
         perplexity_test([lines((1, 2)), lines((1, 2))], [lines((1, 2)), lines((1, 3))])
+
+
+def test_compare_with_two_jobs_trains_the_same_models_side_by_side(tiny_corpus, tmp_path, capsys):
+    path = tmp_path / "lm-previous.yaml"
+    path.write_text(f"name: lm-previous\ndata: {{dir: {tiny_corpus}}}\nmodel: {{emb_dim: 8, hidden_dim: 12}}\n"
+                    "training: {batch_size: 4, bptt: 10, max_updates: 10, valid_every: 10, threads: 1}\n")
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert run(["lm", "compare", path, "--seeds", "1", "2", "--out", one], capsys)[0] == 0
+    code, _, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", two, "--jobs", "2"], capsys)
+    assert code == 0 and "lm-previous seed 1: finished" in err and "lm-previous seed 2: finished" in err
+    rows = [json.loads((out / "report.json").read_text())["rows"] for out in (one, two)]
+    assert rows[0] == rows[1]
+    for seed in (1, 2):
+        assert (one / f"lm-previous/seed{seed}/test.logprobs").read_text() == \
+            (two / f"lm-previous/seed{seed}/test.logprobs").read_text()
