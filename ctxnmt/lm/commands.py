@@ -67,7 +67,6 @@ def train_and_score(config, quiet: bool = False, resume: bool = False) -> dict:
     return record
 
 
-
 def per_line(score) -> list[str]:
     """`log-probability<TAB>tokens` lines, as `ctxnmt lm score --per-line` prints them."""
     return [f"{logprob:.4f}\t{n}\n" for logprob, n in zip(score.line_logprobs, score.line_tokens)]
