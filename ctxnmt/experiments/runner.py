@@ -192,8 +192,8 @@ def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
     as a `--report` would, instead of judging the other runs by a stale plan."""
     runs = plan_runs(experiment)
     states = check_runs(runs)
-    check_jobs(jobs, max(run.config.training.threads for run in runs) if runs else 1, log)
     if train:
+        check_jobs(jobs, max(run.config.training.threads for run in runs) if runs else 1, log)
         train_all(experiment, select_runs(runs, only) if only else runs, states, log, quiet, jobs)
         if reload is not None:
             experiment, runs = _reread(experiment, runs, reload, log)

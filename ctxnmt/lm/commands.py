@@ -86,8 +86,11 @@ def cmd_train(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    from ctxnmt.errors import ConfigError
     from ctxnmt.lm.compare import compare
 
+    if args.only and args.report:
+        raise ConfigError("--only trains runs and --report trains none: give one of them")
     rows = compare(args.configs, args.overrides, args.seeds, Path(args.out), only=args.only,
                    log=lambda message: print(f"lm compare: {message}", file=sys.stderr), train=not args.report,
                    jobs=args.jobs)

@@ -85,16 +85,22 @@ def train_runs(chosen: list[tuple[int, object, str]], jobs: int, log) -> None:
                           for seed, config, state in chosen], jobs, log)
 
 
-def line_statistics(directory: Path) -> np.ndarray:
-    """(test lines, 2): each line's negative log-probability and token count."""
+def line_statistics(directory: Path) -> np.ndarray | None:
+    """(test lines, 2): each line's negative log-probability and token count; None for a
+    run that finished before they were kept (it is reported, but not tested)."""
     from ctxnmt.lm.commands import LINE_SCORES
 
     path = directory / LINE_SCORES
+    if not path.is_file():
+        return None
     try:
         rows = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
-        return np.array([(-float(logprob), int(n)) for logprob, n in rows], dtype=np.float64)
+        statistics_ = np.array([(-float(logprob), int(n)) for logprob, n in rows], dtype=np.float64)
     except (OSError, ValueError) as err:
-        raise DataError(f"{path}: no per-line test scores of this finished run ({err})") from None
+        raise DataError(f"{path}: not one 'log-probability<TAB>tokens' pair per line ({err})") from None
+    if not len(statistics_):
+        raise DataError(f"{path}: empty; a finished run scores every test line")
+    return statistics_
 
 
 def perplexity(statistics_sum: np.ndarray) -> float:
@@ -122,19 +128,27 @@ def summarise(results: dict[str, dict[int, dict]], baseline: str) -> list[dict]:
         ppl = [by_seed[s]["ppl"] for s in seeds]
         row = {"system": name, "seeds": seeds, "test_ppl": ppl, "mean": statistics.fmean(ppl),
                "sd": statistics.stdev(ppl) if len(ppl) > 1 else None}
-        shared = [s for s in seeds if s in results.get(baseline, {})]
+        base = results.get(baseline, {})
+        shared = [s for s in seeds if s in base]
         if name != baseline and shared:
-            base = results[baseline]
             deltas = [by_seed[s]["ppl"] - base[s]["ppl"] for s in shared]
+            tested = [s for s in shared if by_seed[s]["lines"] is not None and base[s]["lines"] is not None]
             row.update(paired_seeds=shared, delta=deltas, delta_mean=statistics.fmean(deltas),
                        delta_sd=statistics.stdev(deltas) if len(deltas) > 1 else None,
                        lower_every_seed=all(d < 0 for d in deltas),
-                       p_per_seed=[perplexity_test([base[s]["lines"]], [by_seed[s]["lines"]]).p_value
-                                   for s in shared],
-                       p_over_seeds=perplexity_test([base[s]["lines"] for s in shared],
-                                                    [by_seed[s]["lines"] for s in shared]).p_value)
+                       p_per_seed={str(s): perplexity_test([base[s]["lines"]], [by_seed[s]["lines"]]).p_value
+                                   for s in tested},
+                       p_over_seeds=perplexity_test([base[s]["lines"] for s in tested],
+                                                    [by_seed[s]["lines"] for s in tested]).p_value
+                       if tested else None)
         rows.append(row)
     return rows
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return "–"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _pm(mean: float | None, sd: float | None) -> str:
@@ -156,14 +170,17 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
         if row["system"] == baseline:
             cells = ["baseline", "", "", ""]
         elif "delta" in row:
-            cells = [_pm(row["delta_mean"], row["delta_sd"]), ", ".join(f"{p:.3f}" for p in row["p_per_seed"]),
-                     f"{row['p_over_seeds']:.3f}", "yes" if row["lower_every_seed"] else "no"]
+            per_seed_p = ", ".join(f"{seed}: {_p(p)}" for seed, p in row["p_per_seed"].items()) or "–"
+            cells = [_pm(row["delta_mean"], row["delta_sd"]), per_seed_p, _p(row["p_over_seeds"]),
+                     "yes" if row["lower_every_seed"] else "no"]
         else:  # none of its seeds has a finished baseline yet
             cells = ["–", "–", "–", ""]
         lines.append(f"| {row['system']} | {', '.join(map(str, row['seeds']))} | {_pm(row['mean'], row['sd'])} "
                      f"| {per_seed} | {' | '.join(cells)} |")
-    lines += ["", f"p: two-sided approximate randomisation over the test lines' log-probabilities, "
-              f"{TRIALS} trials; over seeds, stratified by seed (Clark et al. 2011).", "",
+    lines += ["", "Δ: the mean of the per-seed differences.  p: two-sided approximate randomisation over "
+              f"the test lines' log-probabilities ({TRIALS} trials), per seed and over all seeds stratified by "
+              "seed (Clark et al. 2011), the statistic being the perplexity of the pooled lines; a seed whose "
+              "run kept no per-line scores is not tested.", "",
               "Train the missing runs (or, with `--report`, only report the finished ones):", "",
               f"```sh\n{command}\n```"]
     return "\n".join(lines) + "\n"
@@ -192,8 +209,8 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
     for _, seed, config in chosen if train else []:
         if states[id(config)] == "finished":
             log(f"{config.name} seed {seed}: already trained")
-    check_jobs(jobs, max(config.training.threads for _, _, config in runs), log)
     if train:
+        check_jobs(jobs, max(config.training.threads for _, _, config in runs), log)
         train_runs([(seed, config, states[id(config)]) for _, seed, config in chosen
                     if states[id(config)] != "finished"], jobs, log)
     results: dict[str, dict[int, dict]] = {}

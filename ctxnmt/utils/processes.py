@@ -1,19 +1,27 @@
 """Trainings side by side, each in a process of its own.
 
 On a CPU a training runs fastest on one or two threads, so a machine with more cores
-trains several runs of a comparison at once.  Each call runs in a freshly spawned
-process rather than a fork: the parent may already hold an OpenMP thread pool, which a
-forked child inherits in a broken state.
+trains several runs of a comparison at once.  Every call gets a freshly spawned process
+(not a fork: the parent may already hold an OpenMP thread pool, which a forked child
+inherits in a broken state; and not a reused worker, so that no call sees another's
+state).
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import traceback
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ctxnmt.errors import ConfigError, CtxnmtError
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def check_jobs(jobs: int, threads: int, log) -> None:
@@ -27,35 +35,101 @@ def check_jobs(jobs: int, threads: int, log) -> None:
             "(set training.threads so that jobs × threads ≤ cores)")
 
 
-def run_side_by_side(calls: list[tuple[str, Callable[..., Any], tuple]], jobs: int, log) -> None:
-    """Run each (name, function, arguments) call in order, at most `jobs` at once, each in
-    its own process; the function must be importable (module level) and its arguments
-    picklable.
+def _call(function: Callable[..., Any], args: tuple) -> tuple[str, str, int | None] | None:
+    """In the worker: None if the call succeeds, else (kind, message, exit code) as plain
+    picklable values, so that no exception class has to survive the trip back."""
+    try:
+        function(*args)
+    except CtxnmtError as err:
+        return "user", str(err), getattr(err, "exit_code", None)
+    except BaseException as err:  # noqa: BLE001 - KeyboardInterrupt too: the parent decides
+        return "crash", "".join(traceback.format_exception(err)).rstrip(), None
+    return None
 
-    After a failure no further call starts; those running finish (a training killed
-    half-way would only resume from its last checkpoint), and then the failure is raised,
-    a user's error (CtxnmtError) with the name of its call."""
+
+class _Forward:
+    """While inside: SIGINT and SIGTERM sent to this process are passed on to the workers
+    (which save a checkpoint and stop, or die) and recorded, so that no further call starts
+    and no worker outlives the parent."""
+
+    def __init__(self, pool: ProcessPoolExecutor):
+        self.pool, self.signum, self._previous = pool, 0, {}
+
+    def __enter__(self) -> _Forward:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._forward) for sig in SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
+
+    def _forward(self, signum, frame) -> None:
+        self.signum = self.signum or signum
+        for pid in list(getattr(self.pool, "_processes", None) or {}):  # the executor's own worker table
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+def _executor(jobs: int) -> ProcessPoolExecutor:
+    context = multiprocessing.get_context("spawn")
+    if sys.version_info >= (3, 11):
+        return ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1)
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=context)  # pragma: no cover - Python 3.10
+
+
+def run_side_by_side(calls: list[tuple[str, Callable[..., Any], tuple]], jobs: int, log) -> None:
+    """Run each (name, function, arguments) call in order, at most `jobs` at once, each in a
+    new process; the function must be importable (module level) and its arguments picklable.
+
+    Each call's end is logged as it happens, a failure with its message.  After a failure
+    or a signal no further call starts; the running ones finish (a training stopped
+    half-way would only resume from its last checkpoint), except when a process dies
+    (killed, out of memory): the pool then stops the others too.  Then the first failure
+    is raised, a user's error (CtxnmtError) as one with the name of its call."""
     queue = list(calls)
     running: dict[Future, str] = {}
-    failure: tuple[str, BaseException] | None = None
-    finished_count = 0
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    failures: list[tuple[str, str, str, int | None]] = []
+    finished = 0
+    with _executor(jobs) as pool, _Forward(pool) as signals:
         while queue or running:
-            while queue and len(running) < jobs:
+            while queue and len(running) < jobs and not failures and not signals.signum:
                 name, function, args = queue.pop(0)
-                running[pool.submit(function, *args)] = name
+                running[pool.submit(_call, function, args)] = name
+                log(f"{name}: started")
+            if not running:
+                break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 name = running.pop(future)
-                error = future.exception()
-                if error is None:
-                    finished_count += 1
-                    log(f"{name}: finished ({finished_count} of {len(calls)})")
-                elif failure is None:
-                    failure = (name, error)
-                    queue.clear()
-    if failure is not None:
-        name, error = failure
-        if isinstance(error, CtxnmtError):
-            raise type(error)(f"{name}: {error}") from None
-        raise error
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool:
+                    outcome = ("user", "its process died (killed, or out of memory); it goes on from its last "
+                                       "checkpoint when run again", None)
+                if outcome is None:
+                    finished += 1
+                    log(f"{name}: finished ({finished} of {len(calls)})")
+                else:
+                    log(f"{name}: failed: {outcome[1].splitlines()[-1]}")
+                    failures.append((name, *outcome))
+    _raise_first(failures, signals.signum)
+
+
+def _raise_first(failures: list[tuple[str, str, str, int | None]], signum: int) -> None:
+    from ctxnmt.training.preemption import Preempted
+
+    if signum:
+        raise Preempted(f"stopped by {signal.Signals(signum).name}: the runs that were training saved their last "
+                        "checkpoint or go on from the one before", signum)
+    if not failures:
+        return
+    name, kind, message, exit_code = failures[0]
+    if kind == "crash":
+        raise RuntimeError(f"{name} failed in its process:\n{message}")
+    if exit_code:
+        raise Preempted(f"{name}: {message}", exit_code - 128)
+    raise CtxnmtError(f"{name}: {message}")
