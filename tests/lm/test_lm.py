@@ -146,15 +146,24 @@ def test_shipped_lm_configs_load():
     assert {load_lm_config(p).model.summary for p in paths} == set(SUMMARIES)
 
 
+def lm_configs(directory: Path, corpus: Path, *summaries: str, updates: int = 10, model: str = "",
+               training: str = "") -> list[Path]:
+    """One tiny LM config per summary, named lm-{summary}, for the comparison tests."""
+    paths = []
+    for summary in summaries:
+        path = directory / f"lm-{summary}.yaml"
+        path.write_text(f"name: lm-{summary}\ndata: {{dir: {corpus}}}\n"
+                        f"model: {{summary: {summary}, emb_dim: 8, hidden_dim: 12{model}}}\n"
+                        f"training: {{batch_size: 4, bptt: 10, max_updates: {updates}, valid_every: 10, "
+                        f"threads: 1{training}}}\n")
+        paths.append(path)
+    return paths
+
+
 def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_deltas(tiny_corpus, tmp_path,
                                                                                         capsys):
-    configs = []
-    for summary in ("previous", "mean"):
-        path = tmp_path / f"lm-{summary}.yaml"
-        path.write_text(f"name: lm-{summary}\ndata: {{dir: {tiny_corpus}}}\n"
-                        f"model: {{summary: {summary}, emb_dim: 8, hidden_dim: 12, dropout: 0.0}}\n"
-                        "training: {batch_size: 4, bptt: 10, max_updates: 20, valid_every: 10, lr: 0.01, threads: 1}\n")
-        configs.append(path)
+    configs = lm_configs(tmp_path, tiny_corpus, "previous", "mean", updates=20, model=", dropout: 0.0",
+                         training=", lr: 0.01")
     out = tmp_path / "cmp"
     code, stdout, _ = run(["lm", "compare", *configs, "--seeds", "1", "2", "--out", out], capsys)
     assert code == 0 and "| lm-previous | " in stdout and "| lm-mean | " in stdout
@@ -238,9 +247,7 @@ def test_resume_refuses_a_checkpoint_of_another_model(tiny_corpus, tmp_path, cap
 
 
 def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_corpus, tmp_path, capsys):
-    path = tmp_path / "lm-previous.yaml"
-    path.write_text(f"name: lm-previous\ndata: {{dir: {tiny_corpus}}}\nmodel: {{emb_dim: 8, hidden_dim: 12}}\n"
-                    "training: {batch_size: 4, bptt: 10, max_updates: 10, valid_every: 10, threads: 1}\n")
+    [path] = lm_configs(tmp_path, tiny_corpus, "previous")
     out = tmp_path / "cmp"
     code, stdout, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-previous:2"],
                             capsys)
@@ -258,9 +265,7 @@ def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_c
 def test_report_reads_finished_runs_wherever_they_were_copied_and_trains_nothing(tiny_corpus, tmp_path, capsys):
     """The committed results: config.yaml, results.json and test.logprobs of each run, copied
     elsewhere, give the same report with --report; runs missing there are reported as such."""
-    path = tmp_path / "lm-previous.yaml"
-    path.write_text(f"name: lm-previous\ndata: {{dir: {tiny_corpus}}}\nmodel: {{emb_dim: 8, hidden_dim: 12}}\n"
-                    "training: {batch_size: 4, bptt: 10, max_updates: 10, valid_every: 10, threads: 1}\n")
+    [path] = lm_configs(tmp_path, tiny_corpus, "previous")
     out, copy = tmp_path / "cmp", tmp_path / "committed"
     args = ["lm", "compare", path, "--seeds", "1", "2"]
     assert run([*args, "--out", out], capsys)[0] == 0
@@ -286,13 +291,7 @@ def test_report_reads_finished_runs_wherever_they_were_copied_and_trains_nothing
 def test_report_tests_only_the_seeds_whose_runs_kept_per_line_scores(tiny_corpus, tmp_path, capsys):
     """A run finished before test.logprobs existed is reported with its perplexity, untested;
     the p-values say which seed they are."""
-    configs = []
-    for summary in ("previous", "mean"):
-        path = tmp_path / f"lm-{summary}.yaml"
-        path.write_text(f"name: lm-{summary}\ndata: {{dir: {tiny_corpus}}}\n"
-                        f"model: {{summary: {summary}, emb_dim: 8, hidden_dim: 12}}\n"
-                        "training: {batch_size: 4, bptt: 10, max_updates: 10, valid_every: 10, threads: 1}\n")
-        configs.append(path)
+    configs = lm_configs(tmp_path, tiny_corpus, "previous", "mean")
     out = tmp_path / "cmp"
     assert run(["lm", "compare", *configs, "--seeds", "1", "2", "--out", out], capsys)[0] == 0
     (out / "lm-mean/seed1/test.logprobs").unlink()
@@ -350,9 +349,7 @@ def test_perplexity_test_refuses_runs_of_different_texts():
 
 
 def test_compare_with_two_jobs_trains_the_same_models_side_by_side(tiny_corpus, tmp_path, capsys):
-    path = tmp_path / "lm-previous.yaml"
-    path.write_text(f"name: lm-previous\ndata: {{dir: {tiny_corpus}}}\nmodel: {{emb_dim: 8, hidden_dim: 12}}\n"
-                    "training: {batch_size: 4, bptt: 10, max_updates: 10, valid_every: 10, threads: 1}\n")
+    [path] = lm_configs(tmp_path, tiny_corpus, "previous")
     one, two = tmp_path / "one", tmp_path / "two"
     assert run(["lm", "compare", path, "--seeds", "1", "2", "--out", one], capsys)[0] == 0
     code, _, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", two, "--jobs", "2"], capsys)
