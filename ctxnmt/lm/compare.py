@@ -29,6 +29,7 @@ from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import stratified_result
 from ctxnmt.evaluation.significance import SigResult
 from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.processes import check_jobs, run_side_by_side
 from ctxnmt.utils.selectors import select
 
@@ -66,6 +67,7 @@ def clear_fresh(config, state: str, log) -> None:
     """An unfinished run without a checkpoint starts again from an empty directory."""
     directory = Path(config.model_dir)
     if state == "fresh" and directory.exists():
+        TrainingLock(directory).acquire().release()  # never delete a run another process is training
         log(f"{directory}: unfinished and without a checkpoint, training again from the start")
         shutil.rmtree(directory)
 

@@ -26,6 +26,7 @@ from ctxnmt.training.distributed import rng_state, set_rng_state
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.training.trainer import Logger, setup_threads
 from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.lock import TrainingLock
 
 EVAL_CHUNK = 512  # tokens per forward pass when evaluating (one stream; the state carries over)
 
@@ -63,6 +64,7 @@ class LMTrainer:
         t = config.training
         self.model_dir = Path(config.model_dir)
         (self.model_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        self.lock = TrainingLock(self.model_dir).acquire()
         self.log = Logger(self.model_dir, tensorboard=False, quiet=quiet)
         setup_threads(t.threads)
         torch.manual_seed(t.seed)
@@ -102,6 +104,12 @@ class LMTrainer:
         return float(nll.detach()), detach(state)
 
     def train(self) -> LMProgress:
+        try:
+            return self._train()
+        finally:
+            self.lock.release()
+
+    def _train(self) -> LMProgress:
         t, p = self.config.training, self.progress
         stop = self._limit()
         while not stop:

@@ -43,6 +43,7 @@ from ctxnmt.training.precision import Precision
 from ctxnmt.training.preemption import Preempted, StopSignals
 from ctxnmt.training.validate import document_context, validate
 from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.lock import TrainingLock
 
 
 @dataclass
@@ -117,6 +118,7 @@ class Trainer:
         self.world: World = init_world(torch.device(t.device).type)
         self.model_dir = Path(config.model_dir)
         self.model_dir.mkdir(parents=True, exist_ok=True)
+        self.lock = TrainingLock(self.model_dir).acquire() if self.world.is_main else None
         self.ckpt_dir = self.model_dir / "checkpoints"
         self.ckpt_dir.mkdir(exist_ok=True)
         self.log = Logger(self.model_dir, quiet=quiet, enabled=self.world.is_main)
@@ -248,6 +250,13 @@ class Trainer:
 
     def train(self) -> Progress:
         """Train until a budget, early stopping or a signal; on a signal, save last.pt and raise Preempted."""
+        try:
+            return self._train()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _train(self) -> Progress:
         with StopSignals(announce=self.world.is_main) as signals:
             try:
                 self._loop(signals)

@@ -359,3 +359,15 @@ def test_compare_with_two_jobs_trains_the_same_models_side_by_side(tiny_corpus, 
     for seed in (1, 2):
         assert (one / f"lm-previous/seed{seed}/test.logprobs").read_text() == \
             (two / f"lm-previous/seed{seed}/test.logprobs").read_text()
+
+
+def test_a_second_lm_trainer_on_a_busy_directory_is_refused(tiny_corpus, tmp_path):
+    from ctxnmt.lm.train import LMTrainer
+    from ctxnmt.utils.lock import DirectoryBusy
+
+    config = load_lm_config(write_config(tmp_path, tiny_corpus, "mean"), ["training.max_updates=5"])
+    first = LMTrainer(config, quiet=True)
+    with pytest.raises(DirectoryBusy, match="is training in it"):
+        LMTrainer(config, quiet=True)
+    first.train()
+    LMTrainer(config, resume=True, quiet=True).train()

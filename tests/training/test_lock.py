@@ -1,0 +1,50 @@
+"""One training per model directory: a second trainer, in this process or another, is
+refused with the holder's pid while the first trains, and the lock goes with its process."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ctxnmt.cli import main
+from ctxnmt.config import load_config
+from ctxnmt.training.trainer import Trainer
+from ctxnmt.utils.lock import DirectoryBusy, TrainingLock
+from tests.training.conftest import tiny_config
+
+HOLD = "import sys, time; from ctxnmt.utils.lock import TrainingLock; held = TrainingLock(sys.argv[1]).acquire(); " \
+       "print('held', flush=True); time.sleep(120)"
+
+
+def test_a_directory_held_by_another_process_is_refused_until_that_process_dies(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DirectoryBusy, match=f"another process \\(pid {holder.pid}\\) is training in it"):
+            TrainingLock(tmp_path).acquire()
+        holder.send_signal(signal.SIGKILL)  # no clean-up runs: the kernel drops the lock
+        holder.wait(timeout=30)
+    finally:
+        holder.kill()
+    lock = TrainingLock(tmp_path).acquire()
+    assert (tmp_path / ".lock").read_text() == str(os.getpid())
+    lock.release()
+
+
+def test_a_second_trainer_on_a_busy_directory_is_refused_and_one_after_it_is_not(tiny_corpus, tmp_path, capsys):
+    cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")
+    config = load_config(cfg, [f"model_dir={tmp_path / 'run'}", "training.max_epochs=0", "training.max_updates=3"])
+    first = Trainer(config, quiet=True)
+    with pytest.raises(DirectoryBusy, match="is training in it"):
+        Trainer(config, quiet=True)
+    assert main(["train", str(cfg), "--quiet", "--set", f"model_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"pid {os.getpid()}" in err
+    start = time.monotonic()
+    first.train()
+    assert time.monotonic() - start < 120
+    Trainer(config, resume=True, quiet=True).train()  # the lock went with the first training's end
