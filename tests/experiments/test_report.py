@@ -90,3 +90,11 @@ def test_document_context_systems_translate_with_the_test_document_ids(tmp_path)
         document_ids(run(doc_init_enc="true"), without)
     assert translate_command(Path("m"), with_docs, Path("h")).endswith("-o h")
     assert translate_command(Path("m"), with_docs, Path("h"), docs).endswith(f"--doc-ids {docs}")
+
+
+@pytest.mark.parametrize("p_value, cell", [(0.012, "+0.84, p=0.012"), (0.0001, "+0.84, p<0.001")])
+def test_the_over_seeds_cell_never_rounds_a_p_value_to_zero(p_value, cell):
+    over_seeds = {"delta": 0.84, "p_value": p_value}
+    row = make_row("ctx", False, [output(1, 20.0, 18.0), output(2, 22.0, 19.0)], [],
+                   summarise_tests([result(0.01, 1.0)] * 2, "bleu", over_seeds))
+    assert cell in table_cells(row, baseline="base")
