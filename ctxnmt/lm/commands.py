@@ -7,8 +7,6 @@ from pathlib import Path
 
 from ctxnmt.utils.io import atomic_write
 
-LINE_SCORES = "test.logprobs"  # a finished run's per-line test log-probabilities
-
 
 def register(sub) -> None:
     p = sub.add_parser("lm", help="the residual LSTM language model: train, score")
@@ -51,7 +49,7 @@ def train_and_score(config, quiet: bool = False, resume: bool = False) -> dict:
     """Train (or go on from last.pt), then score dev and test with the best checkpoint.
     test.logprobs keeps each test line's log-probability for significance tests;
     results.json is written last, so its presence says the run finished."""
-    from ctxnmt.lm.scoring import score_file
+    from ctxnmt.lm.scoring import LINE_SCORES, score_file
     from ctxnmt.lm.train import LMTrainer
 
     progress = LMTrainer(config, resume=resume, quiet=quiet).train()
@@ -59,17 +57,12 @@ def train_and_score(config, quiet: bool = False, resume: bool = False) -> dict:
     scores = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}")
               for split in ("dev", "test")}
     with atomic_write(Path(config.model_dir) / LINE_SCORES, "w") as fh:
-        fh.writelines(per_line(scores["test"]))
+        fh.writelines(scores["test"].per_line())
     record = {"updates": progress.update, "minutes": progress.elapsed / 60, "stopped": progress.stopped,
               **{f"{k}_ppl": v.perplexity for k, v in scores.items()}}
     with atomic_write(Path(config.model_dir) / "results.json", "w") as fh:
         json.dump(record, fh, indent=1)
     return record
-
-
-def per_line(score) -> list[str]:
-    """`log-probability<TAB>tokens` lines, as `ctxnmt lm score --per-line` prints them."""
-    return [f"{logprob:.4f}\t{n}\n" for logprob, n in zip(score.line_logprobs, score.line_tokens)]
 
 
 def cmd_train(args) -> int:
@@ -104,6 +97,6 @@ def cmd_score(args) -> int:
 
     result = score_file(args.model_dir, args.input, args.checkpoint)
     if args.per_line:
-        print("".join(per_line(result)), end="")
+        print("".join(result.per_line()), end="")
     print(f"perplexity {result.perplexity:.2f} ({sum(result.line_tokens)} tokens, {len(result.line_tokens)} lines)")
     return 0

@@ -90,7 +90,7 @@ def train_runs(chosen: list[tuple[int, object, str]], jobs: int, log) -> None:
 def line_statistics(directory: Path) -> np.ndarray | None:
     """(test lines, 2): each line's negative log-probability and token count; None for a
     run that finished before they were kept (it is reported, but not tested)."""
-    from ctxnmt.lm.commands import LINE_SCORES
+    from ctxnmt.lm.scoring import LINE_SCORES
 
     path = directory / LINE_SCORES
     if not path.is_file():

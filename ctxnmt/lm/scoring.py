@@ -17,12 +17,18 @@ from ctxnmt.lm.train import stream_logprobs
 from ctxnmt.training.checkpoint import load_checkpoint, load_model_state
 from ctxnmt.training.trainer import setup_threads
 
+LINE_SCORES = "test.logprobs"  # a finished run's per-line test log-probabilities (ctxnmt lm compare)
+
 
 @dataclass
 class TextScore:
     line_logprobs: list[float]  # natural log-probability of each line's words and its </s>
     line_tokens: list[int]
     perplexity: float
+
+    def per_line(self) -> list[str]:
+        """`log-probability<TAB>tokens` lines, as `lm score --per-line` prints them and LINE_SCORES holds them."""
+        return [f"{logprob:.4f}\t{n}\n" for logprob, n in zip(self.line_logprobs, self.line_tokens)]
 
 
 def load_lm(model_dir: str | Path, checkpoint: str = "best") -> tuple[LMConfig, Vocab, ResidualLM]:

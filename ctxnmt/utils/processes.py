@@ -12,7 +12,6 @@ import multiprocessing
 import os
 import signal
 import sys
-import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -20,8 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ctxnmt.errors import ConfigError, CtxnmtError
-
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+from ctxnmt.training.preemption import Preempted, StopSignals
 
 
 def check_jobs(jobs: int, threads: int, log) -> None:
@@ -47,26 +45,17 @@ def _call(function: Callable[..., Any], args: tuple) -> tuple[str, str, int | No
     return None
 
 
-class _Forward:
-    """While inside: SIGINT and SIGTERM sent to this process are passed on to the workers
-    (which save a checkpoint and stop, or die) and recorded, so that no further call starts
-    and no worker outlives the parent."""
+class _Forward(StopSignals):
+    """While inside: SIGINT and SIGTERM sent to this process are recorded (no further call
+    starts) and passed on to the workers, which save a checkpoint and stop, or die; so no
+    worker outlives the parent."""
 
     def __init__(self, pool: ProcessPoolExecutor):
-        self.pool, self.signum, self._previous = pool, 0, {}
+        super().__init__(announce=False)
+        self.pool = pool
 
-    def __enter__(self) -> _Forward:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {sig: signal.signal(sig, self._forward) for sig in SIGNALS}
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        return False
-
-    def _forward(self, signum, frame) -> None:
-        self.signum = self.signum or signum
+    def _record(self, signum, frame) -> None:
+        super()._record(signum, frame)
         for pid in list(getattr(self.pool, "_processes", None) or {}):  # the executor's own worker table
             try:
                 os.kill(pid, signum)
@@ -120,8 +109,6 @@ def run_side_by_side(calls: list[tuple[str, Callable[..., Any], tuple]], jobs: i
 
 
 def _raise_first(failures: list[tuple[str, str, str, int | None]], signum: int) -> None:
-    from ctxnmt.training.preemption import Preempted
-
     if signum:
         raise Preempted(f"stopped by {signal.Signals(signum).name}: the runs that were training saved their last "
                         "checkpoint or go on from the one before", signum)
