@@ -59,3 +59,24 @@ class StopSignals:
     @property
     def name(self) -> str:
         return signal.Signals(self.signum).name if self.signum else ""
+
+
+LAUNCHER_EXIT = "the launcher's exit"
+
+
+def stop_votes(signum: int, launcher_gone: bool) -> list[float]:
+    """One rank's reasons to stop, as numbers to sum over the ranks: one per signal in
+    SIGNALS, then a dead launcher."""
+    return [float(signum == sig) for sig in SIGNALS] + [float(launcher_gone)]
+
+
+def agreed_stop(votes: list[float]) -> tuple[str, int]:
+    """The cause and exit signal every rank reports, from the summed votes; ("", 0) if none.
+
+    A launcher passes a signal on to its ranks one after the other, so one rank can
+    take its decision before the signal reaches the next: the ranks must name the cause
+    from the sums, not from their own handler.  A dead launcher exits as SIGTERM would."""
+    for sig, count in zip(SIGNALS, votes):
+        if count:
+            return sig.name, sig
+    return (LAUNCHER_EXIT, signal.SIGTERM) if votes[len(SIGNALS)] else ("", 0)

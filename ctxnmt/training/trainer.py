@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -40,7 +39,7 @@ from ctxnmt.training.distributed import (
 )
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.training.precision import Precision
-from ctxnmt.training.preemption import Preempted, StopSignals
+from ctxnmt.training.preemption import Preempted, StopSignals, agreed_stop, stop_votes
 from ctxnmt.training.validate import document_context, validate
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
@@ -124,6 +123,7 @@ class Trainer:
         self.log = Logger(self.model_dir, quiet=quiet, enabled=self.world.is_main)
         self.progress_bar = progress_bar and not quiet and self.world.is_main
         self.resume = resume
+        self._stop_signal = 0  # the signal the ranks agreed to stop on
         setup_threads(t.threads, self.world.local_size)
         torch.manual_seed(t.seed)
         self.device = device_for(self.world, t.device)
@@ -269,7 +269,7 @@ class Trainer:
             self.log(f"training {message}")
             self.log.close()
             self.world.close()
-            raise Preempted(message, signals.signum or signal.SIGTERM)
+            raise Preempted(message, self._stop_signal)
         if self.world.is_main:
             with atomic_write(self.model_dir / "done.json", "w") as fh:
                 json.dump({**asdict(p), "target_tokens_per_s": p.tokens / p.elapsed if p.elapsed else 0.0}, fh,
@@ -301,9 +301,9 @@ class Trainer:
                 batch = make_batch(share, train.src, train.tgt, self.train_context, self.config.model.doc_sents)
                 loss, n_tokens = self.train_step(batch.to(self.device), len(index), weight)
                 # Every rank must take the same decisions: they are taken on sums over the ranks.
-                loss, n_tokens, signalled, seconds = self.world.sum_step(
-                    [loss, n_tokens, float(bool(signals.signum or self._launcher_gone())),
-                     time.perf_counter() - start])
+                loss, n_tokens, seconds, *votes = self.world.sum_step(
+                    [loss, n_tokens, time.perf_counter() - start,
+                     *stop_votes(signals.signum, self._launcher_gone())])
                 n_tokens = int(n_tokens)
                 if not math.isfinite(loss):
                     self.log(f"update {p.update + 1}: loss is {loss}; stopping")
@@ -327,9 +327,9 @@ class Trainer:
                     self.log.scalar("train/target_tokens_per_s", rate, p.update)
                     window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
                 stop = self._limits_reached()
-                if signalled:  # save now; a validation due here runs first thing on resume
+                cause, self._stop_signal = agreed_stop(votes)
+                if cause:  # save now; a validation due here runs first thing on resume
                     p.validation_due = p.update % t.valid_every == 0 or bool(stop)
-                    cause = signals.name or self._launcher_gone() or "a signal to another rank"
                     stop = p.stopped = f"stopped by {cause}"
                     break
                 if p.update % t.valid_every == 0 or stop:
@@ -349,11 +349,11 @@ class Trainer:
         p.stopped = p.stopped or stop
         self.save("last.pt")
 
-    def _launcher_gone(self) -> str:
+    def _launcher_gone(self) -> bool:
         """Under `ctxnmt train --nproc`, a launcher that died without passing a signal on
         (SIGKILL) leaves its ranks to stop as if signalled."""
         launcher = os.environ.get(LAUNCHER_PID)
-        return "the launcher's exit" if launcher and os.getppid() != int(launcher) else ""
+        return bool(launcher) and os.getppid() != int(launcher)
 
     def _validate_and_save(self, scheduled: bool = True) -> str:
         """Validate (rank 0), keep the best checkpoint, and say whether to stop early.

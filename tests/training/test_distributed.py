@@ -151,6 +151,22 @@ def test_sigint_saves_in_every_rank_and_resume_equals_an_uninterrupted_run(cfg, 
     assert_same_run(tmp_path / "straight", model_dir)
 
 
+def test_a_signal_to_one_rank_stops_every_rank_with_its_name(cfg, tmp_path):
+    """The launcher passes a signal on to one rank after the other, so a rank can decide to
+    stop before its own signal arrives; here only rank 1 ever gets one."""
+    model_dir = tmp_path / "rank1"
+    proc = start("train", cfg, "--quiet", "--set", f"model_dir={model_dir}", "--set", "training.max_epochs=0",
+                 "--set", "training.max_updates=80", "--nproc", 2)
+    wait_for_update(proc, model_dir, 3)
+    rank1 = [pid for pid in _children(proc.pid) if _environ(pid).get("RANK") == "1"]
+    os.kill(rank1[0], signal.SIGINT)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 130, err
+    saved = checkpoint(model_dir)["progress"]["update"]
+    for rank in (0, 1):
+        assert f"ctxnmt train (rank {rank}): stopped by SIGINT at update {saved};" in err
+
+
 def test_sigterm_saves_and_resume_equals_an_uninterrupted_run(cfg, tmp_path):
     settings = ["--set", "model.dropout_out=0.3", "--set", "training.max_epochs=0", "--set", "training.max_updates=80"]
     train(cfg, tmp_path / "straight", *settings)

@@ -72,3 +72,19 @@ def test_checkpoint_every_writes_last_between_validations(cfg, tmp_path, monkeyp
                    "training.max_updates=7"), quiet=True).train()
     assert [update for name, update in written if name == "last.pt" and update < 7] == [3, 6]
     assert ("best.pt", 7) in written and ("last.pt", 7) in written  # the final validation
+
+
+def test_ranks_agree_on_the_cause_whichever_rank_had_the_signal():
+    """Votes are summed over ranks: rank 0 without a signal of its own still names the other's."""
+    from ctxnmt.training.preemption import LAUNCHER_EXIT, agreed_stop, stop_votes
+
+    def summed(*ranks):
+        return [sum(column) for column in zip(*(stop_votes(*rank) for rank in ranks))]
+
+    assert agreed_stop(summed((0, False), (0, False))) == ("", 0)
+    assert agreed_stop(summed((0, False), (signal.SIGINT, False))) == ("SIGINT", signal.SIGINT)
+    assert agreed_stop(summed((signal.SIGTERM, False), (0, False))) == ("SIGTERM", signal.SIGTERM)
+    # Two different signals: every rank takes the same one, the first in SIGNALS.
+    assert agreed_stop(summed((signal.SIGTERM, False), (signal.SIGINT, False))) == ("SIGINT", signal.SIGINT)
+    assert agreed_stop(summed((0, True), (0, False))) == (LAUNCHER_EXIT, signal.SIGTERM)
+    assert agreed_stop(summed((signal.SIGINT, True), (0, True))) == ("SIGINT", signal.SIGINT)
