@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from ctxnmt.errors import CtxnmtError
+from ctxnmt.training.preemption import Preempted
 
 # Modules that contribute sub-commands, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         result = args.func(args)
+    except Preempted as err:  # not an error: `ctxnmt experiment` and `lm compare` resume where they stopped
+        print(f"ctxnmt {args.command}: {err}; the same command resumes", file=sys.stderr)
+        return err.exit_code
     except CtxnmtError as err:
         print(f"ctxnmt {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -67,12 +67,18 @@ def train_and_score(config, quiet: bool = False, resume: bool = False) -> dict:
 
 def cmd_train(args) -> int:
     from ctxnmt.lm.config import load_lm_config
+    from ctxnmt.training.preemption import Preempted
 
     overrides = list(args.overrides)
     if args.max_minutes is not None:
         overrides.append(f"training.max_minutes={args.max_minutes}")
     config = load_lm_config(args.config, overrides)
-    record = train_and_score(config, quiet=args.quiet, resume=args.resume)
+    try:
+        record = train_and_score(config, quiet=args.quiet, resume=args.resume)
+    except Preempted as err:
+        print(f"ctxnmt lm train: {err}; resume with: ctxnmt lm train {config.model_dir}/config.yaml --resume",
+              file=sys.stderr)
+        return err.exit_code
     print(f"{config.model_dir}: {record['updates']} updates, stopped because {record['stopped']}; "
           f"best checkpoint: dev ppl {record['dev_ppl']:.2f}, test ppl {record['test_ppl']:.2f}")
     return 0

@@ -24,6 +24,7 @@ from ctxnmt.training.budget import budget_reached
 from ctxnmt.training.checkpoint import load_checkpoint, save_checkpoint
 from ctxnmt.training.distributed import rng_state, set_rng_state
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
+from ctxnmt.training.preemption import Preempted, StopSignals
 from ctxnmt.training.trainer import Logger, setup_threads
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
@@ -110,6 +111,23 @@ class LMTrainer:
             self.lock.release()
 
     def _train(self) -> LMProgress:
+        p = self.progress
+        with StopSignals() as signals:
+            self._loop(signals)
+        self._save_last()
+        if signals.signum and p.stopped.startswith("stopped by "):
+            message = f"{p.stopped} at update {p.update}; saved {self.model_dir / 'checkpoints' / 'last.pt'}"
+            self.log(f"training {message}")
+            raise Preempted(message, signals.signum)
+        with atomic_write(self.model_dir / "done.json", "w") as fh:
+            json.dump(asdict(p), fh, indent=1)
+        self.log(f"training stopped: {p.stopped}; {p.update} updates in {p.elapsed / 60:.1f} min, "
+                 f"best dev ppl {p.best_ppl}")
+        return p
+
+    def _loop(self, signals: StopSignals) -> None:
+        """Update until a budget, early stopping or a signal.  A signal is looked at after
+        an update's validation, so the run stops where last.pt is consistent."""
         t, p = self.config.training, self.progress
         stop = self._limit()
         while not stop:
@@ -117,7 +135,7 @@ class LMTrainer:
             for index, (tokens, targets) in enumerate(lm_data.segments(self.train_data, t.bptt)):
                 if index < p.segment:  # trained on before the run was resumed
                     continue
-                stop = self._step(tokens, targets, state)
+                stop = self._step(tokens, targets, state) or (f"stopped by {signals.name}" if signals.signum else "")
                 state = self.stream_state
                 if stop:
                     break
@@ -127,12 +145,6 @@ class LMTrainer:
                 if stop:
                     self._validate(scheduled=False)
         p.stopped = p.stopped or stop
-        self._save_last()
-        with atomic_write(self.model_dir / "done.json", "w") as fh:
-            json.dump(asdict(p), fh, indent=1)
-        self.log(f"training stopped: {p.stopped}; {p.update} updates in {p.elapsed / 60:.1f} min, "
-                 f"best dev ppl {p.best_ppl}")
-        return p
 
     def _step(self, tokens, targets, state) -> str:
         """One update on one segment, its log line and validation; the reason to stop, if any."""

@@ -238,6 +238,72 @@ def test_resumed_lm_run_takes_the_same_updates_as_an_uninterrupted_one(tiny_corp
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("during", [13, 10])  # between validations; on a validation update (valid_every 10)
+def test_a_signalled_lm_run_saves_and_resumes_as_if_never_stopped(during, tiny_corpus, tmp_path, capsys,
+                                                                  monkeypatch):
+    import os
+    import signal
+
+    from ctxnmt.lm.train import LMTrainer
+    from ctxnmt.training.checkpoint import load_checkpoint
+
+    cfg = tmp_path / "lm.yaml"
+    cfg.write_text(f"data: {{dir: {tiny_corpus}}}\nmodel: {{summary: mean, emb_dim: 8, hidden_dim: 12, "
+                   "dropout: 0.3}\ntraining: {batch_size: 4, bptt: 35, max_updates: 30, valid_every: 10, "
+                   "log_every: 5, lr: 0.01, threads: 1, max_minutes: 0}\n", encoding="utf-8")
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={whole}"], capsys)[0] == 0
+    update = LMTrainer._update
+
+    def update_then_signal(trainer, *args):
+        if trainer.progress.update == during - 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return update(trainer, *args)
+
+    monkeypatch.setattr(LMTrainer, "_update", update_then_signal)
+    code, out, err = run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={parts}"], capsys)
+    last = parts / "checkpoints" / "last.pt"
+    assert code == 143 and out == ""
+    assert err.strip().splitlines()[-1] == (f"ctxnmt lm train: stopped by SIGTERM at update {during}; saved {last}; "
+                                            f"resume with: ctxnmt lm train {parts}/config.yaml --resume")
+    assert load_checkpoint(last)["progress"]["update"] == during and not (parts / "done.json").exists()
+    monkeypatch.setattr(LMTrainer, "_update", update)
+    code, out, _ = run(["lm", "train", parts / "config.yaml", "--quiet", "--resume"], capsys)
+    assert code == 0 and "30 updates" in out
+    a, b = (load_checkpoint(d / "checkpoints/last.pt") for d in (whole, parts))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert a["schedule"] == b["schedule"] and a["progress"]["best_ppl"] == b["progress"]["best_ppl"]
+    whole_lines = [line for line in lm_log(whole) if line.startswith(("update ", "validation"))]
+    assert [line for line in lm_log(parts) if line.startswith(("update ", "validation"))] == whole_lines
+
+
+def test_a_signalled_comparison_resumes_its_run_when_run_again(tiny_corpus, tmp_path, capsys, monkeypatch):
+    import os
+    import signal
+
+    from ctxnmt.lm.train import LMTrainer
+
+    [path] = lm_configs(tmp_path, tiny_corpus, "mean", updates=20)
+    args = ["lm", "compare", path, "--seeds", "1", "--out", tmp_path / "out"]
+    update = LMTrainer._update
+
+    def update_then_signal(trainer, *a):
+        if trainer.progress.update == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+        return update(trainer, *a)
+
+    monkeypatch.setattr(LMTrainer, "_update", update_then_signal)
+    code, _, err = run(args, capsys)
+    last = tmp_path / "out" / "lm-mean" / "seed1" / "checkpoints" / "last.pt"
+    assert code == 130
+    assert err.strip().splitlines()[-1] == (f"ctxnmt lm: stopped by SIGINT at update 5; saved {last}; "
+                                            "the same command resumes")
+    monkeypatch.setattr(LMTrainer, "_update", update)
+    code, _, err = run(args, capsys)
+    assert code == 0 and "lm-mean seed 1: resuming from its last checkpoint" in err
+    assert json.loads((tmp_path / "out" / "lm-mean" / "seed1" / "results.json").read_text())["updates"] == 20
+
+
 def test_resume_refuses_a_checkpoint_of_another_model(tiny_corpus, tmp_path, capsys):
     cfg = write_config(tmp_path, tiny_corpus, "mean")
     assert run(["lm", "train", cfg, "--quiet", "--set", "training.max_updates=10"], capsys)[0] == 0
