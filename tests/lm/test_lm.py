@@ -209,18 +209,24 @@ def lm_log(directory: Path) -> list[str]:
     return [line[20:].rsplit(", ", 1)[0] if " min" in line else line[20:] for line in lines]
 
 
+def whole_run(tmp_path: Path, corpus: Path, summary: str, updates: int, capsys) -> tuple[Path, Path, Path]:
+    """A config with dropout, trained uninterrupted into `whole`; `parts` is for the run to compare."""
+    cfg = tmp_path / "lm.yaml"
+    cfg.write_text(f"data: {{dir: {corpus}}}\nmodel: {{summary: {summary}, emb_dim: 8, hidden_dim: 12, "
+                   f"dropout: 0.3}}\ntraining: {{batch_size: 4, bptt: 35, max_updates: {updates}, valid_every: 10, "
+                   "log_every: 5, lr: 0.01, threads: 1, max_minutes: 0}\n", encoding="utf-8")
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={whole}"], capsys)[0] == 0
+    return cfg, whole, parts
+
+
 def test_resumed_lm_run_takes_the_same_updates_as_an_uninterrupted_one(tiny_corpus, tmp_path, capsys):
     """Stopped mid-epoch between validations, with dropout, and resumed with a larger budget:
     the updates after the stop, their logged losses and the final weights are the
     uninterrupted run's; the epoch boundary in between is crossed as it was."""
     from ctxnmt.training.checkpoint import load_checkpoint
 
-    cfg = tmp_path / "lm.yaml"
-    cfg.write_text(f"data: {{dir: {tiny_corpus}}}\nmodel: {{summary: self-attentive, emb_dim: 8, hidden_dim: 12, "
-                   "dropout: 0.3}\ntraining: {batch_size: 4, bptt: 35, max_updates: 40, valid_every: 10, "
-                   "log_every: 5, lr: 0.01, threads: 1, max_minutes: 0}\n", encoding="utf-8")
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    assert run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={whole}"], capsys)[0] == 0
+    cfg, whole, parts = whole_run(tmp_path, tiny_corpus, "self-attentive", 40, capsys)
     assert run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={parts}",
                 "--set", "training.max_updates=9"], capsys)[0] == 0
     progress = load_checkpoint(parts / "checkpoints/last.pt")["progress"]
@@ -247,12 +253,7 @@ def test_a_signalled_lm_run_saves_and_resumes_as_if_never_stopped(during, tiny_c
     from ctxnmt.lm.train import LMTrainer
     from ctxnmt.training.checkpoint import load_checkpoint
 
-    cfg = tmp_path / "lm.yaml"
-    cfg.write_text(f"data: {{dir: {tiny_corpus}}}\nmodel: {{summary: mean, emb_dim: 8, hidden_dim: 12, "
-                   "dropout: 0.3}\ntraining: {batch_size: 4, bptt: 35, max_updates: 30, valid_every: 10, "
-                   "log_every: 5, lr: 0.01, threads: 1, max_minutes: 0}\n", encoding="utf-8")
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    assert run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={whole}"], capsys)[0] == 0
+    cfg, whole, parts = whole_run(tmp_path, tiny_corpus, "mean", 30, capsys)
     update = LMTrainer._update
 
     def update_then_signal(trainer, *args):
