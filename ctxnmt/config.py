@@ -99,6 +99,7 @@ class TrainingConfig:
     lr_decay: float = 0.5  # factor applied when the metric plateaus; 1.0 = off
     lr_patience: int = 3
     min_lr: float = 1e-5
+    stop_at_min_lr: bool = False  # stop once lr_decay has brought the learning rate down to min_lr
     seed: int = 1234
     threads: int = 0  # 0 = all cores
     log_every: int = 50
@@ -299,6 +300,33 @@ def validate(config: Config) -> None:
         raise ConfigError("training.document_context=other-document needs a document-context model (model.doc_*)")
     if config.data.corpus not in ("bible", "files"):
         raise ConfigError(f"data.corpus must be 'bible' or 'files', got '{config.data.corpus}'")
+
+
+def first_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "",
+                     ignore: tuple[str, ...] = ()) -> str | None:
+    """The first dotted key (in b's order, none of `ignore`) whose value differs between two nested dicts."""
+    for key in [*b, *(k for k in a if k not in b)]:
+        left, right = a.get(key), b.get(key)
+        if isinstance(left, dict) and isinstance(right, dict):
+            inner = first_difference(left, right, f"{prefix}{key}.", ignore)
+            if inner is not None:
+                return inner
+        elif left != right and f"{prefix}{key}" not in ignore:
+            return f"{prefix}{key}"
+    return None
+
+
+def lookup(tree: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
+
+
+def config_difference(saved: dict[str, Any], current: dict[str, Any], ignore: tuple[str, ...] = ()) -> str:
+    """'KEY is X there but Y' for the first setting in which a run's saved config differs
+    from the current one, or ''."""
+    key = first_difference(saved, current, ignore=ignore)
+    return "" if key is None else f"{key} is {lookup(saved, key)!r} there but {lookup(current, key)!r}"
 
 
 def save_config(config: Any, path: str | Path) -> None:

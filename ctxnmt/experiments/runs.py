@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.config import Config, load_config
+from ctxnmt.config import Config, config_difference, load_config
 from ctxnmt.errors import ConfigError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
 from ctxnmt.utils.selectors import select
@@ -83,34 +83,13 @@ def run_state(run: Run) -> str:
         saved = load_config(saved_path).to_dict()
     except ConfigError as err:
         raise ConfigError(f"{directory}: its config.yaml no longer loads ({err})") from None
-    key = first_difference(saved, run.config.to_dict(), ignore=NOT_COMPARED)
-    if key is not None:
-        raise ConfigError(f"{directory} was trained with a different config: {key} is "
-                          f"{_lookup(saved, key)!r} there but {_lookup(run.config.to_dict(), key)!r} in this "
+    difference = config_difference(saved, run.config.to_dict(), ignore=NOT_COMPARED)
+    if difference:
+        raise ConfigError(f"{directory} was trained with a different config: {difference} in this "
                           f"experiment; use another out_dir or delete that directory")
     if done:
         return DONE
     return RESUME if last else FRESH
-
-
-def first_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "",
-                     ignore: tuple[str, ...] = ()) -> str | None:
-    """The first dotted key (in b's order, none of `ignore`) whose value differs between two nested dicts."""
-    for key in [*b, *(k for k in a if k not in b)]:
-        left, right = a.get(key), b.get(key)
-        if isinstance(left, dict) and isinstance(right, dict):
-            inner = first_difference(left, right, f"{prefix}{key}.", ignore)
-            if inner is not None:
-                return inner
-        elif left != right and f"{prefix}{key}" not in ignore:
-            return f"{prefix}{key}"
-    return None
-
-
-def _lookup(tree: dict[str, Any], dotted: str) -> Any:
-    for part in dotted.split("."):
-        tree = tree.get(part) if isinstance(tree, dict) else None
-    return tree
 
 
 def shared_data(runs: list[Run]) -> bool:

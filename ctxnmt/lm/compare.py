@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxnmt.config import config_difference
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import stratified_result
 from ctxnmt.evaluation.significance import SigResult
@@ -51,16 +52,14 @@ def run_state(config) -> str:
     directory = Path(config.model_dir)
     if not (directory / "config.yaml").is_file():
         return "fresh"
-    if _settings(load_lm_config(directory / "config.yaml")) != _settings(config):
-        raise ConfigError(f"{directory} was trained with a different config; use another --out or delete it")
+    difference = config_difference(asdict(load_lm_config(directory / "config.yaml")), asdict(config),
+                                   ignore=("model_dir",))  # a run is the same run wherever it was copied
+    if difference:
+        raise ConfigError(f"{directory} was trained with a different config: {difference} in this comparison; "
+                          "use another --out or delete it")
     if (directory / "results.json").is_file():
         return "finished"
     return "resume" if (directory / "checkpoints" / "last.pt").is_file() else "fresh"
-
-
-def _settings(config) -> dict:
-    """The config without its model_dir: a run is the same run wherever it was copied."""
-    return {**asdict(config), "model_dir": None}
 
 
 def clear_fresh(config, state: str, log) -> None:

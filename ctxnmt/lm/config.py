@@ -50,6 +50,7 @@ class LMTrainingConfig:
     lr_decay: float = 0.5  # applied when dev perplexity plateaus; 1.0 = off
     lr_patience: int = 1
     min_lr: float = 1e-5
+    stop_at_min_lr: bool = False  # stop once lr_decay has brought the learning rate down to min_lr
     seed: int = 1234
     threads: int = 0  # 0 = all cores
     log_every: int = 100

@@ -23,7 +23,7 @@ from ctxnmt.lm.model import ResidualLM, detach
 from ctxnmt.training.budget import budget_reached
 from ctxnmt.training.checkpoint import load_checkpoint, save_checkpoint
 from ctxnmt.training.distributed import rng_state, set_rng_state
-from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
+from ctxnmt.training.optim import PlateauSchedule, build_optimizer, plateau_stop, set_lr
 from ctxnmt.training.preemption import Preempted, StopSignals
 from ctxnmt.training.trainer import Logger, setup_threads
 from ctxnmt.utils.io import atomic_write
@@ -175,9 +175,7 @@ class LMTrainer:
         if self.schedule.observe(ppl) if scheduled else self.schedule.is_better(ppl, p.best_ppl):
             p.best_ppl = ppl
             self._save("best.pt")
-        if t.patience and self.schedule.bad >= t.patience:
-            return f"no improvement of dev perplexity in {t.patience} validations"
-        return ""
+        return plateau_stop(self.schedule, t.patience, t.stop_at_min_lr, "perplexity")
 
     def _save(self, name: str, **extra) -> None:
         save_checkpoint(self.model_dir / "checkpoints" / name, {

@@ -47,12 +47,28 @@ class PlateauSchedule:
             self.scale *= self.decay
         return False
 
+    @property
+    def at_floor(self) -> bool:
+        """Decayed down to min_lr (not merely started there)."""
+        return self.scale < 1.0 and self.base_lr * self.scale <= self.min_lr
+
     def state_dict(self) -> dict:
         return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
         for k, v in state.items():
             setattr(self, k, v)
+
+
+def plateau_stop(schedule: PlateauSchedule, patience: int, stop_at_min_lr: bool, metric: str) -> str:
+    """Why to stop after a validation, or "": `patience` validations without a better
+    `metric`, or (fairseq's --stop-min-lr) a learning rate decayed to its floor, where a
+    run can creep forward by hundredths of a perplexity point for hours."""
+    if patience and schedule.bad >= patience:
+        return f"no improvement of dev {metric} in {patience} validations"
+    if stop_at_min_lr and schedule.at_floor:
+        return f"the learning rate decayed to min_lr ({schedule.min_lr:g})"
+    return ""
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -37,7 +37,7 @@ from ctxnmt.training.distributed import (
     rng_state,
     set_rng_state,
 )
-from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
+from ctxnmt.training.optim import PlateauSchedule, build_optimizer, plateau_stop, set_lr
 from ctxnmt.training.precision import Precision
 from ctxnmt.training.preemption import Preempted, StopSignals, agreed_stop, stop_votes
 from ctxnmt.training.validate import document_context, validate
@@ -387,9 +387,7 @@ class Trainer:
         if best:
             p.best_metric = metric
             p.best_scores = dict(result)
-        stop = ""
-        if t.patience and self.schedule.bad >= t.patience:
-            stop = f"no improvement of dev {t.selection_metric} in {t.patience} validations"
+        stop = plateau_stop(self.schedule, t.patience, t.stop_at_min_lr, t.selection_metric)
         return {"best": best, "stop": stop, "schedule": self.schedule.state_dict(), "best_metric": p.best_metric,
                 "best_scores": p.best_scores}
 

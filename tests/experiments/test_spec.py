@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ctxnmt.config import load_config
+from ctxnmt.config import first_difference, load_config
 from ctxnmt.errors import ConfigError
-from ctxnmt.experiments.runs import first_difference, plan_run, plan_runs
+from ctxnmt.experiments.runs import plan_run, plan_runs
 from ctxnmt.experiments.spec import from_dict, load_experiment
 
 REPO = Path(__file__).resolve().parents[2]

@@ -200,7 +200,9 @@ def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_
         runs["lm-mean", 2])  # the same seed retrained gives the same model
     code, _, err = run(["lm", "compare", *configs, "--seeds", "1", "2", "--out", out, "--set",
                         "training.lr=0.02"], capsys)
-    assert code == 2 and "was trained with a different config" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{out}/lm-previous/seed1 was trained with a different config: training.lr is 0.01 there but 0.02 in " \
+           "this comparison" in err
 
 
 def lm_log(directory: Path) -> list[str]:
@@ -303,6 +305,19 @@ def test_a_signalled_comparison_resumes_its_run_when_run_again(tiny_corpus, tmp_
     code, _, err = run(args, capsys)
     assert code == 0 and "lm-mean seed 1: resuming from its last checkpoint" in err
     assert json.loads((tmp_path / "out" / "lm-mean" / "seed1" / "results.json").read_text())["updates"] == 20
+
+
+def test_lm_training_stops_when_the_learning_rate_reaches_its_floor(tiny_corpus, tmp_path, capsys, monkeypatch):
+    """Dev perplexity made to worsen at every validation after the first: 0.01 → 0.005 → 0.0025 ≤ min_lr."""
+    from ctxnmt.lm import train as lm_train
+
+    worsening = iter(range(10, 100))
+    monkeypatch.setattr(lm_train, "perplexity", lambda *args: float(next(worsening)))
+    cfg = write_config(tmp_path, tiny_corpus, "mean")
+    code, out, _ = run(["lm", "train", cfg, "--quiet", "--set", "training.valid_every=5", "--set",
+                        "training.min_lr=0.003", "--set", "training.patience=0", "--set",
+                        "training.stop_at_min_lr=true"], capsys)
+    assert code == 0 and "15 updates, stopped because the learning rate decayed to min_lr (0.003)" in out
 
 
 def test_resume_refuses_a_checkpoint_of_another_model(tiny_corpus, tmp_path, capsys):
