@@ -35,6 +35,7 @@ from ctxnmt.utils.processes import check_jobs, run_side_by_side
 from ctxnmt.utils.selectors import select
 
 TRIALS = 10000
+RUN_FACTS = ("dev_ppl", "updates", "minutes")  # from each run's results.json, reported beside its test perplexity
 
 
 def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
@@ -128,7 +129,8 @@ def summarise(results: dict[str, dict[int, dict]], baseline: str) -> list[dict]:
         seeds = sorted(by_seed)
         ppl = [by_seed[s]["ppl"] for s in seeds]
         row = {"system": name, "seeds": seeds, "test_ppl": ppl, "mean": statistics.fmean(ppl),
-               "sd": statistics.stdev(ppl) if len(ppl) > 1 else None}
+               "sd": statistics.stdev(ppl) if len(ppl) > 1 else None,
+               **{key: [by_seed[s][key] for s in seeds] for key in RUN_FACTS}}
         base = results.get(baseline, {})
         shared = [s for s in seeds if s in base]
         if name != baseline and shared:
@@ -152,6 +154,10 @@ def _p(p: float | None) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def _mean_sd(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
 def _pm(mean: float | None, sd: float | None) -> str:
     if mean is None:
         return "–"
@@ -164,8 +170,9 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
         lines += [f"Not finished yet: {', '.join(waiting)}.  Each row has its finished seeds; Δ and p "
                   "pair them with the baseline's same seeds.", ""]
     lines += ["| system | seeds | test ppl (mean ± sd) | per seed | Δ vs baseline, same seed (mean ± sd) "
-              "| p per seed (paired AR) | p over seeds (stratified AR) | lower on every seed |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| p per seed (paired AR) | p over seeds (stratified AR) | lower on every seed | dev ppl "
+              "| updates | train min |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         per_seed = ", ".join(f"{p:.2f}" for p in row["test_ppl"])
         if row["system"] == baseline:
@@ -176,12 +183,15 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
                      "yes" if row["lower_every_seed"] else "no"]
         else:  # none of its seeds has a finished baseline yet
             cells = ["–", "–", "–", ""]
+        cells += [_pm(*_mean_sd(row["dev_ppl"])), f"{statistics.fmean(row['updates']):,.0f}",
+                  f"{statistics.fmean(row['minutes']):.1f}"]
         lines.append(f"| {row['system']} | {', '.join(map(str, row['seeds']))} | {_pm(row['mean'], row['sd'])} "
                      f"| {per_seed} | {' | '.join(cells)} |")
     lines += ["", "Δ: the mean of the per-seed differences.  p: two-sided approximate randomisation over "
               f"the test lines' log-probabilities ({TRIALS} trials), per seed and over all seeds stratified by "
               "seed (Clark et al. 2011), the statistic being the perplexity of the pooled lines; a seed whose "
-              "run kept no per-line scores is not tested.", "",
+              "run kept no per-line scores is not tested.  dev ppl: of the best checkpoint (the one tested); "
+              "updates and train min (validation excluded): means over the seeds.", "",
               "Train the missing runs (or, with `--report`, only report the finished ones):", "",
               f"```sh\n{command}\n```"]
     return "\n".join(lines) + "\n"
@@ -222,7 +232,8 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
             waiting.append(f"{config.name}:{seed}")
             continue
         stored = json.loads((directory / "results.json").read_text(encoding="utf-8"))
-        results.setdefault(config.name, {})[seed] = {"ppl": stored["test_ppl"], "lines": line_statistics(directory)}
+        results.setdefault(config.name, {})[seed] = {"ppl": stored["test_ppl"], "lines": line_statistics(directory),
+                                                     **{key: stored[key] for key in RUN_FACTS}}
     if waiting:
         log(f"not finished yet: {', '.join(waiting)}")
     if not results:

@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import shutil
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -182,6 +183,12 @@ def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_
     assert mean["paired_seeds"] == [1, 2] and list(mean["p_per_seed"]) == ["1", "2"]
     assert all(0 < p <= 1 for p in [*mean["p_per_seed"].values(), mean["p_over_seeds"]])
     assert "| p over seeds (stratified AR) |" in stdout and "Not finished yet" not in stdout
+    results = [json.loads((out / "lm-mean" / f"seed{seed}" / "results.json").read_text()) for seed in (1, 2)]
+    assert mean["dev_ppl"] == [r["dev_ppl"] for r in results] and mean["updates"] == [20, 20]
+    dev = statistics.fmean(mean["dev_ppl"]), statistics.stdev(mean["dev_ppl"])
+    minutes = statistics.fmean(r["minutes"] for r in results)
+    assert f"| yes | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} |" in stdout or \
+        f"| no | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} |" in stdout
     assert f"ctxnmt lm compare {configs[0]} {configs[1]} --seeds 1 2 --out {out}\n" in stdout
     # a second call trains nothing; an unfinished run (no results.json) goes on from its last
     # checkpoint, and one without a checkpoint is trained again from the start
@@ -437,6 +444,8 @@ def test_compare_with_two_jobs_trains_the_same_models_side_by_side(tiny_corpus, 
     code, _, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", two, "--jobs", "2"], capsys)
     assert code == 0 and "lm-previous seed 1: finished" in err and "lm-previous seed 2: finished" in err
     rows = [json.loads((out / "report.json").read_text())["rows"] for out in (one, two)]
+    for row in (*rows[0], *rows[1]):
+        del row["minutes"]  # all but the training time
     assert rows[0] == rows[1]
     for seed in (1, 2):
         assert (one / f"lm-previous/seed{seed}/test.logprobs").read_text() == \
