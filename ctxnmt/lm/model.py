@@ -8,7 +8,8 @@
 g maps to the embedding size e whatever the LSTM size, so W_s is the projection
 that lets the softmax layer share the embedding matrix.  Summaries, as in the
 decoder: `previous` d_t = E w_t; `mean` d_t = average of E w_r … E w_t; `self-attentive`
-d_t = Σ_i α_ti E w_i with α_t = softmax_i(vᵀ tanh(W_y E w_i)) (content scoring).
+d_t = Σ_i α_ti E w_i with α_t = softmax_i(vᵀ tanh(W_y E w_i)) (content scoring); and
+`none`, the papers' LSTM baseline, g_t = tanh(W_s s_t + b) without W_d or d_t.
 
 d_t restarts at every sentence: the </s> that ends a sentence is the start symbol
 y_0 of the next one (r is its position), so a sentence's summary is exactly what
@@ -38,10 +39,11 @@ class ResidualLM(nn.Module):
         E, H = cfg.emb_dim, cfg.hidden_dim
         self.embedding = nn.Embedding(vocab_size, E)
         self.lstm = nn.LSTM(E, H, cfg.layers, batch_first=True, dropout=cfg.dropout if cfg.layers > 1 else 0.0)
-        # The translation decoder's summary module: its parameters (W_y, v for content) and scores.
-        self.summary = TARGET_CONTEXTS.get(cfg.summary)(emb_dim=E)
         self.from_state = nn.Linear(H, E)  # W_s (carries the bias b)
-        self.from_summary = nn.Linear(E, E, bias=False)  # W_d
+        if cfg.summary != "none":
+            # The translation decoder's summary module: its parameters (W_y, v for content) and scores.
+            self.summary = TARGET_CONTEXTS.get(cfg.summary)(emb_dim=E)
+            self.from_summary = nn.Linear(E, E, bias=False)  # W_d
         self.out_bias = nn.Parameter(torch.zeros(vocab_size))
         self.out_weight = None if cfg.tie_embeddings else nn.Parameter(torch.empty(vocab_size, E))
         self.dropout = nn.Dropout(cfg.dropout)
@@ -74,6 +76,8 @@ class ResidualLM(nn.Module):
         """g_t for a segment of tokens (B, T), continuing from `state`; returns g (B, T, e) and the new state."""
         emb = self.dropout(self.embedding(tokens))
         S, (h, c) = self.lstm(emb, (state["h"], state["c"]))
+        if self.cfg.summary == "none":
+            return torch.tanh(self.from_state(self.dropout(S))), {**state, "h": h, "c": c}
         D, summary_state = self.summaries(emb, tokens, state)
         g = torch.tanh(self.from_state(self.dropout(S)) + self.from_summary(D))
         return g, {"h": h, "c": c, **summary_state}

@@ -44,7 +44,9 @@ def literal_logprobs(model: ResidualLM, stream: list[int]) -> torch.Tensor:
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
         sentence = [x] if w == EOS else sentence + [x]
-        if model.cfg.summary == "previous":
+        if model.cfg.summary == "none":  # the plain LSTM: no W_d d_t term
+            d = None
+        elif model.cfg.summary == "previous":
             d = x
         elif model.cfg.summary == "mean":
             d = torch.stack(sentence).mean(0)
@@ -52,7 +54,8 @@ def literal_logprobs(model: ResidualLM, stream: list[int]) -> torch.Tensor:
             sa = model.summary
             e = torch.stack([(sa.v.weight[0] * torch.tanh(sa.W_y.weight @ y + sa.W_y.bias)).sum() for y in sentence])
             d = (torch.softmax(e, 0).unsqueeze(1) * torch.stack(sentence)).sum(0)
-        g_t = torch.tanh(model.from_state.weight @ h + model.from_state.bias + model.from_summary.weight @ d)
+        residual = 0.0 if d is None else model.from_summary.weight @ d
+        g_t = torch.tanh(model.from_state.weight @ h + model.from_state.bias + residual)
         out.append(torch.log_softmax(E @ g_t + model.out_bias, 0)[target])
     return torch.stack(out)
 
