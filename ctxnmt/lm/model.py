@@ -39,10 +39,11 @@ class ResidualLM(nn.Module):
         E, H = cfg.emb_dim, cfg.hidden_dim
         self.embedding = nn.Embedding(vocab_size, E)
         self.lstm = nn.LSTM(E, H, cfg.layers, batch_first=True, dropout=cfg.dropout if cfg.layers > 1 else 0.0)
-        self.from_state = nn.Linear(H, E)  # W_s (carries the bias b)
-        if cfg.summary != "none":
+        if cfg.summary != "none":  # (created before W_s: a seed gives the weights it gave before `none`)
             # The translation decoder's summary module: its parameters (W_y, v for content) and scores.
             self.summary = TARGET_CONTEXTS.get(cfg.summary)(emb_dim=E)
+        self.from_state = nn.Linear(H, E)  # W_s (carries the bias b)
+        if cfg.summary != "none":
             self.from_summary = nn.Linear(E, E, bias=False)  # W_d
         self.out_bias = nn.Parameter(torch.zeros(vocab_size))
         self.out_weight = None if cfg.tie_embeddings else nn.Parameter(torch.empty(vocab_size, E))
