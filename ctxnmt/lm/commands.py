@@ -45,14 +45,18 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_score)
 
 
-def train_and_score(config, quiet: bool = False, resume: bool = False) -> dict:
-    """Train (or go on from last.pt), then score dev and test with the best checkpoint.
-    test.logprobs keeps each test line's log-probability for significance tests;
-    results.json is written last, so its presence says the run finished."""
+def train_and_score(config, quiet: bool = False, resume: bool = False, score_only: bool = False) -> dict:
+    """Train (or go on from last.pt; with `score_only`, take the finished training's
+    done.json), then score dev and test with the best checkpoint.  test.logprobs keeps
+    each test line's log-probability for significance tests; results.json is written
+    last, so its presence says the run finished."""
     from ctxnmt.lm.scoring import LINE_SCORES, score_file
-    from ctxnmt.lm.train import LMTrainer
+    from ctxnmt.lm.train import LMProgress, LMTrainer
 
-    progress = LMTrainer(config, resume=resume, quiet=quiet).train()
+    if score_only:
+        progress = LMProgress(**json.loads((Path(config.model_dir) / "done.json").read_text(encoding="utf-8")))
+    else:
+        progress = LMTrainer(config, resume=resume, quiet=quiet).train()
     d = config.data
     scores = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}")
               for split in ("dev", "test")}

@@ -47,7 +47,8 @@ def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
 
 
 def run_state(config) -> str:
-    """'finished', 'resume' (last.pt beside the same config.yaml) or 'fresh'; another config is an error."""
+    """'finished', 'trained' (done.json but not yet scored), 'resume' (last.pt beside the
+    same config.yaml) or 'fresh'; another config is an error."""
     from ctxnmt.lm.config import load_lm_config
 
     directory = Path(config.model_dir)
@@ -60,6 +61,8 @@ def run_state(config) -> str:
                           "use another --out or delete it")
     if (directory / "results.json").is_file():
         return "finished"
+    if (directory / "done.json").is_file():  # stopped where an uninterrupted run stops: only its scoring is missing
+        return "trained"
     return "resume" if (directory / "checkpoints" / "last.pt").is_file() else "fresh"
 
 
@@ -76,14 +79,16 @@ def train_runs(chosen: list[tuple[int, object, str]], jobs: int, log) -> None:
     """Train (seed, config, state) runs in order, or up to `jobs` at once in their own processes."""
     from ctxnmt.lm.commands import train_and_score
 
+    how = {"resume": "resuming from its last checkpoint", "trained": "scoring its finished training",
+           "fresh": "training"}
     for seed, config, state in chosen:
-        how = "resuming from its last checkpoint" if state == "resume" else "training"
-        log(f"{config.name} seed {seed}: {how} in {config.model_dir}")
+        log(f"{config.name} seed {seed}: {how[state]} in {config.model_dir}")
         clear_fresh(config, state, log)
         if jobs == 1:
-            train_and_score(config, quiet=True, resume=state == "resume")
+            train_and_score(config, True, state == "resume", state == "trained")
     if jobs > 1 and chosen:
-        run_side_by_side([(f"{config.name} seed {seed}", train_and_score, (config, True, state == "resume"))
+        run_side_by_side([(f"{config.name} seed {seed}", train_and_score,
+                           (config, True, state == "resume", state == "trained"))
                           for seed, config, state in chosen], jobs, log)
 
 

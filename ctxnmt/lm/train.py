@@ -112,9 +112,9 @@ class LMTrainer:
 
     def _train(self) -> LMProgress:
         p = self.progress
-        with StopSignals() as signals:
+        with StopSignals() as signals:  # the save too: a repeated signal must not interrupt it
             self._loop(signals)
-        self._save_last()
+            self._save_last()
         if signals.signum and p.stopped.startswith("stopped by "):
             message = f"{p.stopped} at update {p.update}; saved {self.model_dir / 'checkpoints' / 'last.pt'}"
             self.log(f"training {message}")

@@ -286,10 +286,11 @@ class Trainer:
         tgt_lens = [len(s) for s in train.tgt]
         bar = self._make_bar()
         window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
+        stop = ""
         if p.validation_due:  # the run this resumes was stopped by a signal where it was to validate
-            p.validation_due = False
-            self._validate_and_save(scheduled=p.update % t.valid_every == 0)
-        stop = self._limits_reached()
+            p.validation_due = False  # and its verdict may be the stop the uninterrupted run made there
+            stop = self._validate_and_save(scheduled=p.update % t.valid_every == 0)
+        stop = stop or self._limits_reached()
         while not stop:
             batches = epoch_batches(src_lens, tgt_lens, t.batch_tokens, t.batch_sents, t.seed, p.epoch)
             if p.batch_in_epoch == 0:

@@ -193,19 +193,26 @@ def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_
     assert f"| yes | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} |" in stdout or \
         f"| no | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} |" in stdout
     assert f"ctxnmt lm compare {configs[0]} {configs[1]} --seeds 1 2 --out {out}\n" in stdout
-    # a second call trains nothing; an unfinished run (no results.json) goes on from its last
-    # checkpoint, and one without a checkpoint is trained again from the start
-    (out / "lm-mean" / "seed2" / "results.json").unlink()
-    (out / "lm-mean" / "seed1" / "results.json").unlink()
-    (out / "lm-mean" / "seed1" / "checkpoints" / "last.pt").unlink()
-    before = (out / "lm-previous" / "seed1" / "checkpoints" / "best.pt").stat().st_mtime_ns
+    # a second call trains nothing; a run whose training finished (done.json) but not its
+    # scoring is only scored; an unfinished one goes on from its last checkpoint, and one
+    # without a checkpoint is trained again from the start
+    for name, seed, files in (("lm-previous", 2, ["results.json"]), ("lm-mean", 2, ["results.json", "done.json"]),
+                              ("lm-mean", 1, ["results.json", "done.json", "checkpoints/last.pt"])):
+        for file in files:
+            (out / name / f"seed{seed}" / file).unlink()
+    before = {seed: (out / "lm-previous" / f"seed{seed}" / "checkpoints" / "last.pt").stat().st_mtime_ns
+              for seed in (1, 2)}
     code, _, err = run(["lm", "compare", *configs, "--seeds", "1", "2", "--out", out], capsys)
     assert code == 0 and "lm-previous seed 1: already trained" in err
+    assert "lm-previous seed 2: scoring its finished training" in err
     assert "lm-mean seed 2: resuming from its last checkpoint" in err
     assert "seed1: unfinished and without a checkpoint, training again from the start" in err
     assert json.loads((out / "lm-mean" / "seed1" / "results.json").read_text())["test_ppl"] == pytest.approx(
         runs["lm-mean", 1])
-    assert (out / "lm-previous" / "seed1" / "checkpoints" / "best.pt").stat().st_mtime_ns == before
+    assert {seed: (out / "lm-previous" / f"seed{seed}" / "checkpoints" / "last.pt").stat().st_mtime_ns
+            for seed in (1, 2)} == before  # neither trained again
+    assert json.loads((out / "lm-previous" / "seed2" / "results.json").read_text())["test_ppl"] == pytest.approx(
+        runs["lm-previous", 2])
     assert json.loads((out / "lm-mean" / "seed2" / "results.json").read_text())["test_ppl"] == pytest.approx(
         runs["lm-mean", 2])  # the same seed retrained gives the same model
     code, _, err = run(["lm", "compare", *configs, "--seeds", "1", "2", "--out", out, "--set",
@@ -256,7 +263,8 @@ def test_resumed_lm_run_takes_the_same_updates_as_an_uninterrupted_one(tiny_corp
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("during", [13, 10])  # between validations; on a validation update (valid_every 10)
+# Between validations; on a validation update (valid_every 10); on an epoch's last segment (6 a epoch).
+@pytest.mark.parametrize("during", [13, 10, 6])
 def test_a_signalled_lm_run_saves_and_resumes_as_if_never_stopped(during, tiny_corpus, tmp_path, capsys,
                                                                   monkeypatch):
     import os

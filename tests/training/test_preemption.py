@@ -59,6 +59,32 @@ def test_signal_on_a_validation_update_validates_first_on_resume(cfg, tmp_path):
             assert torch.equal(tensor, b["model"][key]), (name, key)
 
 
+@pytest.mark.parametrize("rule, reason", [
+    ("training.patience=2", "no improvement of dev ppl in 2 validations"),
+    ("training.stop_at_min_lr=true", "the learning rate decayed to min_lr (0.003)")])
+def test_a_stop_decided_by_the_postponed_validation_is_kept_on_resume(rule, reason, cfg, tmp_path, monkeypatch):
+    """Dev perplexity worsens after update 2, so the validation at update 6 stops the run
+    (patience 2, or lr 0.01 → 0.005 → 0.0025, under the floor of 0.003).  Signalled during
+    update 6, the run leaves that validation to its resumed run, which must stop there too."""
+    worsening = iter(range(10, 100))
+    monkeypatch.setattr(trainer_module, "validate", lambda *args: {"ppl": float(next(worsening))})
+    settings = ["training.valid_every=2", "training.max_updates=40", "training.lr=0.01", "training.min_lr=0.003",
+                "training.lr_patience=1", "training.patience=0", "training.early_stop_metric=ppl", rule]
+    interrupted = Trainer(config(cfg, tmp_path / "run", *settings), quiet=True)
+    step = interrupted.train_step
+
+    def step_then_signal(*args):
+        if interrupted.progress.update == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(*args)
+
+    interrupted.train_step = step_then_signal
+    with pytest.raises(Preempted):
+        interrupted.train()
+    progress = Trainer(config(cfg, tmp_path / "run", *settings), resume=True, quiet=True).train()
+    assert progress.update == 6 and progress.stopped == reason
+
+
 def test_checkpoint_every_writes_last_between_validations(cfg, tmp_path, monkeypatch):
     written = []
     save = trainer_module.save_checkpoint
