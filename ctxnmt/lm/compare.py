@@ -133,8 +133,8 @@ def summarise(results: dict[str, dict[int, dict]], baseline: str) -> list[dict]:
     for name, by_seed in results.items():
         seeds = sorted(by_seed)
         ppl = [by_seed[s]["ppl"] for s in seeds]
-        row = {"system": name, "seeds": seeds, "test_ppl": ppl, "mean": statistics.fmean(ppl),
-               "sd": statistics.stdev(ppl) if len(ppl) > 1 else None,
+        mean, sd = _mean_sd(ppl)
+        row = {"system": name, "seeds": seeds, "test_ppl": ppl, "mean": mean, "sd": sd,
                **{key: [by_seed[s][key] for s in seeds] for key in RUN_FACTS}}
         base = results.get(baseline, {})
         shared = [s for s in seeds if s in base]
