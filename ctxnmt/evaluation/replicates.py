@@ -16,12 +16,14 @@ a trial costs one sum, not a re-scoring.  Replicate r of the system is paired wi
 replicate r of the baseline (the same seed).  With R = 1 this is the ordinary paired
 approximate randomisation test.  `shuffled_p` is the test itself, on any per-sentence
 statistics and corpus score: the language models' perplexity uses it too (ctxnmt.lm.compare).
+`seed_t_test` asks the other question, whether the seeds agree, with the seeds as the sample.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import stats
 
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.metrics import check_metrics, check_pair
@@ -109,3 +111,24 @@ def shuffled_p(a: np.ndarray, b: np.ndarray, score, trials: int, rng) -> float:
         for delta in moved:
             count += abs(score(total_b - delta) - score(total_a + delta)) >= observed - 1e-9
     return (count + 1) / (trials + 1)
+
+
+def seed_t_test(differences: Sequence[float]) -> dict[str, float | None] | None:
+    """Two-sided one-sample t-test that the mean per-seed difference (system − baseline of
+    the same seed) is zero; None with fewer than two seeds.
+
+    The stratified test above resamples test sentences within each seed pair, so a gain
+    that a few seeds happen to share can reach p < 0.001 however much the seeds disagree.
+    Here the seeds themselves are the sample (Reimers and Gurevych 2017 argue for judging
+    systems over seeds): it asks whether the difference a new seed pair would show is
+    non-zero on average, and with three seeds it needs a large, steady gain to say yes."""
+    d = np.asarray(differences, dtype=np.float64)
+    if len(d) < 2:
+        return None
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:  # identical differences: t is undefined (±inf, p = 0), or there is no difference
+        t, p = None, 1.0 if mean == 0.0 else 0.0
+    else:
+        t = float(mean / (sd / np.sqrt(len(d))))
+        p = float(2 * stats.t.sf(abs(t), len(d) - 1))
+    return {"mean": mean, "sd": sd, "t": t, "df": len(d) - 1, "p_value": p}

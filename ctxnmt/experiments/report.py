@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxnmt.evaluation.metrics import HIGHER_IS_BETTER, Bucket, format_length_buckets, plot_length_buckets
+from ctxnmt.evaluation.replicates import seed_t_test
 from ctxnmt.experiments.evaluate import Output, TestSet
 from ctxnmt.experiments.spec import Experiment
 from ctxnmt.utils.io import atomic_write
@@ -25,6 +26,7 @@ from ctxnmt.utils.io import atomic_write
 # the significance column has no decimals: it holds marks, not a number.
 SIGNIFICANCE = "significance"
 OVER_SEEDS = "over_seeds"
+SEEDS_T = "seeds_t"
 SEEDS = "seeds"
 TABLE = (
     (SEEDS, "seeds", None),
@@ -36,6 +38,7 @@ TABLE = (
     ("ter", "TER", 2),
     (SIGNIFICANCE, "sig.", None),
     (OVER_SEEDS, "all seeds: Δ, p", None),
+    (SEEDS_T, "t-test over seeds: t, p", None),
     ("train_tokens_per_s", "train tok/s", 0),
     ("sentences_per_s", "decode sent/s", 1),
     ("train_minutes", "train min", 2),
@@ -86,7 +89,8 @@ def make_row(system: str, external: bool, outputs: list[Output], commands: list[
 def summarise_tests(tests: list[dict[str, Any]], metric: str,
                     over_seeds: dict[str, Any] | None = None) -> dict[str, Any]:
     """One mark for all seed pairs of a system: the weakest pair decides.  `over_seeds`, the
-    stratified test over every seed pair (replicate_tests), is kept beside it."""
+    stratified test over every seed pair (replicate_tests), is kept beside it, and so is the
+    t-test with the same seed pairs' differences as its sample (`seeds_t`)."""
     higher = HIGHER_IS_BETTER[metric]
     improvements = [t["delta"] if higher else -t["delta"] for t in tests]
     max_p = max(t["p_value"] for t in tests)
@@ -94,8 +98,9 @@ def summarise_tests(tests: list[dict[str, Any]], metric: str,
     marks = next((m for threshold, m in THRESHOLDS if max_p < threshold), "") if direction else ""
     summary = {"test": tests[0]["test"], "metric": tests[0]["metric"], "max_p": max_p, "direction": direction,
                "marks": marks, "p_values": [t["p_value"] for t in tests], "deltas": [t["delta"] for t in tests]}
-    if over_seeds is not None:
+    if over_seeds is not None:  # a trained system with two seed pairs or more
         summary["over_seeds"] = over_seeds
+        summary["seeds_t"] = seed_t_test(summary["deltas"])
     return summary
 
 
@@ -106,6 +111,15 @@ def over_seeds_cell(row: Row) -> str:
         return "–"
     p = test["p_value"]
     return f"{test['delta']:+.2f}, " + ("p<0.001" if p < 0.001 else f"p={p:.3f}")  # 10,000 trials reach 0.0001
+
+
+def seeds_t_cell(row: Row) -> str:
+    """The t-test over seed pairs: 't=1.48, p=0.277'; 'no spread' when every pair differs alike."""
+    test = (row.significance or {}).get("seeds_t")
+    if test is None:
+        return "–"
+    t = "no spread" if test["t"] is None else f"t={test['t']:.2f}"
+    return f"{t}, " + ("p<0.001" if test["p_value"] < 0.001 else f"p={test['p_value']:.3f}")
 
 
 def significance_cell(row: Row) -> str:
@@ -131,6 +145,8 @@ def table_cells(row: Row, baseline: str) -> list[str]:
             cells.append("baseline" if row.system == baseline else significance_cell(row))
         elif key == OVER_SEEDS:
             cells.append("" if row.system == baseline else over_seeds_cell(row))
+        elif key == SEEDS_T:
+            cells.append("" if row.system == baseline else seeds_t_cell(row))
         elif key == SEEDS:
             cells.append(str(len(row.seeds)) if row.seeds != [None] else "–")
         else:
@@ -219,6 +235,9 @@ def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buck
         "- all seeds: Δ, p: for a system with two or more of the baseline's seeds, its test-set "
         f"{spec.metric} on all its seeds' outputs together minus the baseline's, and the p-value of "
         "approximate randomisation stratified over the seed pairs (Clark et al. 2011, as MultEval).",
+        f"- t-test over seeds: t, p: the same seed pairs' {spec.metric} differences (the sig. test's Δ) as "
+        "the sample of a two-sided one-sample t-test (n − 1 degrees of freedom).  The stratified test "
+        "resamples sentences within the seed pairs; this one asks whether the seeds agree.",
         "- test BLEU (tokenised): Moses-tokenised, case-sensitive, multi-bleu convention; test sacreBLEU: "
         "detokenised, signature below. dev BLEU: the validation BLEU of the selected (best) checkpoint.",
         "- train tok/s: target tokens per second of training (validation excluded); train min: training "
@@ -246,13 +265,16 @@ def csv_report(rows: list[Row], baseline: str) -> str:
     head = ["system", "external", "seeds"]
     for key, _, _ in COLUMNS:
         head += [key, f"{key}_sd"]
-    writer.writerow(head + ["significance", "p_value"])
+    writer.writerow(head + ["significance", "p_value", "p_over_seeds", "t_over_seeds", "p_t_over_seeds"])
     for row in rows:
         line = [row.system, int(row.external), " ".join(str(s) for s in row.seeds if s is not None)]
         for key, _, _ in COLUMNS:
             line += [_csv_number(row.mean(key)), _csv_number(row.sd(key))]
-        sig = row.significance
-        line += ["baseline" if row.system == baseline else significance_cell(row), sig["max_p"] if sig else ""]
+        sig = row.significance or {}
+        over_seeds, seeds_t = sig.get("over_seeds") or {}, sig.get("seeds_t") or {}
+        line += ["baseline" if row.system == baseline else significance_cell(row), sig.get("max_p", ""),
+                 _csv_number(over_seeds.get("p_value")), _csv_number(seeds_t.get("t")),
+                 _csv_number(seeds_t.get("p_value"))]
         writer.writerow(line)
     return buffer.getvalue()
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ctxnmt.config import config_difference
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.evaluation.replicates import stratified_result
+from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
 from ctxnmt.evaluation.significance import SigResult
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
@@ -143,7 +143,7 @@ def summarise(results: dict[str, dict[int, dict]], baseline: str) -> list[dict]:
             tested = [s for s in shared if by_seed[s]["lines"] is not None and base[s]["lines"] is not None]
             row.update(paired_seeds=shared, delta=deltas, delta_mean=statistics.fmean(deltas),
                        delta_sd=statistics.stdev(deltas) if len(deltas) > 1 else None,
-                       lower_every_seed=all(d < 0 for d in deltas),
+                       lower_every_seed=all(d < 0 for d in deltas), t_over_seeds=seed_t_test(deltas),
                        p_per_seed={str(s): perplexity_test([base[s]["lines"]], [by_seed[s]["lines"]]).p_value
                                    for s in tested},
                        p_over_seeds=perplexity_test([base[s]["lines"] for s in tested],
@@ -175,19 +175,20 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
         lines += [f"Not finished yet: {', '.join(waiting)}.  Each row has its finished seeds; Δ and p "
                   "pair them with the baseline's same seeds.", ""]
     lines += ["| system | seeds | test ppl (mean ± sd) | per seed | Δ vs baseline, same seed (mean ± sd) "
-              "| p per seed (paired AR) | p over seeds (stratified AR) | lower on every seed | dev ppl "
-              "| updates | train min |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| p per seed (paired AR) | p over seeds (stratified AR) | p over seeds (t-test on Δ) "
+              "| lower on every seed | dev ppl | updates | train min |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         per_seed = ", ".join(f"{p:.2f}" for p in row["test_ppl"])
         if row["system"] == baseline:
-            cells = ["baseline", "", "", ""]
+            cells = ["baseline", "", "", "", ""]
         elif "delta" in row:
             per_seed_p = ", ".join(f"{seed}: {_p(p)}" for seed, p in row["p_per_seed"].items()) or "–"
+            seeds_t = row["t_over_seeds"]
             cells = [_pm(row["delta_mean"], row["delta_sd"]), per_seed_p, _p(row["p_over_seeds"]),
-                     "yes" if row["lower_every_seed"] else "no"]
+                     _p(seeds_t["p_value"] if seeds_t else None), "yes" if row["lower_every_seed"] else "no"]
         else:  # none of its seeds has a finished baseline yet
-            cells = ["–", "–", "–", ""]
+            cells = ["–", "–", "–", "–", ""]
         cells += [_pm(*_mean_sd(row["dev_ppl"])), f"{statistics.fmean(row['updates']):,.0f}",
                   f"{statistics.fmean(row['minutes']):.1f}"]
         lines.append(f"| {row['system']} | {', '.join(map(str, row['seeds']))} | {_pm(row['mean'], row['sd'])} "
@@ -195,7 +196,9 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
     lines += ["", "Δ: the mean of the per-seed differences.  p: two-sided approximate randomisation over "
               f"the test lines' log-probabilities ({TRIALS} trials), per seed and over all seeds stratified by "
               "seed (Clark et al. 2011), the statistic being the perplexity of the pooled lines; a seed whose "
-              "run kept no per-line scores is not tested.  dev ppl: of the best checkpoint (the one tested); "
+              "run kept no per-line scores is not tested.  t-test on Δ: the per-seed differences as the sample "
+              "of a two-sided one-sample t-test (n − 1 degrees of freedom): the stratified test resamples lines "
+              "within seeds, this one asks whether the seeds agree.  dev ppl: of the best checkpoint (the one tested); "
               "updates and train min (validation excluded): means over the seeds.", "",
               "Train the missing runs (or, with `--report`, only report the finished ones):", "",
               f"```sh\n{command}\n```"]

@@ -1,15 +1,17 @@
 """Stratified approximate randomisation over replicates (Clark et al. 2011) on constructed
 outputs whose answer is known: an exhaustive enumeration of every shuffling, identical
-systems, a seed-unstable difference and a consistent one."""
+systems, a seed-unstable difference and a consistent one; and the t-test over seeds
+against its closed form."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.evaluation.replicates import stratified_ar
+from ctxnmt.evaluation.replicates import seed_t_test, stratified_ar
 
 REFS = ["the cat sat on the mat", "a dog ran in the park today", "we saw the red house",
         "it rained all day long", "she reads a good book"]
@@ -86,3 +88,31 @@ def test_bad_replicates_are_refused_with_a_clear_error():
         stratified_ar([], [], REFS)
     with pytest.raises(ConfigError, match="trials must be positive"):
         stratified_ar([BAD], [GOOD], REFS, trials=0)
+
+
+def test_seed_t_test_matches_the_closed_form_for_three_seeds():
+    # differences 1, 2, 3: mean 2, sd 1, t = 2√3; with 2 degrees of freedom the two-sided
+    # p-value of t is 1 − t/√(t² + 2) exactly
+    result = seed_t_test([1.0, 2.0, 3.0])
+    t = 2 * math.sqrt(3)
+    assert (result["mean"], result["sd"], result["df"]) == (2.0, 1.0, 2)
+    assert result["t"] == pytest.approx(t) and result["p_value"] == pytest.approx(1 - t / math.sqrt(t * t + 2))
+    mirrored = seed_t_test([-1.0, -2.0, -3.0])  # the sign of the differences moves t, not p
+    assert mirrored["t"] == pytest.approx(-t) and mirrored["p_value"] == pytest.approx(result["p_value"])
+
+
+def test_seed_t_test_with_one_degree_of_freedom_is_the_cauchy_tail():
+    # two seeds: t has 1 degree of freedom, whose two-sided tail is 1 − (2/π)·atan|t|
+    result = seed_t_test([0.5, 1.5])
+    assert result["t"] == pytest.approx(2.0) and result["p_value"] == pytest.approx(1 - 2 / math.pi * math.atan(2.0))
+
+
+def test_seeds_that_disagree_are_not_significant_however_large_one_gain():
+    assert seed_t_test([3.0, -1.0, 2.5])["p_value"] > 0.3
+    assert seed_t_test([3.0, 2.9, 3.1])["p_value"] < 0.001
+
+
+def test_seed_t_test_needs_two_seeds_and_names_a_spread_of_zero():
+    assert seed_t_test([]) is None and seed_t_test([1.2]) is None
+    assert seed_t_test([0.4, 0.4]) == {"mean": 0.4, "sd": 0.0, "t": None, "df": 1, "p_value": 0.0}
+    assert seed_t_test([0.0, 0.0, 0.0])["p_value"] == 1.0

@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -83,13 +84,15 @@ def test_report_has_every_column_for_trained_systems(finished):
     data = report(work)
     assert [r["system"] for r in data["rows"]] == ["base", "mean", "dropper"]
     assert data["columns"] == ["system", "seeds", "parameters", "dev BLEU", "test BLEU (tokenised)", "test sacreBLEU",
-                               "chrF", "TER", "sig.", "all seeds: Δ, p", "train tok/s", "decode sent/s", "train min"]
+                               "chrF", "TER", "sig.", "all seeds: Δ, p", "t-test over seeds: t, p", "train tok/s",
+                               "decode sent/s", "train min"]
     over_seeds = data["columns"].index("all seeds: Δ, p")
     for name in ("base", "mean"):
         cells = row(data, name)["cells"]
         assert len(cells) == len(data["columns"]) and cells[1] == "1"
-        # one seed: nothing to pool over seeds, every other cell filled
-        assert cells[over_seeds] in ("", "–") and "–" not in cells[:over_seeds] + cells[over_seeds + 1:], cells
+        # one seed: nothing to pool or test over seeds (two columns), every other cell filled
+        assert {cells[over_seeds], cells[over_seeds + 1]} <= {"", "–"}, cells
+        assert "–" not in cells[:over_seeds] + cells[over_seeds + 2:], cells
         assert row(data, name)["mean"]["parameters"] > 1000
         assert row(data, name)["mean"]["train_tokens_per_s"] > 0 and row(data, name)["mean"]["sentences_per_s"] > 0
     assert row(data, "base")["cells"][8] == "baseline"
@@ -312,8 +315,10 @@ def test_a_moved_experiment_directory_keeps_its_runs(finished, tmp_path, capsys)
 def test_two_seeds_are_tested_together_over_the_seed_pairs(tiny_config, tiny_corpus, tmp_path):
     """With seeds 1 and 2 each system's row pools both seeds' outputs in Clark et al.'s stratified
     test, and its p-value is that of the test run directly on the same files."""
+    from sacrebleu.metrics import BLEU
+
     from ctxnmt.data.corpus import read_lines
-    from ctxnmt.evaluation.replicates import stratified_ar
+    from ctxnmt.evaluation.replicates import seed_t_test, stratified_ar
 
     external = tmp_path / "dropper.en"
     external.write_text("\n".join(drop_second_word(read_lines(tiny_corpus / "test.en"))) + "\n", encoding="utf-8")
@@ -331,6 +336,13 @@ def test_two_seeds_are_tested_together_over_the_seed_pairs(tiny_config, tiny_cor
     assert mean["significance"]["over_seeds"]["p_value"] == direct.p_value
     assert mean["cells"][data["columns"].index("all seeds: Δ, p")] == f"{direct.delta:+.2f}, p={direct.p_value:.3f}"
     assert row(data, "dropper")["significance"].get("over_seeds") is None  # an external output has no seeds
+    refs = read_lines(tiny_corpus / "test.en")
+    per_seed = [BLEU().corpus_score(hyps["mean", s], [refs]).score - BLEU().corpus_score(hyps["base", s], [refs]).score
+                for s in (1, 2)]  # the t-test over seeds: each seed pair's sacreBLEU difference is one observation
+    expected = seed_t_test(per_seed)
+    assert mean["significance"]["seeds_t"]["p_value"] == pytest.approx(expected["p_value"])
+    assert mean["significance"]["seeds_t"]["mean"] == pytest.approx(statistics.fmean(per_seed))
+    assert row(data, "dropper")["significance"].get("seeds_t") is None
 
 
 def test_an_ensemble_system_decodes_its_members_together_seed_by_seed(finished, tmp_path):

@@ -47,7 +47,7 @@ def test_one_seed_has_no_sd_and_missing_values_show_a_dash():
     external = make_row("rules", True, [Output("rules", None, Path("r"), [],
                                                {"bleu": 9.0, "bleu_tok": 9.5, "chrf": 40.0, "ter": 70.0})], [], None)
     assert table_cells(external, baseline="base") == ["rules (external)", "–", "–", "–", "9.50", "9.00", "40.00",
-                                                      "70.00", "–", "–", "–", "–", "–"]
+                                                      "70.00", "–", "–", "–", "–", "–", "–"]
 
 
 def test_train_command_quotes_and_keeps_override_order():
@@ -98,3 +98,22 @@ def test_the_over_seeds_cell_never_rounds_a_p_value_to_zero(p_value, cell):
     row = make_row("ctx", False, [output(1, 20.0, 18.0), output(2, 22.0, 19.0)], [],
                    summarise_tests([result(0.01, 1.0)] * 2, "bleu", over_seeds))
     assert cell in table_cells(row, baseline="base")
+
+
+@pytest.mark.parametrize("deltas, cell", [
+    ([1.0, 2.0, 3.0], "t=3.46, p=0.074"),  # mean 2, sd 1, 2 degrees of freedom
+    ([-0.5, -1.5], "t=-2.00, p=0.295"),  # 1 degree of freedom: p = 1 − (2/π)·atan 2
+    ([0.8, 0.8], "no spread, p<0.001"),
+])
+def test_the_t_test_over_seeds_takes_the_seed_pairs_differences_as_its_sample(deltas, cell):
+    over_seeds = {"delta": 0.84, "p_value": 0.01}
+    outputs = [output(seed, 20.0, 18.0) for seed in range(1, len(deltas) + 1)]
+    row = make_row("ctx", False, outputs, [], summarise_tests([result(0.01, d) for d in deltas], "bleu", over_seeds))
+    cells = table_cells(row, baseline="base")
+    assert cells[10] == cell and cells[9] == "+0.84, p=0.010"
+
+
+def test_an_output_without_seeds_has_no_t_test_over_seeds():
+    # an external output is paired with every baseline seed, but those are not its replicates
+    row = make_row("ctx", False, [output(1, 20.0, 18.0)], [], summarise_tests([result(0.01, 1.0)] * 3, "bleu"))
+    assert "seeds_t" not in row.significance and table_cells(row, baseline="base")[10] == "–"
