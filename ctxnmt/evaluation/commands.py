@@ -18,7 +18,7 @@ from ctxnmt.evaluation.metrics import (
     score_all,
 )
 from ctxnmt.evaluation.replicates import TEST as REPLICATE_TEST
-from ctxnmt.evaluation.replicates import stratified_ar
+from ctxnmt.evaluation.replicates import seed_t_test, stratified_ar
 from ctxnmt.evaluation.significance import TESTS, compare
 from ctxnmt.utils.io import atomic_write
 
@@ -180,9 +180,24 @@ def _print_tests(args, tests) -> None:
             line += " [better {better}, worse {worse}, ties {ties}]".format(**result.extra)
         if result.test == REPLICATE_TEST:
             line += f" [{result.extra['replicates']} replicates together; {result.extra['trials']} trials]"
+            line += _replicate_t_text(replicate_t_test(result))
         print(line)
         if result.signature:
             print(f"   {result.signature}")
+
+
+def replicate_t_test(result) -> dict | None:
+    """The t-test over replicates (seed_t_test) of a stratified result: each replicate
+    pair's own score difference is one observation; None with one replicate."""
+    pairs = zip(result.extra["baseline_replicates"], result.extra["system_replicates"])
+    return seed_t_test([system - baseline for baseline, system in pairs])
+
+
+def _replicate_t_text(test: dict | None) -> str:
+    if test is None:
+        return ""
+    t = "no spread" if test["t"] is None else f"t = {test['t']:.2f}, {test['df']} df"
+    return f" [t-test over replicates: {t}, p = {test['p_value']:.4f}]"
 
 
 def _ci_text(result) -> str:
@@ -197,10 +212,16 @@ def _as_json(args, scores, tests, buckets) -> dict:
                        for path, sys_scores in zip(args.hyp, scores)]}
     if tests:
         out["significance"] = {"test": args.significance, "baseline": args.hyp[0],
-                               "results": [{"hyp": path, **r.to_dict()} for path, r in tests]}
+                               "results": [{"hyp": path, **_result_dict(r)} for path, r in tests]}
     if buckets:
         out["buckets"] = {name: [_bucket_dict(b) for b in bs] for name, bs in buckets.items()}
     return out
+
+
+def _result_dict(result) -> dict:
+    if result.test != REPLICATE_TEST:
+        return result.to_dict()
+    return {**result.to_dict(), "t_over_replicates": replicate_t_test(result)}
 
 
 def _bucket_dict(bucket) -> dict:

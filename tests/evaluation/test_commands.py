@@ -117,11 +117,20 @@ def test_stratified_ar_over_replicates_groups_the_files_per_system(files, tmp_pa
     result = json.loads(capsys.readouterr().out)["significance"]["results"]
     assert len(result) == 1 and result[0]["hyp"] == files["better"]
     assert result[0]["p_value"] == 1.0 and result[0]["replicates"] == 2
+    # the replicate pairs differ by +d and −d: the t-test over them sees a mean of zero
+    t_test = result[0]["t_over_replicates"]
+    assert t_test["df"] == 1 and t_test["mean"] == pytest.approx(0.0) and t_test["p_value"] == pytest.approx(1.0)
+    assert result[0]["system_replicates"][0] - result[0]["baseline_replicates"][0] > 1
     single = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"], "--metrics", "bleu",
               "--significance", "stratified-ar", "--samples", "300"]
     assert main(single) == 0
     out = capsys.readouterr().out
-    assert "p = 0.0033 *" in out and "[1 replicates together; 300 trials]" in out
+    assert "p = 0.0033 *" in out and "[1 replicates together; 300 trials]\n" in out  # one replicate: no t-test
+    agreeing = ["score", "--hyp", files["base"], "--hyp", files["base"], "--hyp", files["better"],
+                "--hyp", files["better"], *single[5:]]
+    assert main(agreeing + ["--replicates", "2"]) == 0
+    out = capsys.readouterr().out  # both replicate pairs gain the same: no spread, p = 0
+    assert "[2 replicates together; 300 trials] [t-test over replicates: no spread, p = 0.0000]" in out
 
 
 @pytest.mark.parametrize("extra, message", [
