@@ -109,8 +109,11 @@ def over_seeds_cell(row: Row) -> str:
     test = (row.significance or {}).get("over_seeds")
     if test is None:
         return "–"
-    p = test["p_value"]
-    return f"{test['delta']:+.2f}, " + ("p<0.001" if p < 0.001 else f"p={p:.3f}")  # 10,000 trials reach 0.0001
+    return f"{test['delta']:+.2f}, {_p_text(test['p_value'])}"
+
+
+def _p_text(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.3f}"  # 10,000 trials reach 0.0001: never round to 0
 
 
 def seeds_t_cell(row: Row) -> str:
@@ -119,7 +122,7 @@ def seeds_t_cell(row: Row) -> str:
     if test is None:
         return "–"
     t = "no spread" if test["t"] is None else f"t={test['t']:.2f}"
-    return f"{t}, " + ("p<0.001" if test["p_value"] < 0.001 else f"p={test['p_value']:.3f}")
+    return f"{t}, {_p_text(test['p_value'])}"
 
 
 def significance_cell(row: Row) -> str:

@@ -141,8 +141,8 @@ def summarise(results: dict[str, dict[int, dict]], baseline: str) -> list[dict]:
         if name != baseline and shared:
             deltas = [by_seed[s]["ppl"] - base[s]["ppl"] for s in shared]
             tested = [s for s in shared if by_seed[s]["lines"] is not None and base[s]["lines"] is not None]
-            row.update(paired_seeds=shared, delta=deltas, delta_mean=statistics.fmean(deltas),
-                       delta_sd=statistics.stdev(deltas) if len(deltas) > 1 else None,
+            delta_mean, delta_sd = _mean_sd(deltas)
+            row.update(paired_seeds=shared, delta=deltas, delta_mean=delta_mean, delta_sd=delta_sd,
                        lower_every_seed=all(d < 0 for d in deltas), t_over_seeds=seed_t_test(deltas),
                        p_per_seed={str(s): perplexity_test([base[s]["lines"]], [by_seed[s]["lines"]]).p_value
                                    for s in tested},
