@@ -164,6 +164,11 @@ def ensemble_dir(root: Path, name: str, seed: int) -> Path:
     return root / "ensembles" / name / f"seed{seed}"
 
 
+def ensemble_recorded(root: Path, name: str, seed: int) -> bool:
+    """Whether the ensemble's translation of this seed is on record (decoded here or restored)."""
+    return (ensemble_dir(root, name, seed) / "decode.json").is_file()
+
+
 def translate_ensemble(name: str, seed: int, members: list[Run], test: TestSet, root: Path,
                        log=print) -> tuple[Path, dict[str, Any]]:
     """The test set decoded by the members' same-seed runs together (average of log-probabilities,

@@ -18,7 +18,9 @@ from ctxnmt.experiments.evaluate import (
     Output,
     TestSet,
     document_ids,
+    ensemble_recorded,
     external_output,
+    has_checkpoint,
     hyp_path,
     load_test_set,
     replicate_significance,
@@ -84,13 +86,20 @@ def evaluate_runs(runs: list[Run], test: TestSet, log) -> dict[str, list[Output]
 
 
 def evaluate_ensembles(experiment: Experiment, runs: list[Run], test: TestSet, log) -> dict[str, list[Output]]:
-    """Each ensemble, seed by seed, where every member's run of that seed has finished."""
+    """Each ensemble, seed by seed, where every member's run of that seed has finished and
+    can still be decoded: a member restored without its checkpoint leaves the seed out,
+    unless the ensemble's own translation was restored with it."""
     outputs: dict[str, list[Output]] = {}
     by_key = {(run.system, run.seed): run for run in runs}
     for spec in experiment.ensembles:
         for seed in experiment.seeds_of(spec):
             members = [by_key.get((name, seed)) for name in spec.ensemble]
             if None in members:
+                continue
+            lacking = [f"{run.system} seed {seed}" for run in members if not has_checkpoint(run)]
+            if lacking and not ensemble_recorded(experiment.root, spec.name, seed):
+                log(f"{spec.name} seed {seed}: left out: {', '.join(lacking)} kept no checkpoint "
+                    f"(restored from an export); retrain to decode this ensemble")
                 continue
             hyp, decode = translate_ensemble(spec.name, seed, members, test, experiment.root, log)
             scores = score_output(hyp, test, hyp.parent / "scores.json")

@@ -421,6 +421,22 @@ def test_restore_reports_the_exported_runs_without_their_checkpoints(finished, t
     assert "base+mean seed 1234: restored test translation (no checkpoint)" in log
 
 
+def test_an_ensemble_whose_members_kept_no_checkpoint_is_left_out_not_an_error(finished, tmp_path):
+    """An ensemble added after its members were exported (or whose own output was never
+    exported) cannot be decoded on a new machine: the report goes on without it and says why."""
+    work, results = exported_with_ensemble(finished, tmp_path)
+    shutil.rmtree(work / "exp")
+    shutil.rmtree(results / "ensembles")
+    log: list[str] = []
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--restore", "results"]) == 0
+        run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, train=False)
+    assert [r["system"] for r in report(work)["rows"]] == ["base", "mean", "dropper"]
+    assert ("base+mean seed 1234: left out: base seed 1234, mean seed 1234 kept no checkpoint (restored from an "
+            "export); retrain to decode this ensemble") in log
+    assert not (work / "exp/ensembles/base+mean/seed1234").exists()
+
+
 def test_restore_never_replaces_a_local_run(finished, tmp_path):
     work, results = exported_with_ensemble(finished, tmp_path)
     (results / "systems/base/seed1234/train.log").write_text("exported\n", encoding="utf-8")
