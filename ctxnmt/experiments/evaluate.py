@@ -164,9 +164,12 @@ def ensemble_dir(root: Path, name: str, seed: int) -> Path:
     return root / "ensembles" / name / f"seed{seed}"
 
 
-def ensemble_recorded(root: Path, name: str, seed: int) -> bool:
-    """Whether the ensemble's translation of this seed is on record (decoded here or restored)."""
-    return (ensemble_dir(root, name, seed) / "decode.json").is_file()
+def undecodable_members(name: str, seed: int, members: list[Run], root: Path) -> list[Run]:
+    """The members restored without a checkpoint, where the ensemble's own translation of this
+    seed is not on record either: the ensemble can then be neither decoded nor restored."""
+    if (ensemble_dir(root, name, seed) / "decode.json").is_file():
+        return []
+    return [run for run in members if not has_checkpoint(run)]
 
 
 def translate_ensemble(name: str, seed: int, members: list[Run], test: TestSet, root: Path,

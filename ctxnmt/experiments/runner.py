@@ -18,9 +18,7 @@ from ctxnmt.experiments.evaluate import (
     Output,
     TestSet,
     document_ids,
-    ensemble_recorded,
     external_output,
-    has_checkpoint,
     hyp_path,
     load_test_set,
     replicate_significance,
@@ -28,6 +26,7 @@ from ctxnmt.experiments.evaluate import (
     significance,
     translate_ensemble,
     translate_run,
+    undecodable_members,
 )
 from ctxnmt.experiments.runs import (
     DONE,
@@ -96,10 +95,10 @@ def evaluate_ensembles(experiment: Experiment, runs: list[Run], test: TestSet, l
             members = [by_key.get((name, seed)) for name in spec.ensemble]
             if None in members:
                 continue
-            lacking = [f"{run.system} seed {seed}" for run in members if not has_checkpoint(run)]
-            if lacking and not ensemble_recorded(experiment.root, spec.name, seed):
-                log(f"{spec.name} seed {seed}: left out: {', '.join(lacking)} kept no checkpoint "
-                    f"(restored from an export); retrain to decode this ensemble")
+            lacking = undecodable_members(spec.name, seed, members, experiment.root)
+            if lacking:
+                log(f"{spec.name} seed {seed}: left out: {', '.join(f'{r.system} seed {seed}' for r in lacking)} "
+                    f"kept no checkpoint (restored from an export); retrain to decode this ensemble")
                 continue
             hyp, decode = translate_ensemble(spec.name, seed, members, test, experiment.root, log)
             scores = score_output(hyp, test, hyp.parent / "scores.json")
