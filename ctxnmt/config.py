@@ -50,7 +50,7 @@ class ModelConfig:
     encoder_cell: str = ""  # the encoder's cell when it differs from `cell` ("" = `cell`)
     encoder_layers: int = 2  # layers of the stacked-birnn encoder
     target_context: str = "previous"
-    output: str = "deep"  # deep | adaptive | adaptive-unscaled: how s_t, d_t and c_t are combined into the readout
+    output: str = "deep"  # deep | adaptive (the paper's) | adaptive-gain3 (ours): how s_t, d_t and c_t are combined into the readout
     emb_dim: int = 256
     hidden_dim: int = 512
     att_dim: int = 512

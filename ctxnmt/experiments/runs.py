@@ -28,7 +28,7 @@ FRESH, RESUME, DONE = "fresh", "resume", "done"
 SPEED_ONLY = ("training.threads", "training.log_every")
 # Where a run was trained is not what it learned: an experiment directory may be moved
 # or reached through a link, and its runs stay valid.
-NOT_COMPARED = (*SPEED_ONLY, "model_dir")
+NOT_COMPARED = (*SPEED_ONLY, "model_dir", "name")  # a config's name is a label
 
 
 @dataclass
@@ -142,4 +142,5 @@ def training_record(run: Run) -> dict[str, Any]:
     if dev_bleu is None and run.config.training.selection_metric == "bleu":
         dev_bleu = done.get("best_metric")  # a done.json written before best_scores existed
     return {"updates": done.get("update"), "epochs": done.get("epoch"), "train_minutes": elapsed / 60,
-            "train_tokens_per_s": tokens_per_s, "dev_bleu": dev_bleu, "stopped": done.get("stopped", "")}
+            "train_tokens_per_s": tokens_per_s, "dev_bleu": dev_bleu, "stopped": done.get("stopped", ""),
+            "source": done.get("source", "not recorded")}

@@ -13,7 +13,10 @@ Each summary works in two modes that give the same numbers (tests check it):
 
 Position 0 is the start symbol y_0: a zero vector by default (the authors'
 released code), a learned vector with model.learned_start.  So d_1 is y_0 for
-every summary, and the start slot stays in every later sum or softmax.
+every summary.  The self-attentive summaries keep the start slot in every later
+softmax, as the authors' released code does (idiap/Attentive_Residual_Connections_NMT,
+`cond_att_layer` attends over positions 0 … t−1 of the shifted embeddings); the
+mean follows the paper's eq. 9, which leaves y_0 out (no released code for it).
 """
 from __future__ import annotations
 
@@ -102,7 +105,39 @@ class PreviousWord(TargetContext):
 
 @TARGET_CONTEXTS.register("mean")
 class MeanResidual(TargetContext):
-    """d_t = (1/t) Σ_{i<t} E y_i: no parameters; a running sum while decoding."""
+    """The mean residual connection as published: eq. 9 of the self-attentive residual
+    decoder paper (eq. 11 of the target-side attentive one),
+
+        d_t = 1/(t−1) Σ_{i=1}^{t−1} E y_i,
+
+    the plain mean of the words generated so far, the start symbol y_0 not among them.
+    At t = 1 nothing has been generated and the equation is undefined; d_1 is the start
+    vector y_0, as for every other summary (zero by default: the baseline's y_0).
+    No parameters; a running sum while decoding."""
+
+    def full(self, prev_emb, mask, states=None, contexts=None):
+        words = prev_emb[:, 1:]  # E y_1 … E y_{T-1}
+        steps = torch.arange(1, words.size(1) + 1, device=prev_emb.device, dtype=prev_emb.dtype)
+        return torch.cat([prev_emb[:, :1], words.cumsum(1) / steps.view(1, -1, 1)], dim=1)
+
+    def init_state(self, rows, like):
+        # The count starts at −1 so that the first step, which reads y_0, counts 0 words.
+        return State().rows(mean_sum=like.new_zeros(rows, self.out_dim), mean_count=like.new_full((rows, 1), -1.0))
+
+    def step(self, state, prev_emb, s=None, c=None):
+        count = state["mean_count"] + 1
+        first = count == 0  # this step reads y_0: d_1 = y_0, and y_0 stays out of the sum
+        total = state["mean_sum"] + torch.where(first, torch.zeros_like(prev_emb), prev_emb)
+        d = torch.where(first, prev_emb, total / count.clamp(min=1))
+        return d, State().rows(mean_sum=total, mean_count=count)
+
+
+@TARGET_CONTEXTS.register("mean-with-start")
+class MeanWithStartResidual(TargetContext):
+    """Ours, not the papers': d_t = (1/t) Σ_{i=0}^{t−1} E y_i, the mean with the start slot
+    y_0 counted as a word, i.e. (t−1)/t of eq. 9's value (half of it at t = 2) while y_0 is
+    zero.  What `mean` computed before it followed eq. 9; the results rows trained with it
+    are labelled so (docs/results.md)."""
 
     def full(self, prev_emb, mask, states=None, contexts=None):
         steps = torch.arange(1, prev_emb.size(1) + 1, device=prev_emb.device, dtype=prev_emb.dtype)

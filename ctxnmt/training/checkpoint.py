@@ -17,11 +17,16 @@ from ctxnmt.errors import CheckpointError
 from ctxnmt.utils.io import atomic_write
 
 FORMAT_VERSION = 1
+# Bumped when a registered name comes to compute something else.  2: `mean` became the
+# paper's eq. 9 (the old computation is `mean-with-start`) and `adaptive` the paper's
+# K = 1 output (the old one is `adaptive-gain3`).
+DEFINITIONS = 2
+RENAMED = {("target_context", "mean"): "mean-with-start", ("output", "adaptive"): "adaptive-gain3"}
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     buffer = io.BytesIO()
-    torch.save({"format_version": FORMAT_VERSION, **payload}, buffer)
+    torch.save({"format_version": FORMAT_VERSION, "definitions": DEFINITIONS, **payload}, buffer)
     with atomic_write(path, "wb") as fh:
         fh.write(buffer.getbuffer())
 
@@ -37,7 +42,22 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: corrupt, truncated or not a ctxnmt checkpoint ({reason[:120]})") from None
     if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION or "model" not in payload:
         raise CheckpointError(f"{path}: not a ctxnmt checkpoint (format version {FORMAT_VERSION} expected)")
+    _upgrade_definitions(payload)
     return payload
+
+
+def _upgrade_definitions(payload: dict[str, Any]) -> None:
+    """Rename, in the loaded payload, a value whose name has since come to mean another
+    computation, so that the checkpoint states what it was trained with; a model directory
+    whose config.yaml still has the old name is then refused by check_compatible, naming
+    the key and the value to set."""
+    if payload.get("definitions", 1) >= DEFINITIONS:
+        return
+    saved = payload.get("model_config", {})
+    for (key, old), new in RENAMED.items():
+        if saved.get(key) == old:
+            saved[key] = new
+    payload["definitions"] = DEFINITIONS
 
 
 def check_compatible(payload: dict[str, Any], path: str | Path, model_cfg: dict, src_fp: str, tgt_fp: str) -> None:

@@ -39,6 +39,7 @@ from ctxnmt.training.distributed import (
 )
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, plateau_stop, set_lr
 from ctxnmt.training.precision import Precision
+from ctxnmt.utils.revision import source_revision
 from ctxnmt.training.preemption import Preempted, StopSignals, agreed_stop, stop_votes
 from ctxnmt.training.validate import document_context, validate
 from ctxnmt.utils.io import atomic_write
@@ -150,6 +151,7 @@ class Trainer:
                  f"{config.model.target_context} target context)"
                  + (f"; {self.world.size} ranks" if self.world.distributed else "")
                  + (f"; {t.precision} autocast" if t.precision != "fp32" else ""))
+        self.log(f"source: {source_revision()}")  # logged at every start, so a resume on other code shows
 
     def _prepare(self) -> Prepared:
         """Each machine's first rank prepares (or finds prepared) the data before the others read it."""
@@ -272,8 +274,8 @@ class Trainer:
             raise Preempted(message, self._stop_signal)
         if self.world.is_main:
             with atomic_write(self.model_dir / "done.json", "w") as fh:
-                json.dump({**asdict(p), "target_tokens_per_s": p.tokens / p.elapsed if p.elapsed else 0.0}, fh,
-                          indent=1)
+                json.dump({**asdict(p), "target_tokens_per_s": p.tokens / p.elapsed if p.elapsed else 0.0,
+                           "source": source_revision()}, fh, indent=1)
         self.log(f"training stopped: {p.stopped}; {p.update} updates in {p.elapsed / 60:.1f} min, "
                  f"best dev {self.config.training.selection_metric} {p.best_metric}")
         self.log.close()

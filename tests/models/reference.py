@@ -118,7 +118,8 @@ def birnn_encode(model, src_ids, h0=None):
 def output_preactivation(out, s, d, c):
     """Deep output: W_st s + b + W_yt d + W_ct c.  Adaptive output: Σ_k α_k ⊙ o_k with
     o = (W_st s + b, W_yt d, W_ct c), õ = Σ_k o_k, e_k = W_p tanh(W_m (M_k x_k + b_k) + W_r õ + b_r)
-    and α_k = exp(e_k) / Σ_k' exp(e_k'), dimension by dimension, times the gain K (3, or 1 unscaled)."""
+    and α_k = exp(e_k) / Σ_k' exp(e_k'), dimension by dimension (eqs. 18–21 of Li et al., in the
+    released code's form); times K = 3 for our adaptive-gain3 variant, which the paper does not have."""
     o = [out.from_state.weight @ s + out.from_state.bias, out.from_summary.weight @ d, out.from_context.weight @ c]
     if not hasattr(out, "W_p"):
         return o[0] + o[1] + o[2]
@@ -128,7 +129,7 @@ def output_preactivation(out, s, d, c):
     e = [out.W_p.weight @ torch.tanh(out.W_m.weight @ m + out.W_r.weight @ query + out.W_r.bias) for m in own]
     exps = [torch.exp(e_k) for e_k in e]
     total = exps[0] + exps[1] + exps[2]
-    gain = 1.0 if type(out).__name__ == "UnscaledAdaptiveOutput" else 3.0
+    gain = 3.0 if type(out).__name__ == "Gain3AdaptiveOutput" else 1.0
     return gain * sum((x / total) * o_k for x, o_k in zip(exps, o))
 
 

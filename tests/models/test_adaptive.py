@@ -15,7 +15,7 @@ from ctxnmt.models.cells import (
     scan,
 )
 from ctxnmt.models.nmt import build_model, count_parameters
-from ctxnmt.models.output import AdaptiveOutput, DeepOutput, UnscaledAdaptiveOutput
+from ctxnmt.models.output import AdaptiveOutput, DeepOutput, Gain3AdaptiveOutput
 from tests.models import reference as ref
 from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
 from tests.models.test_target_context import literal_mean, literal_scored
@@ -80,7 +80,7 @@ def test_released_variant_changes_only_the_second_transition():
     {"cell": "adaptive-gru-scaled"},
     {"cell": "gru", "encoder_cell": "adaptive-gru"},
     {"output": "adaptive"},
-    {"output": "adaptive-unscaled"},
+    {"output": "adaptive-gain3"},
     {"output": "adaptive", "decoder": "self-attentive-rnn"},
     {"output": "adaptive", "cell": "adaptive-gru", "encoder": "fcae", "learned_start": True},
 ], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
@@ -114,14 +114,13 @@ def test_adaptive_weights_are_a_per_dimension_distribution():
 
 
 def test_uniform_adaptive_weights_give_the_deep_output():
-    """With every score e_k equal (W_p = 0, so α_k = 1/3 in every dimension) the adaptive
-    output is the deep output over the same projections: the gain K = 3 undoes the 1/3,
-    so the readout starts at the baseline's scale and learns at its rate.  The published
-    normalisation (adaptive-unscaled) gives a third of the pre-activation instead."""
+    """With every score e_k equal (W_p = 0, so α_k = 1/3 in every dimension) the published
+    adaptive output (eq. 18, weights summing to one) gives a third of the deep output's
+    pre-activation; our adaptive-gain3 (K = 3) gives exactly the deep output."""
     torch.manual_seed(0)
     deep = DeepOutput(10, 8, 20, 12)
     s, d, c = torch.randn(5, 10), torch.randn(5, 8), torch.randn(5, 20)
-    for cls, scale in ((AdaptiveOutput, 1.0), (UnscaledAdaptiveOutput, 1 / 3)):
+    for cls, scale in ((AdaptiveOutput, 1 / 3), (Gain3AdaptiveOutput, 1.0)):
         out = cls(10, 8, 20, 12)
         out.load_state_dict(deep.state_dict(), strict=False)
         with torch.no_grad():

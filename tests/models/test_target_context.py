@@ -13,12 +13,21 @@ from tests.models.test_rnnsearch import SRC, TGT, assert_steps_match_teacher_for
 
 SCORED = ["self-attentive", "self-attentive-sum", "self-attentive-product", "self-attentive-dot",
           "self-attentive-scope"]
-SUMMARIES = ["previous", "mean"] + SCORED
+SUMMARIES = ["previous", "mean", "mean-with-start"] + SCORED
 DECODERS = ["cgru", "self-attentive-rnn", "memory-rnn"]
 
 
 def literal_mean(t, prev, s, c):
-    return torch.stack(prev).mean(0)  # (1/t) Σ_{i<t} E y_i, y_0 included
+    """Eq. 9 (self-attentive residual decoder paper): d_t = 1/(t−1) Σ_{i=1}^{t−1} E y_i.
+    `prev` is [y_0, E y_1, …, E y_{t−1}]: at t = 1 (prev = [y_0]) the sum is empty and d_1 = y_0."""
+    words = prev[1:]
+    if not words:
+        return prev[0]
+    return sum(words) / len(words)
+
+
+def literal_mean_with_start(t, prev, s, c):
+    return torch.stack(prev).mean(0)  # ours: (1/t) Σ_{i=0}^{t−1} E y_i, y_0 counted as a word
 
 
 def literal_scored(model, name):
@@ -46,14 +55,26 @@ def literal_scored(model, name):
     return summary
 
 
-@pytest.mark.parametrize("name", ["mean"] + SCORED)
+LITERAL = {"mean": literal_mean, "mean-with-start": literal_mean_with_start}
+
+
+@pytest.mark.parametrize("name", ["mean", "mean-with-start"] + SCORED)
 def test_summary_matches_literal_equation(name):
     model = small_model(target_context=name, learned_start=True)
-    summary = literal_mean if name == "mean" else literal_scored(model, name)
+    summary = LITERAL[name] if name in LITERAL else literal_scored(model, name)
     logp, _ = batch_logprobs(model, SRC, TGT)
     for b, (s, t) in enumerate(zip(SRC, TGT)):
         ref_logp, _ = ref.rnnsearch_logprobs(model, s, t, summary)
         torch.testing.assert_close(logp[b, : len(t)], ref_logp, atol=1e-5, rtol=0)
+
+
+def test_mean_is_eq_9_not_the_start_inclusive_mean():
+    """Eq. 9 on three words: d_2 = E y_1, d_3 = (E y_1 + E y_2)/2, with y_0 left out even when
+    it is not zero; the start-inclusive form would give (y_0 + E y_1)/2 at t = 2."""
+    model = small_model(target_context="mean")
+    y0, y1, y2 = torch.full((4,), 10.0), torch.tensor([1.0, 2, 3, 4]), torch.tensor([3.0, 0, 1, 2])
+    d = model.decoder.summary.full(torch.stack([y0, y1, y2]).unsqueeze(0), torch.ones(1, 3))[0]
+    torch.testing.assert_close(d, torch.stack([y0, y1, (y1 + y2) / 2]))
 
 
 def test_first_summary_is_the_start_vector():

@@ -1,0 +1,61 @@
+"""The configs that carry a paper's name compute that paper's equations by default.
+
+Each config's model switches are built at tiny sizes and checked against a literal
+per-step reference in which every recurrence and output is the *published* one: a
+variant of ours (a rescaled hyper-gate, an output gain, a start-inclusive mean) in the
+default config of a paper's system fails here."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ctxnmt.config import load_config
+from tests.models import reference as ref
+from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
+from tests.models.test_target_context import literal_mean
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+SWITCHES = ("encoder", "decoder", "cell", "encoder_cell", "target_context", "output")
+_output_preactivation = ref.output_preactivation  # before the tests patch it
+
+
+def published_cell_step(cell, x, h):
+    """The GRU (eqs. 9–12 of Li et al.) or the hyper-gated GRU of eqs. 13–17, nothing else."""
+    if cell.n_blocks == 3:
+        return ref.gru_step(cell, x, h)
+    return ref.adaptive_gru_step(cell, x, h)
+
+
+def published_output(out, s, d, c):
+    """The deep output, or the adaptive output state of eqs. 18–21 (weights summing to one)."""
+    pre = _output_preactivation(out, s, d, c)
+    return pre / 3.0 if type(out).__name__ == "Gain3AdaptiveOutput" else pre
+
+
+def switches(name: str) -> dict:
+    model = load_config(CONFIGS / name).model
+    return {k: getattr(model, k) for k in SWITCHES}
+
+
+@pytest.mark.parametrize("name", ["mean-residual.yaml", "mean-residual-small.yaml"])
+def test_mean_residual_configs_compute_eq_9(name):
+    model = small_model(**switches(name))
+    logp, _ = batch_logprobs(model, SRC, TGT)
+    for b, (s, t) in enumerate(zip(SRC, TGT)):
+        expected, _ = ref.rnnsearch_logprobs(model, s, t, literal_mean)
+        torch.testing.assert_close(logp[b, : len(t)], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("adaptive-*.yaml")))
+def test_adaptive_configs_compute_the_published_equations(name, monkeypatch):
+    monkeypatch.setattr(ref, "cell_step", published_cell_step)
+    monkeypatch.setattr(ref, "output_preactivation", published_output)
+    sw = switches(name)
+    assert "adaptive" in (sw["cell"] + sw["output"])  # the config switches something of the paper's on
+    model = small_model(**sw)
+    logp, _ = batch_logprobs(model, SRC, TGT)
+    for b, (s, t) in enumerate(zip(SRC, TGT)):
+        expected, _ = ref.rnnsearch_logprobs(model, s, t)
+        torch.testing.assert_close(logp[b, : len(t)], expected, atol=1e-5, rtol=0)

@@ -1,0 +1,34 @@
+"""A checkpoint trained when `mean` or `adaptive` computed what are now `mean-with-start`
+and `adaptive-gain3` states so when loaded, and a config with the old name is refused."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ctxnmt.errors import CheckpointError
+from ctxnmt.training.checkpoint import FORMAT_VERSION, check_compatible, load_checkpoint, save_checkpoint
+
+
+def _old_checkpoint(path, **model_config):
+    torch.save({"format_version": FORMAT_VERSION, "model": {}, "src_vocab": "s", "tgt_vocab": "t",
+                "model_config": model_config}, path)
+
+
+def test_an_old_mean_checkpoint_is_refused_under_the_new_meaning(tmp_path):
+    _old_checkpoint(tmp_path / "old.pt", target_context="mean", output="deep")
+    payload = load_checkpoint(tmp_path / "old.pt")
+    assert payload["model_config"]["target_context"] == "mean-with-start"
+    with pytest.raises(CheckpointError, match="model.target_context is 'mean-with-start' in the checkpoint but 'mean'"):
+        check_compatible(payload, tmp_path / "old.pt", {"target_context": "mean", "output": "deep"}, "s", "t")
+    check_compatible(payload, tmp_path / "old.pt", {"target_context": "mean-with-start", "output": "deep"}, "s", "t")
+
+
+def test_an_old_adaptive_output_checkpoint_states_its_gain(tmp_path):
+    _old_checkpoint(tmp_path / "old.pt", target_context="previous", output="adaptive")
+    assert load_checkpoint(tmp_path / "old.pt")["model_config"]["output"] == "adaptive-gain3"
+
+
+def test_a_new_checkpoint_keeps_its_names(tmp_path):
+    save_checkpoint(tmp_path / "new.pt", {"model": {}, "model_config": {"target_context": "mean", "output": "adaptive"}})
+    saved = load_checkpoint(tmp_path / "new.pt")["model_config"]
+    assert (saved["target_context"], saved["output"]) == ("mean", "adaptive")
