@@ -93,8 +93,12 @@ class ConditionalGRUDecoder(nn.Module):
         q = step_product(s1, enc["Wq"])
         alpha = self.attention.weights(q[:, : self.att_dim], enc["keys"], enc["src_mask"])
         xp2, c = self._gru2_input(enc, alpha)
-        xp2, hp2 = self.document.gru2_terms(enc, xp2, q[:, self.att_dim:], s, s1, alpha, doc_t)
+        xp2, hp2 = self.document.gru2_terms(enc, xp2, self._gru2_recurrent(enc, q, s), s, s1, alpha, doc_t)
         return self.gru2.combine(xp2, hp2, s1), alpha, c
+
+    def _gru2_recurrent(self, enc, q, s_prev):
+        """GRU_2's recurrent terms U s'_t, formed with the attention query in one product."""
+        return q[:, self.att_dim:]
 
     def _gru2_input(self, enc, alpha):
         """W c_t + b, and c_t where it was formed on the way (see the class docstring)."""
@@ -221,20 +225,23 @@ class SelfAttentiveRNNDecoder(ConditionalGRUDecoder):
 @DECODERS.register("memory-rnn")
 class MemoryRNNDecoder(ConditionalGRUDecoder):
     """The cGRU whose recurrence reads an attention over its own previous states in
-    place of s_{t-1} (Cheng et al.'s LSTMN, adapted as in Miculicich Werlen et al.'s
-    comparison):
+    place of s_{t-1} (Cheng et al.'s LSTMN, adapted in Miculicich Werlen et al.'s
+    self-attentive residual decoder paper, eqs. 14–17 and appendix A.3.2):
 
-      e_ti = vᵀ tanh(W_m s_i + W_q s_{t-1} + W_x E y_{t-1}),  i = 0 … t-1
-      s̃_t = Σ_i softmax_i(e_ti) s_i;  s'_t = GRU_1(E y_{t-1}, s̃_t);  the rest is the cGRU.
+      e_ti = vᵀ tanh(W_m s_i + b_m + W_q s̃_{t-1} + W_x E y_{t-1}),  i = 0 … t-1   (eq. 17)
+      s̃_t = Σ_i softmax_i(e_ti) s_i                                               (eqs. 15–16)
+      s'_t = GRU_1(E y_{t-1}, s̃_t)
+      c_t  = attention(s'_t) as in the cGRU
+      s_t  = z ⊙ s'_t + (1 − z) ⊙ tanh(W c_t + U (r ⊙ s̃_t)),  r, z from c_t and s̃_t  (A.3.2)
 
-    Choices: only GRU_1 reads s̃_t (GRU_2 refines s'_t as before); the query is the
-    latest state s_{t-1} (what the cGRU would have read) plus the input word E y_{t-1}
-    (Cheng et al.'s x_t term); s_t itself cannot be the query, it is what the step
-    computes.  The memory starts with s_0, so s̃_1 = s_0 and the first step is the
-    cGRU's.  Padding comes after every real step, so causality keeps it out of the
-    memory of real steps.  Cost: O(t) per step (the scores depend on the query);
-    W_x E y is computed for all steps before the loop, and one matmul per step gives
-    both the new state's key W_m s_t and the next step's query term W_q s_t."""
+    Both transitions read s̃_t where the cGRU reads a previous state (the appendix's
+    U, U_z, U_r act on s̃_t); the update keeps s'_t as the state it refines.  The score
+    reads e_ti = a(h_i, y_{t-1}, s̃_{t-1}) as eq. 17 has it (the appendix's W_s s_t cannot
+    be: s_t is what the step computes).  Where the papers are silent: the memory starts
+    with s_0 and s̃_0 = s_0, so the first step is the cGRU's.  Padding comes after every
+    real step, so causality keeps it out of the memory of real steps.  Cost: O(t) per
+    step (the scores depend on the query); W_x E y is computed for all steps before the
+    loop."""
 
     def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
         super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)
@@ -244,12 +251,18 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
         self.v_m = nn.Linear(hidden_dim, 1, bias=False)
 
     def step_weights(self):
-        return {**super().step_weights(), "Wmq": torch.cat([self.W_m.weight, self.W_q.weight]).t()}
+        return {**super().step_weights(), "U2": self.gru2.hidden_weight(),
+                "Wm": self.W_m.weight.t(), "Wqm": self.W_q.weight.t()}
 
-    def _remember(self, enc, s):
-        """The key W_m s + b of a new memory entry, and its query term W_q s for the next step."""
-        p = step_product(s, enc["Wmq"])
-        return p[:, : self.hidden_dim] + self.W_m.bias, p[:, self.hidden_dim:]
+    def _query_weight(self):
+        return self.attention.query_proj.weight.t()  # GRU_2's recurrent terms read s̃_t, not s'_t
+
+    def _gru2_recurrent(self, enc, q, s_prev):
+        return step_product(s_prev, enc["U2"])
+
+    def _key(self, enc, s):
+        """W_m s + b of a new memory entry."""
+        return step_product(s, enc["Wm"]) + self.W_m.bias
 
     def _read(self, states, keys, query):
         """s̃_t (R, H) from memory states (R, M, H), their keys (R, M, H) and the query (R, H)."""
@@ -258,8 +271,7 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
 
     def recurrence(self, enc, prev_emb):
         s = self.initial_state(enc)
-        key, query = self._remember(enc, s)
-        states, keys = [s], [key]
+        states, keys, query = [s], [self._key(enc, s)], step_product(s, enc["Wqm"])  # s̃_0 = s_0
         xp1, xq = self.gru1.input_proj(prev_emb), self.W_x(prev_emb)
         doc_in = self.document.input_terms(prev_emb)
         doc_steps = doc_in.unbind(1) if doc_in is not None else [None] * xp1.size(1)
@@ -267,21 +279,21 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
         for xp1_t, xq_t, doc_t in zip(xp1.unbind(1), xq.unbind(1), doc_steps):
             tilde = self._read(torch.stack(states, dim=1), torch.stack(keys, dim=1), query + xq_t)
             s, alpha, _ = self._transition(enc, tilde, xp1_t, doc_t)
-            key, query = self._remember(enc, s)
             states.append(s)
-            keys.append(key)
+            keys.append(self._key(enc, s))
+            query = step_product(tilde, enc["Wqm"])
             alphas.append(alpha)
         return torch.stack(states[1:], dim=1), torch.stack(alphas, dim=1)
 
     def init_state(self, enc, beam: int = 1):
         state = super().init_state(enc, beam)
-        key, query = self._remember(enc, state["s"])
-        return state.rows(mem_states=state["s"].unsqueeze(1), mem_keys=key.unsqueeze(1), mem_query=query)
+        s = state["s"]
+        return state.rows(mem_states=s.unsqueeze(1), mem_keys=self._key(enc, s).unsqueeze(1),
+                          mem_query=step_product(s, enc["Wqm"]))
 
     def advance(self, enc, state, prev_emb_t, word_input_t):
         tilde = self._read(state["mem_states"], state["mem_keys"], state["mem_query"] + self.W_x(prev_emb_t))
         s, alpha, c = self._transition(enc, tilde, word_input_t, self.document.input_terms(prev_emb_t))
-        key, query = self._remember(enc, s)
         return s, alpha, c, State().rows(s=s, mem_states=torch.cat([state["mem_states"], s.unsqueeze(1)], dim=1),
-                                         mem_keys=torch.cat([state["mem_keys"], key.unsqueeze(1)], dim=1),
-                                         mem_query=query)
+                                         mem_keys=torch.cat([state["mem_keys"], self._key(enc, s).unsqueeze(1)], dim=1),
+                                         mem_query=step_product(tilde, enc["Wqm"]))

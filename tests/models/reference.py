@@ -10,7 +10,7 @@ def sigmoid(x):
     return 1.0 / (1.0 + torch.exp(-x))
 
 
-def gru_step(cell, x, h):
+def gru_step(cell, x, h, carry=None):
     """dl4mt GRU: r, z from W x + U h; candidate tanh(W x + r ⊙ (U h)); h' = z h + (1-z) h̃."""
     H = cell.hidden_size
     W, b, U = cell.W.weight, cell.W.bias, cell.U.weight
@@ -20,10 +20,10 @@ def gru_step(cell, x, h):
     r = sigmoid(Wr @ x + br + Ur @ h)
     z = sigmoid(Wz @ x + bz + Uz @ h)
     h_tilde = torch.tanh(Wh @ x + bh + r * (Uh @ h))
-    return z * h + (1 - z) * h_tilde
+    return z * (h if carry is None else carry) + (1 - z) * h_tilde
 
 
-def adaptive_gru_step(cell, x, h, scaled_candidate=False, gain=1.0, open_gate=None):
+def adaptive_gru_step(cell, x, h, scaled_candidate=False, gain=1.0, open_gate=None, carry=None):
     """Hyper-gated GRU: g = σ(W_g x + U_g h);
     r = σ((1-g) ⊙ W_r x + g ⊙ U_r h), z likewise; h̃ = tanh((1-g) ⊙ W x + g ⊙ r ⊙ (U h));
     h' = g ⊙ z ⊙ h + (1-z) ⊙ h̃.  scaled_candidate: the released code's second transition,
@@ -48,22 +48,23 @@ def adaptive_gru_step(cell, x, h, scaled_candidate=False, gain=1.0, open_gate=No
         h_tilde = (1 - g) * torch.tanh(wh + g * r * uh)
     else:
         h_tilde = torch.tanh(a * (1 - g) * wh + b * g * r * uh)
-    return g * z * h + (1 - z) * h_tilde
+    return g * z * (h if carry is None else carry) + (1 - z) * h_tilde
 
 
-def cell_step(cell, x, h):
-    """One step of any registered cell, by its class name."""
+def cell_step(cell, x, h, carry=None):
+    """One step of any registered cell, by its class name.  `carry`: the state the update
+    interpolates with, where it is not the state the gates read (memory-RNN's GRU_2)."""
     name = type(cell).__name__
     if name == "GRUCell":
-        return gru_step(cell, x, h)
+        return gru_step(cell, x, h, carry)
     if name in ("AdaptiveGRUCell", "ReleasedAdaptiveGRUCell"):
-        return adaptive_gru_step(cell, x, h)
+        return adaptive_gru_step(cell, x, h, carry=carry)
     if name == "ScaledAdaptiveGRUCell":
-        return adaptive_gru_step(cell, x, h, gain=2.0)
+        return adaptive_gru_step(cell, x, h, gain=2.0, carry=carry)
     if name == "BalancedAdaptiveGRUCell":
-        return adaptive_gru_step(cell, x, h, open_gate=0.8)
+        return adaptive_gru_step(cell, x, h, open_gate=0.8, carry=carry)
     if name == "ScaledCandidateAdaptiveGRUCell":
-        return adaptive_gru_step(cell, x, h, scaled_candidate=True)
+        return adaptive_gru_step(cell, x, h, scaled_candidate=True, carry=carry)
     raise AssertionError(f"no reference for cell {name}")
 
 
@@ -157,11 +158,12 @@ def self_attentive_rnn_term(model, earlier_states, s):
     return dec.from_memory.weight @ sum(a * m for a, m in zip(alpha, earlier_states))
 
 
-def memory_rnn_read(model, memory, y_prev):
-    """s̃_t = Σ_{i<t} α_ti s_i over the memory [s_0 … s_{t-1}],
-    α_t = softmax_i(vᵀ tanh(W_m s_i + b_m + W_q s_{t-1} + W_x E y_{t-1}))."""
+def memory_rnn_read(model, memory, y_prev, tilde_prev):
+    """Eqs. 15–17 of the self-attentive residual decoder paper: s̃_t = Σ_i α_ti s_i over the
+    memory [s_0 … s_{t-1}], α_t = softmax_i(e_ti), e_ti = a(s_i, y_{t-1}, s̃_{t-1})
+    = vᵀ tanh(W_m s_i + b_m + W_q s̃_{t-1} + W_x E y_{t-1}), with s̃_0 = s_0."""
     dec = model.decoder
-    query = dec.W_q.weight @ memory[-1] + dec.W_x.weight @ y_prev
+    query = dec.W_q.weight @ tilde_prev + dec.W_x.weight @ y_prev
     e = torch.stack([(dec.v_m.weight[0] * torch.tanh(dec.W_m.weight @ m + dec.W_m.bias + query)).sum() for m in memory])
     alpha = torch.softmax(e, 0)
     return sum(a * m for a, m in zip(alpha, memory))
@@ -179,13 +181,18 @@ def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
     s = torch.tanh(dec.init_proj.weight @ annotations.mean(0) + dec.init_proj.bias)
     prev_embs = [model.start.detach().clone()]
     out, alphas, states = [], [], []
-    memory = [s]  # memory-rnn: s_0 … s_{t-1}
+    memory, tilde = [s], s  # memory-rnn: s_0 … s_{t-1}, and s̃_0 = s_0
     for t, y in enumerate(tgt_ids):
         y_prev = prev_embs[-1]
-        s_read = memory_rnn_read(model, memory, y_prev) if model.cfg.decoder == "memory-rnn" else s
-        s_prime = cell_step(dec.gru1, y_prev, s_read)
-        alpha, c = additive_attention(dec.attention, s_prime, annotations)
-        s = cell_step(dec.gru2, c, s_prime)
+        if model.cfg.decoder == "memory-rnn":  # appendix A.3.2: both transitions read s̃_t
+            tilde = memory_rnn_read(model, memory, y_prev, tilde)
+            s_prime = cell_step(dec.gru1, y_prev, tilde)
+            alpha, c = additive_attention(dec.attention, s_prime, annotations)
+            s = cell_step(dec.gru2, c, tilde, carry=s_prime)
+        else:
+            s_prime = cell_step(dec.gru1, y_prev, s)
+            alpha, c = additive_attention(dec.attention, s_prime, annotations)
+            s = cell_step(dec.gru2, c, s_prime)
         d = summary(t, prev_embs, s, c)
         pre = output_preactivation(dec.output, s, d, c)
         if model.cfg.decoder == "self-attentive-rnn":

@@ -21,11 +21,11 @@ SWITCHES = ("encoder", "decoder", "cell", "encoder_cell", "target_context", "out
 _output_preactivation = ref.output_preactivation  # before the tests patch it
 
 
-def published_cell_step(cell, x, h):
+def published_cell_step(cell, x, h, carry=None):
     """The GRU (eqs. 9–12 of Li et al.) or the hyper-gated GRU of eqs. 13–17, nothing else."""
     if cell.n_blocks == 3:
-        return ref.gru_step(cell, x, h)
-    return ref.adaptive_gru_step(cell, x, h)
+        return ref.gru_step(cell, x, h, carry)
+    return ref.adaptive_gru_step(cell, x, h, carry=carry)
 
 
 def published_output(out, s, d, c):
@@ -59,3 +59,16 @@ def test_adaptive_configs_compute_the_published_equations(name, monkeypatch):
     for b, (s, t) in enumerate(zip(SRC, TGT)):
         expected, _ = ref.rnnsearch_logprobs(model, s, t)
         torch.testing.assert_close(logp[b, : len(t)], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("doc-*.yaml")))
+def test_cross_sentence_configs_embed_the_history_with_their_own_matrix(name):
+    """Wang et al.'s released code (tuzhaopeng/LC-NMT) gives the history sentences an
+    embedding matrix of their own; the paper does not say, so the code decides."""
+    from ctxnmt.models.nmt import build_model
+
+    cfg = load_config(CONFIGS / name).model
+    cfg.emb_dim, cfg.hidden_dim, cfg.att_dim = 8, 10, 9
+    model = build_model(cfg, 16, 16)
+    assert model.document.history_emb is not None
+    assert model.document.history_emb.weight.data_ptr() != model.src_emb.weight.data_ptr()
