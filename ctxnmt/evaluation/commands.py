@@ -16,6 +16,8 @@ from ctxnmt.evaluation.metrics import (
     length_buckets,
     plot_length_buckets,
     score_all,
+    tokenised_bleu_metric,
+    tokenized_bleu,
 )
 from ctxnmt.evaluation.replicates import TEST as REPLICATE_TEST
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_ar
@@ -54,6 +56,11 @@ def register(subparsers) -> None:
     parser.add_argument("--bucket-width", type=int, default=10, metavar="N",
                         help="source-length bucket width in words (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument("--tokenised", action="store_true",
+                        help="--hyp and --ref are already (Moses-)tokenised, as published systems' outputs often "
+                             "are: BLEU only, on the tokens as they are (multi-bleu.perl), in scores and tests")
+    parser.add_argument("--lowercase", action="store_true",
+                        help="with --tokenised: case-insensitive, as multi-bleu.perl -lc")
     parser.set_defaults(func=run_score)
 
 
@@ -95,6 +102,15 @@ def _validate(args) -> tuple[str, ...]:
                           f"{args.replicates} --hyp files, at least two systems; got {len(args.hyp)}")
     if args.samples is not None and args.samples < 1:
         raise CtxnmtError(f"--samples must be positive, not {args.samples}")
+    if args.lowercase and not args.tokenised:
+        raise CtxnmtError("--lowercase applies to --tokenised scoring only")
+    if args.tokenised:
+        if metrics != ("bleu",):
+            raise CtxnmtError("--tokenised scores BLEU only: use --metrics bleu")
+        if args.significance not in (None, "bootstrap", "ar"):
+            raise CtxnmtError(f"--tokenised works with --significance bootstrap or ar, not {args.significance}")
+        if args.buckets or args.length_buckets:
+            raise CtxnmtError("--tokenised does not combine with length buckets")
     return metrics
 
 
@@ -102,7 +118,10 @@ def run_score(args: argparse.Namespace) -> int:
     """Entry point of ``ctxnmt score``."""
     metrics = _validate(args)
     systems, refs, srcs = _load(args)
-    scores = [score_all(hyps, refs, metrics, lang=args.lang) for hyps in systems]
+    if args.tokenised:
+        scores = [{"bleu": tokenized_bleu(hyps, refs, args.lowercase)} for hyps in systems]
+    else:
+        scores = [score_all(hyps, refs, metrics, lang=args.lang) for hyps in systems]
     tests = _significance(args, systems, refs, metrics) if args.significance else []
     buckets = _buckets(args, systems, refs, srcs) if args.buckets or args.length_buckets else {}
     if args.json:
@@ -116,8 +135,9 @@ def _significance(args, systems, refs, metrics) -> list[tuple[str, object]]:
     if args.significance == REPLICATE_TEST:
         return _replicate_significance(args, systems, refs, metrics)
     baseline = systems[0]
+    scorer = tokenised_bleu_metric(args.lowercase) if args.tokenised else None
     return [(path, compare(baseline, hyps, refs, test=args.significance, metric=metric,
-                           n=args.samples, seed=args.seed))
+                           n=args.samples, seed=args.seed, scorer=scorer))
             for path, hyps in zip(args.hyp[1:], systems[1:]) for metric in metrics]
 
 

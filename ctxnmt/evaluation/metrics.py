@@ -106,14 +106,17 @@ def bleu(hyps: Sequence[str], refs: Sequence[str]) -> Score:
     return _bleu_score(BLEU(), "BLEU", hyps, refs)
 
 
-def tokenized_bleu(hyps_tok: Sequence[str], refs_tok: Sequence[str]) -> Score:
-    """Case-sensitive BLEU on already-tokenised text, as ``multi-bleu.perl`` computes it.
+def tokenised_bleu_metric(lowercase: bool = False) -> BLEU:
+    """BLEU on already-tokenised text as ``multi-bleu.perl`` (``-lc``: lowercase) computes it:
+    tokens are whitespace-separated and not tokenised again; no smoothing, so a zero n-gram
+    precision gives BLEU 0 just as multi-bleu.perl does."""
+    return BLEU(tokenize="none", smooth_method="none", lowercase=lowercase, force=True)
 
-    Tokens are whitespace-separated and not tokenised again; no smoothing, so a
-    zero n-gram precision gives BLEU 0 just as multi-bleu.perl does.
-    """
-    metric = BLEU(tokenize="none", smooth_method="none", force=True)
-    return _bleu_score(metric, TOKENISED_BLEU_NAME, hyps_tok, refs_tok)
+
+def tokenized_bleu(hyps_tok: Sequence[str], refs_tok: Sequence[str], lowercase: bool = False) -> Score:
+    """BLEU on already-tokenised text (tokenised_bleu_metric); case-sensitive by default."""
+    name = TOKENISED_BLEU_NAME + (", lowercased" if lowercase else "")
+    return _bleu_score(tokenised_bleu_metric(lowercase), name, hyps_tok, refs_tok)
 
 
 def chrf(hyps: Sequence[str], refs: Sequence[str]) -> Score:

@@ -88,11 +88,11 @@ def _check_systems(baseline_hyps: Sequence[str], system_hyps: Sequence[str],
 
 
 def _resampling_test(test_type: str, baseline_hyps, system_hyps, refs, metric: str,
-                     n: int, seed: int | None) -> SigResult:
+                     n: int, seed: int | None, scorer=None) -> SigResult:
     check_metrics([metric])
     _check_systems(baseline_hyps, system_hyps, refs)
     _check_seed(seed)
-    scorer = _corpus_metric(metric)
+    scorer = scorer or _corpus_metric(metric)
     systems = [("baseline", list(baseline_hyps)), ("system", list(system_hyps))]
     with _sacrebleu_seed(seed):
         # AR gets a bootstrap CI too (n_ar_confidence=0 means sacreBLEU's default size).
@@ -132,16 +132,16 @@ def _zero_difference_p(baseline: float, system: float, p_value: float) -> float:
 
 def paired_bootstrap(baseline_hyps: Sequence[str], system_hyps: Sequence[str],
                      refs: Sequence[str], metric: str = "bleu", n: int = 1000,
-                     seed: int | None = 12345) -> SigResult:
+                     seed: int | None = 12345, *, scorer=None) -> SigResult:
     """Paired bootstrap resampling (Koehn 2004) via sacreBLEU's PairedTest."""
-    return _resampling_test("bs", baseline_hyps, system_hyps, refs, metric, n, seed)
+    return _resampling_test("bs", baseline_hyps, system_hyps, refs, metric, n, seed, scorer)
 
 
 def approximate_randomization(baseline_hyps: Sequence[str], system_hyps: Sequence[str],
                               refs: Sequence[str], metric: str = "bleu", n: int = 10000,
-                              seed: int | None = 12345) -> SigResult:
+                              seed: int | None = 12345, *, scorer=None) -> SigResult:
     """Paired approximate randomisation (Riezler & Maxwell 2005) via sacreBLEU."""
-    return _resampling_test("ar", baseline_hyps, system_hyps, refs, metric, n, seed)
+    return _resampling_test("ar", baseline_hyps, system_hyps, refs, metric, n, seed, scorer)
 
 
 def _improvements(baseline: Sequence[float], system: Sequence[float],
@@ -201,21 +201,27 @@ def _sentence_result(test: str, metric: str, baseline, system, p_value: float,
 
 def compare(baseline_hyps: Sequence[str], system_hyps: Sequence[str], refs: Sequence[str],
             test: str = "bootstrap", metric: str = "bleu", n: int | None = None,
-            seed: int | None = 12345) -> SigResult:
+            seed: int | None = 12345, scorer=None) -> SigResult:
     """Run one named test (``bootstrap``, ``ar``, ``ttest`` or ``sign``).
 
     ``n`` is the number of resamples/trials for the resampling tests (default
     1000 for bootstrap, 10000 for AR) and is ignored by the others. For the
-    sentence-level tests ``baseline``/``system`` are mean sentence scores.
+    sentence-level tests ``baseline``/``system`` are mean sentence scores.  ``scorer``: a
+    sacreBLEU corpus metric to resample instead of the metric's default (e.g. BLEU on
+    already-tokenised text); resampling tests only.
     """
     if test not in TESTS:
         raise ConfigError(f"unknown significance test {test}; valid tests: {', '.join(TESTS)}")
     check_metrics([metric])
     if test == "bootstrap":
-        return paired_bootstrap(baseline_hyps, system_hyps, refs, metric, n or DEFAULT_SAMPLES[test], seed)
+        return paired_bootstrap(baseline_hyps, system_hyps, refs, metric, n or DEFAULT_SAMPLES[test], seed,
+                                scorer=scorer)
     if test == "ar":
         return approximate_randomization(baseline_hyps, system_hyps, refs, metric,
-                                         n or DEFAULT_SAMPLES[test], seed)
+                                         n or DEFAULT_SAMPLES[test], seed, scorer=scorer)
+    if scorer is not None:
+        raise ConfigError(f"the {test} test scores sentences with the metric's own defaults; "
+                          f"use bootstrap or ar for BLEU on tokenised text")
     _check_systems(baseline_hyps, system_hyps, refs)
     base = sentence_scores(baseline_hyps, refs, metric)
     system = sentence_scores(system_hyps, refs, metric)

@@ -144,3 +144,32 @@ def test_bad_replicate_groupings_are_one_line_errors(files, capsys, extra, messa
     assert main(args + extra) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_tokenised_scoring_takes_the_tokens_as_they_are(tmp_path, capsys):
+    """Published systems' outputs come Moses-tokenised; --tokenised --lowercase is multi-bleu.perl -lc:
+    'A b c d e' against 'a b c d f' has 1-4-gram precisions 4/5, 3/4, 2/3, 1/2 and no brevity penalty."""
+    hyp, other, ref = tmp_path / "hyp", tmp_path / "other", tmp_path / "ref"
+    hyp.write_text("A b c d e\n")
+    other.write_text("a b c d f\n")
+    ref.write_text("a b c d f\n")
+    argv = ["score", "--tokenised", "--lowercase", "--metrics", "bleu", "--hyp", str(hyp), "--hyp", str(other),
+            "--ref", str(ref), "--significance", "bootstrap", "--samples", "50", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    expected = 100 * (4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25
+    assert out["systems"][0]["scores"]["bleu"]["value"] == pytest.approx(expected)
+    assert out["systems"][1]["scores"]["bleu"]["value"] == pytest.approx(100.0)
+    assert "case:lc" in out["significance"]["results"][0]["signature"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--lowercase"], "--lowercase applies to --tokenised scoring only"),
+    (["--tokenised"], "--tokenised scores BLEU only: use --metrics bleu"),
+    (["--tokenised", "--metrics", "bleu", "--hyp", "X", "--significance", "sign"],
+     "--tokenised works with --significance bootstrap or ar, not sign"),
+])
+def test_tokenised_scoring_refuses_what_it_cannot_do(files, capsys, extra, message):
+    extra = [files["base"] if e == "X" else e for e in extra]
+    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], *extra]) == 2
+    assert message in capsys.readouterr().err
