@@ -45,15 +45,19 @@ def _sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
 def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, nbest: int = 1,
                batch_size: int | None = None, device="cpu", return_attention: bool = False,
                context: list[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
-    """Beam search for a list of id sequences (non-empty), batched by similar length.
+    """Beam search for a list of id sequences, batched by similar length.  An empty sequence
+    gets no hypothesis (an empty translation) and is never searched: its source row would be
+    all padding, with no attention distribution to form.
 
     `context[i]`: sentence i's previous source sentences (id lists, oldest first) for a
     document-context model; it travels with sentence i through the length sorting."""
     model.eval()
     size = batch_size or dec.batch_size
+    todo = [i for i, s in enumerate(src_ids) if s]
 
     def batches():
-        for index in _sorted_batches([len(s) for s in src_ids], size):
+        for batch in _sorted_batches([len(src_ids[i]) for i in todo], size):
+            index = [todo[j] for j in batch]
             src, mask = pad([src_ids[i] for i in index])
             ctx = None if context is None else pad_context([context[i] for i in index]).to(device)
             yield index, src.to(device), mask.to(device), ctx
@@ -63,14 +67,14 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     refill = max(1, size // 2) if beam == 1 else 0
     found = search_batches(model, batches(), beam, nbest, dec.length_penalty, dec.max_len_ratio,
                            return_attention=return_attention, refill_below=refill)
-    return [found[i] for i in range(len(src_ids))]
+    return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
 
 
 def translate_ids(model, src_ids, preprocessor, tgt_vocab: Vocab, dec: DecodingConfig, beam: int, device="cpu",
                   nbest: int = 1, context: list[list[list[int]]] | None = None) -> list[Translation]:
-    """Translations of already encoded sources (used by validation)."""
+    """Translations of already encoded sources (used by validation); an empty source's is empty."""
     out = []
-    for hyps in search_ids(model, [s or [0] for s in src_ids], dec, beam, nbest, device=device, context=context):
+    for hyps in search_ids(model, src_ids, dec, beam, nbest, device=device, context=context):
         out.append(_to_translation(hyps, preprocessor, tgt_vocab, []))
     return out
 

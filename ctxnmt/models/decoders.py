@@ -60,7 +60,8 @@ class ConditionalGRUDecoder(nn.Module):
         self.dropout_hidden = nn.Dropout(dropout_hidden)
         # How the document summary D enters (ctxnmt.models.document); "none" without init-dec: not at all.
         self.document = DOC_INPUTS.get(doc_aux)(doc_dim=doc_dim or hidden_dim, hidden_dim=hidden_dim,
-                                                emb_dim=emb_dim, ctx_dim=ctx_dim, init_dec=doc_init_dec)
+                                                emb_dim=emb_dim, ctx_dim=ctx_dim, init_dec=doc_init_dec,
+                                                blocks=self.gru2.n_blocks)
 
     # -- encoder-side work, once per sentence ---------------------------------------
     def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor, doc: torch.Tensor | None = None) -> State:

@@ -89,8 +89,12 @@ class DocumentInput(nn.Module):
       gru2_terms(enc, xp2, hp2, …)   GRU_2's input and recurrent terms at one step
     """
 
-    def __init__(self, doc_dim: int, hidden_dim: int, emb_dim: int, ctx_dim: int, init_dec: bool = False, **_):
+    def __init__(self, doc_dim: int, hidden_dim: int, emb_dim: int, ctx_dim: int, init_dec: bool = False,
+                 blocks: int = 3, **_):
         super().__init__()
+        # GRU_2's pre-activation is `blocks` × hidden_dim wide: 3 for the GRU (r, z, candidate), 4 for the
+        # hyper-gated cell, whose hyper-gate reads GRU_2's input too; D's terms must cover every block.
+        self.transition_dim = blocks * hidden_dim
         self.init_from_document = nn.Linear(doc_dim, hidden_dim, bias=False) if init_dec else None  # W_D
 
     def prepare(self, enc: State, doc: torch.Tensor | None, gru2) -> None:
@@ -116,7 +120,7 @@ class AuxiliaryInput(DocumentInput):
 
     def __init__(self, doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs):
         super().__init__(doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs)
-        self.from_document = nn.Linear(doc_dim, 3 * hidden_dim, bias=False)
+        self.from_document = nn.Linear(doc_dim, self.transition_dim, bias=False)
 
     def prepare(self, enc, doc, gru2):
         enc.rows(doc=doc, doc_input=self.from_document(doc))
@@ -169,9 +173,9 @@ class CodeGatedAuxiliaryInput(AuxiliaryInput):
 
     def __init__(self, doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs):
         super().__init__(doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs)
-        self.gate_state = nn.Linear(hidden_dim, 3 * hidden_dim, bias=False)  # G_s, on s'_t
-        self.gate_context = nn.Linear(ctx_dim, 3 * hidden_dim, bias=False)  # G_c
-        self.gate_document = nn.Linear(doc_dim, 3 * hidden_dim)  # G_D, b_g
+        self.gate_state = nn.Linear(hidden_dim, self.transition_dim, bias=False)  # G_s, on s'_t
+        self.gate_context = nn.Linear(ctx_dim, self.transition_dim, bias=False)  # G_c
+        self.gate_document = nn.Linear(doc_dim, self.transition_dim)  # G_D, b_g
 
     def prepare(self, enc, doc, gru2):
         gate_values = self.gate_context(enc["annotations"]) + self.gate_document(doc).unsqueeze(1)

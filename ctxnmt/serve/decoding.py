@@ -46,7 +46,7 @@ class BatchDecoder:
             for result, values in zip(results, attention_values(self.translator, self.signals, translations)):
                 result.update(values)
         if job.document:
-            k = self.translator.config.model.doc_sents if self.signals.document_context else 0
+            k = self.translator.document_sents  # an ensemble's, whichever member reads context
             context = previous_sentences(["doc"] * len(translations), k, [bool(t.src_tokens) for t in translations])
             for result, previous, t in zip(results, context, translations):
                 result["context"] = previous if t.src_tokens else []  # an empty line is not translated

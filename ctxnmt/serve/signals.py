@@ -37,7 +37,9 @@ class Signals:
             target_attention=single and type(summary).weights is not TargetContext.weights,
             encoder_gates=single and has_hyper_gates(model.encoder),
             output_gates=single and isinstance(model.decoder.output, AdaptiveOutput),
-            document_context=translator.config.model.uses_document,
+            # the translator's rule, not the config's: an ensemble's config is its first member's,
+            # and the ensemble reads context when any member does
+            document_context=bool(translator.document_sents),
         )
 
 

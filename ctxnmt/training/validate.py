@@ -35,11 +35,16 @@ def document_context(split, config: Config, name: str, whose: str = "own") -> li
 @torch.no_grad()
 def dev_perplexity(model, src: list[list[int]], tgt: list[list[int]], batch_tokens: int, batch_sents: int,
                    device, context: list[list[int]] | None = None, k: int = 0) -> float:
+    """Perplexity over the dev pairs with a non-empty source: an empty source is all padding,
+    with no attention distribution and so no conditional to score (it translates as empty)."""
     model.eval()
     total, tokens = 0.0, 0
     batches = epoch_batches([len(s) for s in src], [len(t) for t in tgt], batch_tokens, batch_sents, 0, 0,
                             shuffle=False)
     for index in batches:
+        index = [i for i in index if src[i]]
+        if not index:
+            continue
         b = make_batch(index, src, tgt, context, k).to(device)
         nll, n = model.loss(b.src, b.src_mask, b.tgt, b.tgt_mask, context=b.context)
         total, tokens = total + float(nll), tokens + n

@@ -213,3 +213,36 @@ def test_encoder_side_entries_with_a_source_axis_are_the_declared_ones(name, dec
                  and v.size(1) == src.size(1)}
     declared = {k for k in enc if enc.kind(k) is Kind.POSITIONS}
     assert with_axis == declared and {"annotations", "src_mask", "keys", "values"} <= with_axis
+
+
+# -- with the hyper-gated cell (adaptive-gru), whose GRU_2 has four pre-activation blocks ----------
+
+@pytest.mark.parametrize("cell", ["adaptive-gru", "adaptive-gru-released"])
+@pytest.mark.parametrize("name", ["aux", "gated-aux", "gated-aux-code", "init-both-gated-aux"])
+def test_with_a_hyper_gated_cell_incremental_decoding_matches_teacher_forcing(name, cell):
+    model = doc_model(cell=cell, **INTEGRATIONS[name])
+    assert_steps_match_teacher_forcing(model, forward_logprobs(model), pad_context(CONTEXT, 3))
+
+
+@pytest.mark.parametrize("cell", ["adaptive-gru", "adaptive-gru-released"])
+def test_with_a_hyper_gated_cell_D_is_an_input_of_every_block_of_GRU_2(cell):
+    """aux is s_t = GRU_2([c_t; D], s'_t) with the hyper-gated cell too: W_D D reaches r, z,
+    the candidate and the hyper-gate g = σ(W_g [c_t; D] + U_g s'_t), as c_t does."""
+    from ctxnmt.models.state import State
+    from tests.models.reference import cell_step
+
+    model = doc_model(cell=cell, doc_aux="aux")
+    document, gru2 = model.decoder.document, model.decoder.gru2
+    W_D = document.from_document.weight
+    c, D, s1 = torch.randn(2, gru2.input_size), torch.randn(2, W_D.size(1)), torch.randn(2, gru2.hidden_size)
+    wide = type(gru2)(gru2.input_size + W_D.size(1), gru2.hidden_size)  # GRU_2 reading [c_t; D]
+    with torch.no_grad():
+        wide.W.weight.copy_(torch.cat([gru2.W.weight, W_D], dim=1))
+        wide.W.bias.copy_(gru2.W.bias)
+        wide.U.weight.copy_(gru2.U.weight)
+        enc = State()
+        document.prepare(enc, D, gru2)
+        xp2, hp2 = document.gru2_terms(enc, gru2.input_proj(c), s1 @ gru2.hidden_weight(), None, s1, None, None)
+        fast = gru2.combine(xp2, hp2, s1)
+        for b in range(2):
+            torch.testing.assert_close(fast[b], cell_step(wide, torch.cat([c[b], D[b]]), s1[b]), atol=1e-6, rtol=0)

@@ -128,6 +128,37 @@ def test_document_mode_reads_the_previous_sentences(model_dirs):
     assert "context" not in alone["sentences"][0]
 
 
+@pytest.mark.parametrize("order", [["base", "doc"], ["doc", "base"]])
+def test_an_ensemble_reads_document_context_when_any_member_does(model_dirs, order):
+    """translate's rule, whatever the member order: an ensemble's config is its first member's,
+    which must not decide whether the ensemble reads context."""
+    client, translator = client_for([model_dirs[name] for name in order])
+    doc = ["el gato 1 .", "el gato 2 .", "", "el gato 4 ."]
+    with client:
+        signals = client.get("/v1/models").json()["signals"]
+        answer = client.post("/v1/translate", json={"text": doc, "document": True, "beam": 2}).json()
+    assert signals["document_context"] is True
+    assert [s["context"] for s in answer["sentences"]] == [[], [0], [], [0, 1]]
+    with_ids = translator.translate(doc, beam=2, doc_ids=["d"] * len(doc))
+    assert [s["score"] for s in answer["sentences"]] == pytest.approx([t.score for t in with_ids], abs=1e-3)
+
+
+def test_empty_lines_come_back_empty_and_leave_their_batch_unaffected(model_dirs):
+    """Empty and blank lines among others in one request (one batch): each sentence is
+    answered as when it is translated alone."""
+    client, _ = client_for([model_dirs["rich"]])
+    text = ["", "el gato 3 .", "  ", "el gato 5 . el gato 6 .", "", "el gato 7 ."]
+    with client:
+        batched = client.post("/v1/translate", json={"text": text, "nbest": 2}).json()
+        alone = {line: client.post("/v1/translate", json={"text": line, "nbest": 2}).json()["sentences"][0]
+                 for line in text if line.strip()}
+    assert batched["batch"]["sentences"] == len(text)
+    for line, got in zip(text, batched["sentences"]):
+        want = alone.get(line, {"translation": "", "score": 0.0, "nbest": []})
+        assert got["translation"] == want["translation"] and got["score"] == pytest.approx(want["score"], abs=1e-3)
+        assert [h["translation"] for h in got["nbest"]] == [h["translation"] for h in want["nbest"]]
+
+
 def test_an_ensemble_is_served(model_dirs):
     client, translator = client_for([model_dirs["base"], model_dirs["rich"]])
     with client:
