@@ -131,4 +131,12 @@ def seed_t_test(differences: Sequence[float]) -> dict[str, float | None] | None:
     else:
         t = float(mean / (sd / np.sqrt(len(d))))
         p = float(2 * stats.t.sf(abs(t), len(d) - 1))
-    return {"mean": mean, "sd": sd, "t": t, "df": len(d) - 1, "p_value": p}
+    return {"mean": mean, "sd": sd, "t": t, "df": len(d) - 1, "p_value": p,
+            "detectable": smallest_detectable(sd, len(d))}
+
+
+def smallest_detectable(sd: float, n: int, alpha: float = 0.05) -> float:
+    """The smallest mean difference this t-test over n seed pairs would call significant
+    (two-sided, p < alpha) at a spread sd of the per-seed differences: t_{1−α/2, n−1}·sd/√n.
+    With the spread fixed, it shrinks with more seeds both through √n and the t quantile."""
+    return float(stats.t.ppf(1 - alpha / 2, n - 1) * sd / np.sqrt(n))

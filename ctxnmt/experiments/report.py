@@ -28,10 +28,12 @@ SIGNIFICANCE = "significance"
 OVER_SEEDS = "over_seeds"
 SEEDS_T = "seeds_t"
 SEEDS = "seeds"
+DETECTABLE = "detectable"
 TABLE = (
     (SEEDS, "seeds", None),
     ("parameters", "parameters", 0),
     ("dev_bleu", "dev BLEU", 2),
+    ("last_quarter_gain", "dev gain, last ¼", 2),
     ("bleu_tok", "test BLEU (tokenised)", 2),
     ("bleu", "test sacreBLEU", 2),
     ("chrf", "chrF", 2),
@@ -39,6 +41,7 @@ TABLE = (
     (SIGNIFICANCE, "sig.", None),
     (OVER_SEEDS, "all seeds: Δ, p", None),
     (SEEDS_T, "t-test over seeds: t, p", None),
+    (DETECTABLE, "smallest detectable Δ", None),
     ("train_tokens_per_s", "train tok/s", 0),
     ("sentences_per_s", "decode sent/s", 1),
     ("train_minutes", "train min", 2),
@@ -71,7 +74,7 @@ def output_values(output: Output) -> dict[str, float]:
         values["parameters"] = output.decode["parameters"]
         values["sentences_per_s"] = output.decode["sentences_per_s"]
     if output.training:
-        for key in ("dev_bleu", "train_tokens_per_s", "train_minutes"):
+        for key in ("dev_bleu", "last_quarter_gain", "train_tokens_per_s", "train_minutes"):
             if output.training.get(key) is not None:
                 values[key] = output.training[key]
     return values
@@ -125,6 +128,14 @@ def seeds_t_cell(row: Row) -> str:
     return f"{t}, {_p_text(test['p_value'])}"
 
 
+def detectable_cell(row: Row) -> str:
+    """The smallest mean Δ the t-test over this row's seed pairs would call significant."""
+    test = (row.significance or {}).get("seeds_t")
+    if test is None or test.get("detectable") is None:
+        return "–"
+    return f"{test['detectable']:.2f}"
+
+
 def significance_cell(row: Row) -> str:
     sig = row.significance
     if sig is None:
@@ -150,6 +161,8 @@ def table_cells(row: Row, baseline: str) -> list[str]:
             cells.append("" if row.system == baseline else over_seeds_cell(row))
         elif key == SEEDS_T:
             cells.append("" if row.system == baseline else seeds_t_cell(row))
+        elif key == DETECTABLE:
+            cells.append("" if row.system == baseline else detectable_cell(row))
         elif key == SEEDS:
             cells.append(str(len(row.seeds)) if row.seeds != [None] else "–")
         else:
@@ -207,7 +220,7 @@ def write_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: l
              "plot": root / "length-buckets.png"}
     with atomic_write(paths["plot"], "wb") as fh:
         plot_length_buckets(buckets, fh)
-    _write_text(paths["md"], markdown_report(experiment, test, rows, buckets, signatures, paths["plot"].name))
+    _write_text(paths["md"], markdown_report(experiment, test, rows, buckets, signatures, paths["plot"].name, runs))
     _write_text(paths["csv"], csv_report(rows, experiment.baseline))
     _write_text(paths["json"], json.dumps(json_report(experiment, test, rows, runs, buckets), indent=1,
                                           ensure_ascii=False) + "\n")
@@ -220,7 +233,7 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buckets: dict[str, list[Bucket]],
-                    signatures: list[str], plot_name: str) -> str:
+                    signatures: list[str], plot_name: str, runs: list[dict[str, Any]] | None = None) -> str:
     spec = experiment.significance
     seeds = experiment.run_seeds
     parts = [
@@ -241,6 +254,10 @@ def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buck
         f"- t-test over seeds: t, p: the same seed pairs' {spec.metric} differences (the sig. test's Δ) as "
         "the sample of a two-sided one-sample t-test (n − 1 degrees of freedom).  The stratified test "
         "resamples sentences within the seed pairs; this one asks whether the seeds agree.",
+        "- smallest detectable Δ: the smallest mean difference that t-test would call significant "
+        "(p < 0.05) at this row's spread of per-seed differences: t(0.975, n − 1) · sd / √n.",
+        "- dev gain, last ¼: how much the best dev BLEU so far rose over the last quarter of each run's "
+        "updates (mean over seeds); a large value says the run was still learning when it stopped.",
         "- test BLEU (tokenised): Moses-tokenised, case-sensitive, multi-bleu convention; test sacreBLEU: "
         "detokenised, signature below. dev BLEU: the validation BLEU of the selected (best) checkpoint.",
         "- train tok/s: target tokens per second of training (validation excluded); train min: training "
@@ -254,12 +271,28 @@ def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buck
         "",
         format_length_buckets(buckets),
         "",
+        "## Runs",
+        "",
+        runs_table(runs or []),
+        "",
         "## Reproducing each row",
         "",
     ]
     for row in rows:
         parts += [f"### {row.system}", "", "```sh", *row.commands, "```", ""]
     return "\n".join(parts)
+
+
+def runs_table(runs: list[dict[str, Any]]) -> str:
+    """One line per trained run: its updates, why it stopped and the source it was trained with."""
+    lines = ["| system | seed | updates | stopped | source |", "|---|---|---|---|---|"]
+    for run in runs:
+        training = run.get("training") or {}
+        if not training:
+            continue
+        lines.append(f"| {run.get('system', '')} | {run.get('seed', '')} | {training.get('updates', '')} | "
+                     f"{training.get('stopped', '')} | {str(training.get('source', 'not recorded'))[:12]} |")
+    return "\n".join(lines)
 
 
 def csv_report(rows: list[Row], baseline: str) -> str:

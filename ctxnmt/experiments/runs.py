@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxnmt.analysis.curves import last_quarter_gain, read_validations
 from ctxnmt.config import Config, config_difference, load_config
-from ctxnmt.errors import ConfigError
+from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
 from ctxnmt.utils.selectors import select
 
@@ -141,6 +142,11 @@ def training_record(run: Run) -> dict[str, Any]:
     dev_bleu = scores.get("bleu")
     if dev_bleu is None and run.config.training.selection_metric == "bleu":
         dev_bleu = done.get("best_metric")  # a done.json written before best_scores existed
+    try:
+        gain = last_quarter_gain(read_validations(run.model_dir))
+    except DataError:  # a run restored without its log
+        gain = None
     return {"updates": done.get("update"), "epochs": done.get("epoch"), "train_minutes": elapsed / 60,
+            "last_quarter_gain": gain,
             "train_tokens_per_s": tokens_per_s, "dev_bleu": dev_bleu, "stopped": done.get("stopped", ""),
             "source": done.get("source", "not recorded")}

@@ -18,10 +18,12 @@ from ctxnmt.utils.io import atomic_write
 
 FORMAT_VERSION = 1
 # Bumped when a registered name comes to compute something else.  2: `mean` became the
-# paper's eq. 9 (the old computation is `mean-with-start`) and `adaptive` the paper's
-# K = 1 output (the old one is `adaptive-gain3`).
+# paper's eq. 9 (the old computation is `mean-with-start`), `adaptive` the paper's K = 1
+# output (the old one is `adaptive-gain3`), and the memory-RNN follows eq. 17 and appendix
+# A.3.2 (its old form is gone).
 DEFINITIONS = 2
 RENAMED = {("target_context", "mean"): "mean-with-start", ("output", "adaptive"): "adaptive-gain3"}
+RETIRED = {("decoder", "memory-rnn"): "the memory-RNN before it followed eq. 17 (ctxnmt before definitions 2)"}
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -42,11 +44,11 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: corrupt, truncated or not a ctxnmt checkpoint ({reason[:120]})") from None
     if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION or "model" not in payload:
         raise CheckpointError(f"{path}: not a ctxnmt checkpoint (format version {FORMAT_VERSION} expected)")
-    _upgrade_definitions(payload)
+    _upgrade_definitions(payload, path)
     return payload
 
 
-def _upgrade_definitions(payload: dict[str, Any]) -> None:
+def _upgrade_definitions(payload: dict[str, Any], path: Path) -> None:
     """Rename, in the loaded payload, a value whose name has since come to mean another
     computation, so that the checkpoint states what it was trained with; a model directory
     whose config.yaml still has the old name is then refused by check_compatible, naming
@@ -54,6 +56,9 @@ def _upgrade_definitions(payload: dict[str, Any]) -> None:
     if payload.get("definitions", 1) >= DEFINITIONS:
         return
     saved = payload.get("model_config", {})
+    for (key, old), what in RETIRED.items():
+        if saved.get(key) == old:
+            raise CheckpointError(f"{path}: trained with {what}, which no longer exists; retrain it")
     for (key, old), new in RENAMED.items():
         if saved.get(key) == old:
             saved[key] = new

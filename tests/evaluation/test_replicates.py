@@ -11,7 +11,7 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.evaluation.replicates import seed_t_test, stratified_ar
+from ctxnmt.evaluation.replicates import seed_t_test, smallest_detectable, stratified_ar
 
 REFS = ["the cat sat on the mat", "a dog ran in the park today", "we saw the red house",
         "it rained all day long", "she reads a good book"]
@@ -114,5 +114,16 @@ def test_seeds_that_disagree_are_not_significant_however_large_one_gain():
 
 def test_seed_t_test_needs_two_seeds_and_names_a_spread_of_zero():
     assert seed_t_test([]) is None and seed_t_test([1.2]) is None
-    assert seed_t_test([0.4, 0.4]) == {"mean": 0.4, "sd": 0.0, "t": None, "df": 1, "p_value": 0.0}
+    assert seed_t_test([0.4, 0.4]) == {"mean": 0.4, "sd": 0.0, "t": None, "df": 1, "p_value": 0.0,
+                                       "detectable": 0.0}
     assert seed_t_test([0.0, 0.0, 0.0])["p_value"] == 1.0
+
+
+def test_the_smallest_detectable_difference_is_where_the_t_test_reaches_p_005():
+    """Two seeds: t has 1 degree of freedom, whose 97.5% quantile is tan(0.475π) = 12.706;
+    a mean difference of exactly that size reaches p = 0.05."""
+    result = seed_t_test([0.5, 1.5])
+    assert result["detectable"] == pytest.approx(math.tan(0.475 * math.pi) * math.sqrt(0.5) / math.sqrt(2))
+    sd, n = 0.7, 5
+    shifted = seed_t_test([x - 1.0 + smallest_detectable(sd, n) for x in (0.3, 1.7, 1.0, 0.3, 1.7)])
+    assert shifted["p_value"] == pytest.approx(0.05)

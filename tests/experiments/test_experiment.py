@@ -83,24 +83,27 @@ def test_report_has_every_column_for_trained_systems(finished):
     work, _, log = finished
     data = report(work)
     assert [r["system"] for r in data["rows"]] == ["base", "mean", "dropper"]
-    assert data["columns"] == ["system", "seeds", "parameters", "dev BLEU", "test BLEU (tokenised)", "test sacreBLEU",
-                               "chrF", "TER", "sig.", "all seeds: Δ, p", "t-test over seeds: t, p", "train tok/s",
-                               "decode sent/s", "train min"]
+    assert data["columns"] == ["system", "seeds", "parameters", "dev BLEU", "dev gain, last ¼",
+                               "test BLEU (tokenised)", "test sacreBLEU", "chrF", "TER", "sig.", "all seeds: Δ, p",
+                               "t-test over seeds: t, p", "smallest detectable Δ", "train tok/s", "decode sent/s",
+                               "train min"]
     over_seeds = data["columns"].index("all seeds: Δ, p")
     for name in ("base", "mean"):
         cells = row(data, name)["cells"]
         assert len(cells) == len(data["columns"]) and cells[1] == "1"
-        # one seed: nothing to pool or test over seeds (two columns), every other cell filled
-        assert {cells[over_seeds], cells[over_seeds + 1]} <= {"", "–"}, cells
-        assert "–" not in cells[:over_seeds] + cells[over_seeds + 2:], cells
+        # one seed: nothing to pool or test over seeds (three columns), every other cell filled
+        assert {cells[over_seeds], cells[over_seeds + 1], cells[over_seeds + 2]} <= {"", "–"}, cells
+        assert "–" not in cells[:over_seeds] + cells[over_seeds + 3:], cells
         assert row(data, name)["mean"]["parameters"] > 1000
         assert row(data, name)["mean"]["train_tokens_per_s"] > 0 and row(data, name)["mean"]["sentences_per_s"] > 0
-    assert row(data, "base")["cells"][8] == "baseline"
+    assert row(data, "base")["cells"][data["columns"].index("sig.")] == "baseline"
     md = (work / "exp" / "report.md").read_text(encoding="utf-8")
     assert "| base | " in md and "| mean | " in md and "| dropper (external) | " in md
     assert "BLEU|nrefs:1" in md and "tok:13a" in md  # sacreBLEU signature
     assert (work / "exp" / "length-buckets.png").read_bytes()[:4] == b"\x89PNG"
     assert "| 0-9 |" in md and "dropper BLEU" in md  # length-bucket table
+    source = json.loads((work / "exp" / "systems" / "base" / "seed1234" / "done.json").read_text())["source"]
+    assert source and "| base | 1234 | " in md and f"| {source[:12]} |" in md  # the runs table names the source
     csv_lines = (work / "exp" / "report.csv").read_text(encoding="utf-8").splitlines()
     assert csv_lines[0].startswith("system,external,seeds,parameters,parameters_sd,dev_bleu")
     assert len(csv_lines) == 4
@@ -126,7 +129,7 @@ def test_external_output_is_scored_and_tested(finished):
     assert dropper["mean"]["parameters"] is None and dropper["cells"][1] == dropper["cells"][2] == "–"
     # far better than two models trained for 20 updates
     assert dropper["significance"]["direction"] == "better" and dropper["significance"]["max_p"] < 0.05
-    assert dropper["cells"][8].startswith("*")
+    assert dropper["cells"][report(work)["columns"].index("sig.")].startswith("*")
 
 
 def test_reproduction_commands_give_the_reported_numbers(finished, tmp_path, capsys):

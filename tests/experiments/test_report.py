@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ctxnmt.experiments.evaluate import Output
-from ctxnmt.experiments.report import format_number, make_row, summarise_tests, table_cells, train_command
+from ctxnmt.experiments.report import format_number, headers, make_row, summarise_tests, table_cells, train_command
 
 
 def result(p_value: float, delta: float) -> dict:
@@ -38,16 +38,19 @@ def test_several_seeds_give_mean_and_sample_sd():
                    summarise_tests([result(0.001, 1.0)] * 3, "bleu"))
     assert row.mean("bleu") == pytest.approx(22.0) and row.sd("bleu") == pytest.approx(2.0)
     cells = table_cells(row, baseline="base")
-    assert cells[:6] == ["ctx", "3", "1,000 ± 0", "19.00 ± 1.00", "23.00 ± 2.00", "22.00 ± 2.00"]
-    assert cells[8] == "** (p=0.001)" and cells[-1] == "14.50 ± 0.00"
+    named = dict(zip(headers(), cells))
+    assert [named[k] for k in ("system", "seeds", "parameters", "dev BLEU", "test BLEU (tokenised)",
+                               "test sacreBLEU")] == ["ctx", "3", "1,000 ± 0", "19.00 ± 1.00", "23.00 ± 2.00",
+                                                      "22.00 ± 2.00"]
+    assert named["sig."] == "** (p=0.001)" and named["train min"] == "14.50 ± 0.00"
 
 
 def test_one_seed_has_no_sd_and_missing_values_show_a_dash():
     assert format_number(3.14159, None, 2) == "3.14" and format_number(None, None, 2) == "–"
     external = make_row("rules", True, [Output("rules", None, Path("r"), [],
                                                {"bleu": 9.0, "bleu_tok": 9.5, "chrf": 40.0, "ter": 70.0})], [], None)
-    assert table_cells(external, baseline="base") == ["rules (external)", "–", "–", "–", "9.50", "9.00", "40.00",
-                                                      "70.00", "–", "–", "–", "–", "–", "–"]
+    assert table_cells(external, baseline="base") == ["rules (external)", "–", "–", "–", "–", "9.50", "9.00",
+                                                      "40.00", "70.00", "–", "–", "–", "–", "–", "–", "–"]
 
 
 def test_train_command_quotes_and_keeps_override_order():
@@ -109,8 +112,8 @@ def test_the_t_test_over_seeds_takes_the_seed_pairs_differences_as_its_sample(de
     over_seeds = {"delta": 0.84, "p_value": 0.01}
     outputs = [output(seed, 20.0, 18.0) for seed in range(1, len(deltas) + 1)]
     row = make_row("ctx", False, outputs, [], summarise_tests([result(0.01, d) for d in deltas], "bleu", over_seeds))
-    cells = table_cells(row, baseline="base")
-    assert cells[10] == cell and cells[9] == "+0.84, p=0.010"
+    named = dict(zip(headers(), table_cells(row, baseline="base")))
+    assert named["t-test over seeds: t, p"] == cell and named["all seeds: Δ, p"] == "+0.84, p=0.010"
 
 
 def test_an_output_without_seeds_has_no_t_test_over_seeds():

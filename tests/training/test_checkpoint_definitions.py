@@ -32,3 +32,9 @@ def test_a_new_checkpoint_keeps_its_names(tmp_path):
     save_checkpoint(tmp_path / "new.pt", {"model": {}, "model_config": {"target_context": "mean", "output": "adaptive"}})
     saved = load_checkpoint(tmp_path / "new.pt")["model_config"]
     assert (saved["target_context"], saved["output"]) == ("mean", "adaptive")
+
+
+def test_an_old_memory_rnn_checkpoint_is_refused(tmp_path):
+    _old_checkpoint(tmp_path / "old.pt", decoder="memory-rnn", target_context="previous")
+    with pytest.raises(CheckpointError, match="memory-RNN before it followed eq. 17.*retrain it"):
+        load_checkpoint(tmp_path / "old.pt")
