@@ -239,7 +239,7 @@ BAD_FLAGS = [
 
 
 @pytest.mark.parametrize("flags, message", BAD_FLAGS, ids=[" ".join(f) for f, _ in BAD_FLAGS])
-@pytest.mark.parametrize("command", ["translate"])
+@pytest.mark.parametrize("command", ["translate", "serve"])
 def test_bad_flags_are_one_line_errors_naming_the_flag(tiny, capsys, command, flags, message):
     code = main([command, str(tiny / "m"), *flags])
     _, err = capsys.readouterr()
