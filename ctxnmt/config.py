@@ -122,8 +122,14 @@ class TrainingConfig:
 class DecodingConfig:
     beam: int = 5
     batch_size: int = 64  # sentences decoded together
-    length_penalty: float = 1.0  # score / length**alpha; 0 = raw log-probability
-    max_len_ratio: float = 2.0  # output may be at most ratio * source length + 10 tokens
+    # Length control (ctxnmt/decoding/length.py, docs/decoding.md).  These are the shipped
+    # defaults, today's behaviour until they are chosen on dev (benchmarks/length_sweep.py).
+    length_penalty: float = 1.0  # α of the length penalty; 0 = raw log-probability
+    length_penalty_kind: str = "power"  # power: logP / |y|^α | wu: logP / ((5+|y|)/6)^α (GNMT) | none
+    coverage_penalty: float = 0.0  # β of GNMT's coverage penalty; 0 = off
+    max_len_a: float = 2.0  # an output has at most a·|x| + b subwords (fairseq's --max-len-a/-b)
+    max_len_b: int = 10
+    max_len_rule: str = "fixed"  # fixed: a as above | data: a = the training pairs' 99th-percentile ratio
     max_src_len: int = 200  # longer inputs are translated in pieces
 
 
@@ -201,8 +207,25 @@ def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
     return cls(**kwargs)
 
 
+# Keys that were renamed: a config (or a model directory's config.yaml) written with the
+# old name still loads, as the new one.
+RENAMED = {("decoding", "max_len_ratio"): "max_len_a"}
+
+
+def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
+    for (section, old), new in RENAMED.items():
+        values = raw.get(section)
+        if not isinstance(values, dict) or old not in values:
+            continue
+        if new in values:
+            raise ConfigError(f"config keys '{section}.{old}' and '{section}.{new}' are the old and the new name "
+                              f"of one setting; give only '{section}.{new}'")
+        raw = {**raw, section: {(new if k == old else k): v for k, v in values.items()}}
+    return raw
+
+
 def from_dict(raw: dict[str, Any]) -> Config:
-    return _build(Config, raw, "")
+    return _build(Config, _renamed(raw), "")
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -298,8 +321,15 @@ def validate(config: Config) -> None:
         raise ConfigError(f"training.document_context must be 'own' or 'other-document', got '{t.document_context}'")
     if t.document_context != "own" and not m.uses_document:
         raise ConfigError("training.document_context=other-document needs a document-context model (model.doc_*)")
+    _validate_decoding(config.decoding)
     if config.data.corpus not in ("bible", "files"):
         raise ConfigError(f"data.corpus must be 'bible' or 'files', got '{config.data.corpus}'")
+
+
+def _validate_decoding(dec: DecodingConfig) -> None:
+    from ctxnmt.decoding.length import check, decoding_options
+
+    check(decoding_options(dec), lambda key: f"decoding.{key}", ConfigError)
 
 
 def first_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "",

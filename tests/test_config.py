@@ -50,6 +50,42 @@ def test_cross_field_checks():
         load_config(None, ["training.document_context=other-document"])
 
 
+BAD_DECODING = [
+    ("length_penalty=-1", "decoding.length_penalty must be between 0 and 10, not -1.0"),
+    ("length_penalty=.nan", "decoding.length_penalty must be between 0 and 10, not nan"),
+    ("length_penalty_kind=gnmt", "decoding.length_penalty_kind must be one of power, wu, none, not 'gnmt'"),
+    ("coverage_penalty=10.5", "decoding.coverage_penalty must be between 0 and 10, not 10.5"),
+    ("max_len_a=-0.1", "decoding.max_len_a must be between 0 and 10, not -0.1"),
+    ("max_len_b=-1", "decoding.max_len_b must be between 0 and 1000, not -1"),
+    ("max_len_b=1.5", "config key 'decoding.max_len_b' must be of type int"),
+    ("max_len_rule=auto", "decoding.max_len_rule must be one of fixed, data, not 'auto'"),
+]
+
+
+@pytest.mark.parametrize("item, message", BAD_DECODING, ids=[i for i, _ in BAD_DECODING])
+def test_length_options_out_of_range_are_one_line_errors_naming_the_key(item, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [f"decoding.{item}"])
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_zero_a_and_b_together_are_refused_and_either_alone_is_not():
+    with pytest.raises(ConfigError, match=r"^decoding.max_len_b must be at least 1 when decoding.max_len_a is 0"):
+        load_config(None, ["decoding.max_len_a=0", "decoding.max_len_b=0"])
+    assert load_config(None, ["decoding.max_len_a=0"]).decoding.max_len_b == 10
+    assert load_config(None, ["decoding.max_len_b=0"]).decoding.max_len_a == 2.0
+
+
+def test_the_old_name_max_len_ratio_still_loads_as_max_len_a(tmp_path):
+    """Model directories trained before the rename keep loading, and their runs keep matching."""
+    old = tmp_path / "config.yaml"
+    old.write_text("decoding: {beam: 5, length_penalty: 1.0, max_len_ratio: 1.5, max_src_len: 200}\n")
+    assert load_config(old).decoding.max_len_a == 1.5
+    assert load_config(None, ["decoding.max_len_ratio=1.2"]).decoding.max_len_a == 1.2
+    with pytest.raises(ConfigError, match=r"'decoding.max_len_ratio' and 'decoding.max_len_a' are the old and"):
+        load_config(old, ["decoding.max_len_a=1.2"])
+
+
 def test_bad_yaml_and_missing_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: [unclosed\n")

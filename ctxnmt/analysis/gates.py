@@ -225,7 +225,7 @@ def _add_output(agg: Aggregate, translator, ids: list[list[int]], beam: int | No
 
     dec = translator.config.decoding
     model = translator.model
-    hyps = search_ids(model, ids, dec, beam or dec.beam, device=translator.device)
+    hyps = search_ids(model, ids, dec, beam or dec.beam, device=translator.device, length=translator.length_control())
     outs = [h[0].tokens if h else [] for h in hyps]
     alphas = output_weights(model, ids, outs) if adaptive_output else [None] * len(outs)
     gates = decoder_gates(model, ids, outs)

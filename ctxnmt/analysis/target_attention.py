@@ -123,7 +123,8 @@ def cmd_target_attention(args) -> int:
         tgt_tokens = [translator.preprocessor.encode(refs[i], "tgt") for i in keep]
     else:
         beam = args.beam or translator.config.decoding.beam
-        hyps = search_ids(translator.model, src, translator.config.decoding, beam)
+        hyps = search_ids(translator.model, src, translator.config.decoding, beam,
+                          length=translator.length_control())
         tgt_tokens = [translator.tgt_vocab.decode(h[0].tokens) for h in hyps]
     tgt = [translator.tgt_vocab.encode(tokens) for tokens in tgt_tokens]
     alphas = target_attention(translator.model, src, tgt)

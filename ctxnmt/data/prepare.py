@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,9 +101,36 @@ def prepare(config: Config, log=print, force: bool = False) -> Prepared:
     tgt_vocab.save(prep_dir / "vocab.tgt")
     with atomic_write(prep_dir / "data.pt", "wb") as fh:
         torch.save({"train": dataclasses.asdict(train_split), "dev": dataclasses.asdict(dev_split)}, fh)
+    with atomic_write(prep_dir / LENGTHS, "w") as fh:
+        json.dump(length_ratios(train_split), fh, indent=1)
     with atomic_write(stamp, "w") as fh:
         json.dump({"data": fingerprint}, fh)
     return Prepared(pre, src_vocab, tgt_vocab, train_split, dev_split)
+
+
+LENGTHS = "lengths.json"
+RATIO_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
+
+
+def length_ratios(split: Split) -> dict[str, float]:
+    """Quantiles of |y| / |x| over the pairs of a split, in subwords (the target's </s> not
+    counted): the smallest ratio that at least that share of the pairs do not exceed.  Read by
+    `decoding.max_len_rule: data` (ctxnmt.decoding.length)."""
+    ratios = sorted((len(t) - 1) / len(s) for s, t in zip(split.src, split.tgt) if s)
+    if not ratios:
+        raise DataError("no pair with a non-empty source to measure length ratios on")
+    return {f"{q:g}": ratios[max(0, math.ceil(q * len(ratios)) - 1)] for q in RATIO_QUANTILES}
+
+
+def load_length_ratios(prep_dir: Path) -> dict[str, float] | None:
+    """The training length ratios of a prepared directory: prep/lengths.json, else (a directory
+    prepared before it was written) measured on prep/data.pt; None where neither is there."""
+    path = Path(prep_dir) / LENGTHS
+    if path.is_file():
+        return json.loads(path.read_text())
+    if (Path(prep_dir) / "data.pt").is_file():
+        return length_ratios(load_prepared(Path(prep_dir)).train)
+    return None
 
 
 def encode_split(pre: Preprocessor, src_vocab: Vocab, tgt_vocab: Vocab, src: list[str], tgt: list[str],

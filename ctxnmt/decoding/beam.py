@@ -8,6 +8,10 @@ the decoder state; both states declare their entries (ctxnmt.models.state), so
 search needs to know nothing of any model's.  Finished sentences are dropped once they hold an eighth of the rows;
 until then their rows stay and search nothing.  Greedy search is beam search with K = 1.
 
+Finished hypotheses are ranked by the length and coverage penalties of `LengthControl`
+(ctxnmt.decoding.length); for the coverage penalty each row carries its attention summed
+over its steps, kept only when β > 0.
+
 `search_batches` runs many batches; with refill, the next batch joins the tail of
 the current one (see there).
 """
@@ -19,13 +23,14 @@ import torch
 from torch.nn import functional as F
 
 from ctxnmt.data.vocab import EOS, PAD
+from ctxnmt.decoding.length import LengthControl, coverage_penalty
 from ctxnmt.models.state import State
 
 
 @dataclass
 class Hypothesis:
     tokens: list[int]  # without the final EOS
-    score: float  # length-normalised log-probability
+    score: float  # log-probability / lp(y) + cp(x; y) (ctxnmt.decoding.length)
     logprob: float
     attention: torch.Tensor | None = None  # (len(tokens) + 1, S): one row per output incl. EOS
 
@@ -50,31 +55,30 @@ class _Part:
     history: torch.Tensor  # (n·K, L)
     att_history: torch.Tensor | None = None  # (n·K, L, S)
     prev: torch.Tensor | None = None  # the words just chosen; None before the first step
+    coverage: torch.Tensor | None = None  # (n·K, S): Σ_t α_t of each row; only for a coverage penalty
 
     def searching(self) -> int:
         """Sentences still searched."""
         return sum(i is not None for i in self.active)
 
 
-def _normalise(logprob: torch.Tensor | float, length, alpha: float):
-    return logprob / (length ** alpha) if alpha else logprob
+NO_LENGTH_CONTROL = LengthControl()
 
 
 @torch.no_grad()
 def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5, nbest: int = 1,
-                length_penalty: float = 1.0, max_len_ratio: float = 2.0, max_len_extra: int = 10,
-                return_attention: bool = False, context=None) -> list[list[Hypothesis]]:
+                length: LengthControl = NO_LENGTH_CONTROL, return_attention: bool = False,
+                context=None) -> list[list[Hypothesis]]:
     """Translate a padded batch; returns for each sentence its `nbest` best hypotheses.
     `context` (ctxnmt.data.batching.Context): previous source sentences, for document-context models."""
     results = search_batches(model, [(list(range(src.size(0))), src, src_mask, context)], beam, nbest,
-                             length_penalty, max_len_ratio, max_len_extra, return_attention)
+                             length, return_attention)
     return [results[i] for i in range(src.size(0))]
 
 
 @torch.no_grad()
-def search_batches(model, batches, beam: int = 5, nbest: int = 1, length_penalty: float = 1.0,
-                   max_len_ratio: float = 2.0, max_len_extra: int = 10, return_attention: bool = False,
-                   refill_below: int = 0) -> dict[int, list[Hypothesis]]:
+def search_batches(model, batches, beam: int = 5, nbest: int = 1, length: LengthControl = NO_LENGTH_CONTROL,
+                   return_attention: bool = False, refill_below: int = 0) -> dict[int, list[Hypothesis]]:
     """Search batches of (indices, padded src, src_mask, context or None); returns the
     `nbest` hypotheses of every index.
 
@@ -85,7 +89,7 @@ def search_batches(model, batches, beam: int = 5, nbest: int = 1, length_penalty
     sentence is unchanged (its source padding grows, and padding gets zero attention).
     Joining needs decoder states without a time axis; the summaries of target-context
     models grow with t, so their batches run one after the other."""
-    search = _Search(model, beam, length_penalty, max_len_ratio, max_len_extra, return_attention)
+    search = _Search(model, beam, length, return_attention)
     pending, waiting, part = iter(batches), [], None
     while True:
         if part is None:
@@ -114,9 +118,8 @@ def search_batches(model, batches, beam: int = 5, nbest: int = 1, length_penalty
 
 
 class _Search:
-    def __init__(self, model, beam, length_penalty, max_len_ratio, max_len_extra, return_attention):
-        self.model, self.K, self.alpha = model, beam, length_penalty
-        self.max_len_ratio, self.max_len_extra = max_len_ratio, max_len_extra
+    def __init__(self, model, beam: int, length: LengthControl = NO_LENGTH_CONTROL, return_attention: bool = False):
+        self.model, self.K, self.length = model, beam, length
         self.return_attention = return_attention
         self.sentences: dict[int, _Sentence] = {}
 
@@ -124,15 +127,16 @@ class _Search:
         """Encode a batch; its rows wait for their first step."""
         src_lens = [int(n) for n in src_mask.sum(1).tolist()]
         for i, n in zip(indices, src_lens):
-            self.sentences[i] = _Sentence(max_len=int(self.max_len_ratio * n) + self.max_len_extra)
+            self.sentences[i] = _Sentence(max_len=self.length.max_len(n))
         # one copy per sentence, shared by its K rows; context only when given, so that models
         # without document context keep their plain encode(src, src_mask)
         enc = self.model.encode(src, src_mask) if context is None else self.model.encode(src, src_mask, context)
         B, K = src.size(0), self.K
         scores = torch.full((B, K), float("-inf"), device=src.device)
         scores[:, 0] = 0.0  # all K rows start identical: let only the first one expand
+        coverage = torch.zeros(B * K, src.size(1), device=src.device) if self.length.beta else None
         return _Part(list(indices), [0] * B, src_lens, src.size(1), enc, self.model.init_state(enc, K), scores,
-                     torch.zeros(B * K, 0, dtype=torch.long, device=src.device))
+                     torch.zeros(B * K, 0, dtype=torch.long, device=src.device), coverage=coverage)
 
     def advance(self, part: _Part) -> _Part | None:
         """One step for every sentence of `part`; None once all of them are finished."""
@@ -149,17 +153,23 @@ class _Search:
         cand = (part.scores.view(-1, 1) + row_logp).view(n, K * C)
         top_scores, top_idx = cand.topk(min(2 * K, K * C), dim=1)
         top_beam, top_tok = top_idx // C, row_tok.view(n, K * C).gather(1, top_idx)
+        coverage, row_cp = self._coverage(part, alpha)
+        top_cp = row_cp.gather(1, top_beam) if row_cp is not None else None
         sentences = [None if i is None else self.sentences[i] for i in part.active]
         lengths = [t + 1 for t in part.steps]  # words of each hypothesis with this step's
         last_step = torch.tensor([s is not None and t >= s.max_len for t, s in zip(lengths, sentences)],
                                  device=cand.device)
-        self._collect_finished(part, sentences, lengths, top_scores, top_beam, top_tok, last_step, att_history)
+        self._collect_finished(part, sentences, lengths, top_scores, top_cp, top_beam, top_tok, last_step,
+                               att_history)
         # Continue with the K best candidates that do not end here.
         alive_scores = top_scores.masked_fill(top_tok == EOS, float("-inf"))
         alive_scores, pick = alive_scores.topk(K, dim=1)
         beam_of = top_beam.gather(1, pick)
         tok_of = top_tok.gather(1, pick)
-        best_alive = self._normalised(alive_scores[:, 0], lengths).tolist()
+        best_alive = self._normalised(alive_scores[:, 0], lengths)
+        if row_cp is not None:  # judged as the finished ones are, by its coverage so far too
+            best_alive = best_alive + row_cp.gather(1, beam_of)[:, 0]
+        best_alive = best_alive.tolist()
         keep = [j for j, s in enumerate(sentences) if s is not None and not _done(s, K, lengths[j], best_alive[j])]
         if not keep:
             return None
@@ -189,6 +199,8 @@ class _Search:
                 enc = enc.trim(width)
                 if att_history is not None:  # its source axis too: later steps' α_t have the new width
                     att_history = att_history[..., :width]
+                if coverage is not None:
+                    coverage = coverage[:, :width]
         prev = tok_of.index_select(0, keep_t).view(-1)
         history = part.history
         if K > 1 or len(keep) < n:  # otherwise (greedy, no sentence dropped) every row stays where it is
@@ -196,17 +208,29 @@ class _Search:
             history = history.index_select(0, row_index)
             if att_history is not None:
                 att_history = att_history.index_select(0, row_index)
+            if coverage is not None:
+                coverage = coverage.index_select(0, row_index)
             state = state.select(row_index)
         return _Part(active, [lengths[j] for j in keep], src_lens, width, enc, state,
                      alive_scores.index_select(0, keep_t), torch.cat([history, prev.view(-1, 1)], dim=1),
-                     att_history, prev)
+                     att_history, prev, coverage)
+
+    def _coverage(self, part: _Part, alpha: torch.Tensor):
+        """Each row's coverage with this step's α_t, and its coverage penalty as (n, K);
+        (None, None) without a coverage penalty."""
+        if part.coverage is None:
+            return None, None
+        coverage = part.coverage + alpha.float()
+        src_lens = torch.tensor(part.src_lens, device=coverage.device).repeat_interleave(self.K)
+        return coverage, coverage_penalty(coverage, src_lens, self.length.beta).view(-1, self.K)
 
     def _normalised(self, logprob: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-        if not self.alpha:
+        if not self.length.normalises:
             return logprob
-        return logprob / torch.tensor([float(t) ** self.alpha for t in lengths], device=logprob.device)
+        return logprob / torch.tensor([self.length.lp(t) for t in lengths], device=logprob.device)
 
-    def _collect_finished(self, part, sentences, lengths, top_scores, top_beam, top_tok, last_step, att_history):
+    def _collect_finished(self, part, sentences, lengths, top_scores, top_cp, top_beam, top_tok, last_step,
+                          att_history):
         """Move to `finished` every EOS candidate ranked among the first K (and, at a
         sentence's length limit, the K best candidates whatever they end with)."""
         K = self.K
@@ -219,7 +243,9 @@ class _Search:
                 tokens.append(int(top_tok[j, c]))  # cut off at the length limit
             logprob = float(top_scores[j, c])
             att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
-            score = float(_normalise(logprob, lengths[j], self.alpha))
+            score = logprob / self.length.lp(lengths[j]) if self.length.normalises else logprob
+            if top_cp is not None:
+                score += float(top_cp[j, c])
             sentences[j].finished.append(Hypothesis(tokens, score, logprob, att))
 
 
@@ -231,15 +257,18 @@ def _join(a: _Part, b: _Part) -> _Part | None:
     width = max(a.width, b.width)
     length = max(a.history.size(1), b.history.size(1))
     history = torch.cat([F.pad(h, (length - h.size(1), 0), value=PAD) for h in (a.history, b.history)])
+    coverage = None
+    if a.coverage is not None:  # padding columns: no attention so far
+        coverage = torch.cat([F.pad(c, (0, width - c.size(1))) for c in (a.coverage, b.coverage)])
     return _Part(a.active + b.active, a.steps + b.steps, a.src_lens + b.src_lens, width,
                  a.enc.concat(b.enc, width), a.state.concat(b.state, width),
-                 torch.cat([a.scores, b.scores]), history, None, torch.cat([a.prev, b.prev]))
+                 torch.cat([a.scores, b.scores]), history, None, torch.cat([a.prev, b.prev]), coverage)
 
 
 def _done(sentence: _Sentence, K: int, length: int, best_alive: float) -> bool:
     """Finished once K hypotheses have ended and none still open scores better than
     the K-th of them (judged by its score so far, the usual heuristic: with length
-    normalisation no exact bound exists), or at the length limit."""
+    normalisation or a coverage penalty no exact bound exists), or at the length limit."""
     if length >= sentence.max_len:
         return True
     if len(sentence.finished) < K:

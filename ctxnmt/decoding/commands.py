@@ -6,6 +6,7 @@ import sys
 
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.data.documents import blank_line_documents, check_document_ids
+from ctxnmt.decoding import length
 from ctxnmt.errors import ConfigError
 from ctxnmt.utils.io import atomic_write
 
@@ -29,6 +30,7 @@ def register(sub) -> None:
                         "read each line's previous lines of the same document")
     p.add_argument("--doc-blank-lines", action="store_true",
                    help="the input's documents are separated by blank lines (kept as empty output lines)")
+    length.add_arguments(p)
     p.set_defaults(func=cmd_translate)
 
 
@@ -46,9 +48,11 @@ def cmd_translate(args) -> int:
 
     if args.doc_ids and args.doc_blank_lines:
         raise ConfigError("--doc-ids and --doc-blank-lines are two ways of giving documents; use one")
+    options = length.from_arguments(args)
     model_dirs = [args.model_dir, *args.ensemble]
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir, checkpoint=args.checkpoint,
                                  ensemble_mode=args.ensemble_mode)
+    translator.length_control(options)  # a bad combination with the model's config fails before reading input
     lines = _read_input(args.input)
     doc_ids = None
     if args.doc_blank_lines:
@@ -57,7 +61,7 @@ def cmd_translate(args) -> int:
         doc_ids = read_lines(args.doc_ids, allow_empty=True)
         check_document_ids(doc_ids, args.doc_ids, len(lines))
     results = translator.translate(lines, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size,
-                                   return_attention=bool(args.attention), doc_ids=doc_ids)
+                                   return_attention=bool(args.attention), doc_ids=doc_ids, length=options)
     if args.nbest > 1:
         out = [f"{i} ||| {h.text} ||| {h.score:.4f}" for i, r in enumerate(results) for h in (r.nbest or [r])]
     else:

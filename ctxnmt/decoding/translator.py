@@ -10,18 +10,21 @@ warning naming the line) rather than crashing or exhausting memory.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ctxnmt.config import Config, DecodingConfig, load_config
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.documents import check_document_ids, previous_sentences
-from ctxnmt.data.prepare import load_pipeline
+from ctxnmt.data.prepare import load_length_ratios, load_pipeline
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
-from ctxnmt.errors import CheckpointError
+from ctxnmt.decoding.length import OPTIONS, LengthControl, check, decoding_options, length_control, with_options
+from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.models.nmt import build_model
 from ctxnmt.training.checkpoint import check_compatible, load_checkpoint, load_model_state
 
@@ -44,14 +47,17 @@ def _sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
 @torch.no_grad()
 def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, nbest: int = 1,
                batch_size: int | None = None, device="cpu", return_attention: bool = False,
-               context: list[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
+               context: list[list[list[int]]] | None = None,
+               length: LengthControl | None = None) -> list[list[Hypothesis]]:
     """Beam search for a list of id sequences, batched by similar length.  An empty sequence
     gets no hypothesis (an empty translation) and is never searched: its source row would be
     all padding, with no attention distribution to form.
 
     `context[i]`: sentence i's previous source sentences (id lists, oldest first) for a
-    document-context model; it travels with sentence i through the length sorting."""
+    document-context model; it travels with sentence i through the length sorting.
+    `length`: the length settings (default: `dec`'s, with `max_len_rule: data` unresolved)."""
     model.eval()
+    length = length if length is not None else length_control(dec, None, _warn)
     size = batch_size or dec.batch_size
     todo = [i for i, s in enumerate(src_ids) if s]
 
@@ -65,16 +71,21 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     # Greedy search: the next batch joins once fewer than half a batch of sentences is left
     # (search_batches); beams run batch by batch, where refill measured slower (docs/speed.md).
     refill = max(1, size // 2) if beam == 1 else 0
-    found = search_batches(model, batches(), beam, nbest, dec.length_penalty, dec.max_len_ratio,
-                           return_attention=return_attention, refill_below=refill)
+    found = search_batches(model, batches(), beam, nbest, length, return_attention=return_attention,
+                           refill_below=refill)
     return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
 
 
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def translate_ids(model, src_ids, preprocessor, tgt_vocab: Vocab, dec: DecodingConfig, beam: int, device="cpu",
-                  nbest: int = 1, context: list[list[list[int]]] | None = None) -> list[Translation]:
+                  nbest: int = 1, context: list[list[list[int]]] | None = None,
+                  length: LengthControl | None = None) -> list[Translation]:
     """Translations of already encoded sources (used by validation); an empty source's is empty."""
     out = []
-    for hyps in search_ids(model, src_ids, dec, beam, nbest, device=device, context=context):
+    for hyps in search_ids(model, src_ids, dec, beam, nbest, device=device, context=context, length=length):
         out.append(_to_translation(hyps, preprocessor, tgt_vocab, []))
     return out
 
@@ -91,8 +102,10 @@ def _to_translation(hyps: list[Hypothesis], preprocessor, tgt_vocab: Vocab, src_
 
 class Translator:
     def __init__(self, config: Config, model, preprocessor, src_vocab: Vocab, tgt_vocab: Vocab, device="cpu",
-                 document_sents: int | None = None):
+                 document_sents: int | None = None, prep_dir: Path | None = None):
         self.config, self.model = config, model
+        self.prep_dir = prep_dir  # where `max_len_rule: data` finds the training length ratios
+        self._ratios: tuple[Mapping[str, float] | None] | None = None
         # K previous sentences a document-context model reads (0: the model reads none); an
         # ensemble's is its document-context members' (they must agree).
         cfg = config.model
@@ -121,7 +134,7 @@ class Translator:
         model = build_model(config.model, len(src_vocab), len(tgt_vocab))
         load_model_state(model, payload, path)
         model.to(device).eval()
-        return cls(config, model, pre, src_vocab, tgt_vocab, device)
+        return cls(config, model, pre, src_vocab, tgt_vocab, device, prep_dir=model_dir / "prep")
 
     @classmethod
     def load_ensemble(cls, model_dirs: list, checkpoint: str | None = None, device: str = "cpu",
@@ -135,18 +148,23 @@ class Translator:
         first = members[0]
         model = Ensemble([m.model for m in members], mode).to(device).eval()
         return cls(first.config, model, first.preprocessor, first.src_vocab, first.tgt_vocab, device,
-                   document_sents=document_sents([Path(d) for d in model_dirs], members))
+                   document_sents=document_sents([Path(d) for d in model_dirs], members), prep_dir=first.prep_dir)
 
     def translate(self, lines: list[str], beam: int | None = None, nbest: int = 1, batch_size: int | None = None,
-                  return_attention: bool = False, doc_ids: list[str] | None = None) -> list[Translation]:
+                  return_attention: bool = False, doc_ids: list[str] | None = None,
+                  length: Mapping[str, Any] | None = None) -> list[Translation]:
         """`doc_ids[i]`: line i's document; a document-context model then reads each line's
-        previous lines of its document as context (see ctxnmt.data.documents)."""
+        previous lines of its document as context (see ctxnmt.data.documents).  `length`:
+        length options (`length_penalty`, `max_len_a`, … as in the config's decoding section)
+        that replace the config's for this call."""
         dec = self.config.decoding
         beam = beam or dec.beam
+        control = self.length_control(length)
         pieces, owners, src_tokens = self._segment(lines)
         ids = [self.src_vocab.encode(p, add_eos=False) for p in pieces]
         context = self._document_context(lines, doc_ids, owners, src_tokens)
-        hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention, context)
+        hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention, context,
+                          control)
         per_piece = [_to_translation(h, self.preprocessor, self.tgt_vocab, p) for h, p in zip(hyps, pieces)]
         out = [Translation("") for _ in lines]
         for line_no in range(len(lines)):
@@ -159,6 +177,21 @@ class Translator:
                                            [t for p in parts for t in p.tokens])
                 out[line_no].nbest = [out[line_no]]
         return out
+
+    def length_control(self, overrides: Mapping[str, Any] | None = None) -> LengthControl:
+        """The config's length settings with `overrides`, checked; `max_len_rule: data` reads
+        the training length ratios of the (first) model directory."""
+        unknown = sorted(set(overrides or {}) - set(OPTIONS))
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: not a length option (they are {', '.join(OPTIONS)})")
+        dec = with_options(self.config.decoding, overrides or {})
+        check(decoding_options(dec), str, ConfigError)
+        return length_control(dec, self._length_ratios() if dec.max_len_rule == "data" else None, self._warn_once)
+
+    def _length_ratios(self) -> Mapping[str, float] | None:
+        if self._ratios is None:  # read once: from data.pt of an older directory it takes a moment
+            self._ratios = (load_length_ratios(self.prep_dir) if self.prep_dir is not None else None,)
+        return self._ratios[0]
 
     def _document_context(self, lines, doc_ids, owners, src_tokens) -> list[list[list[int]]] | None:
         """Each piece's previous source sentences: its line's previous non-empty lines in the same

@@ -21,7 +21,8 @@ from starlette.exceptions import HTTPException
 from ctxnmt.serve.batching import DynamicBatcher, Job
 from ctxnmt.serve.decoding import BatchDecoder
 from ctxnmt.serve.models import models_info
-from ctxnmt.serve.requests import Limits, RequestError, TranslateRequest, parse_request, sentences
+from ctxnmt.decoding.length import decoding_options, with_options
+from ctxnmt.serve.requests import Limits, RequestError, TranslateRequest, length_options, parse_request, sentences
 from ctxnmt.serve.responses import ErrorResponse, TranslateResponse
 
 STATIC = Path(__file__).parent / "static"
@@ -34,6 +35,7 @@ class ServeSettings:
     max_batch_sents: int = 32
     max_wait_ms: float = 10.0
     limits: Limits = field(default_factory=Limits)
+    length: dict = field(default_factory=dict)  # length options (--length-penalty, …) replacing the config's
 
 
 def error(status: int, field_name: str, message: str) -> JSONResponse:
@@ -44,7 +46,8 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings) -> Fa
     batcher = DynamicBatcher(BatchDecoder(translator), settings.max_batch_sents, settings.max_wait_ms)
     info = models_info(model_dirs, translator)
     info["server"] = {"beam": settings.beam, "max_batch_sents": settings.max_batch_sents,
-                      "max_wait_ms": settings.max_wait_ms, **dataclasses.asdict(settings.limits)}
+                      "max_wait_ms": settings.max_wait_ms, **dataclasses.asdict(settings.limits),
+                      "length": decoding_options(with_options(translator.config.decoding, settings.length))}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -75,11 +78,12 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings) -> Fa
             beam = req.beam or settings.beam
             if req.nbest > beam:
                 raise RequestError(422, "nbest", f"{req.nbest} is more than the beam ({beam})")
+            options = length_options(req, settings.length, translator.config.decoding)
         except RequestError as err:
             return error(err.status, err.field, str(err))
         lines = sentences(req)
         request.state.sentences = len(lines)
-        job = Job(lines, beam, req.nbest, req.attention, req.document)
+        job = Job(lines, beam, req.nbest, req.attention, req.document, tuple(sorted(options.items())))
         try:
             result = await asyncio.wrap_future(batcher.submit(job))
         except Exception as err:  # decoding failed: this batch's clients learn why, the server goes on

@@ -30,12 +30,13 @@ class Job:
     nbest: int = 1
     attention: bool = False
     document: bool = False
+    length: tuple = ()  # (option, value) pairs of the length options replacing the config's, sorted
     future: Future = field(default_factory=Future)
 
 
 @dataclass
 class Batch:
-    """What the decode function gets: jobs that share beam and n-best, decoded together."""
+    """What the decode function gets: jobs that share beam, n-best and length options, decoded together."""
     number: int
     jobs: list[Job]
 
@@ -122,8 +123,8 @@ class DynamicBatcher:
 
 
 def _by_settings(jobs: list[Job]) -> list[list[Job]]:
-    """Jobs grouped by (beam, n-best), which one beam search must share, in arrival order."""
-    groups: dict[tuple[int, int], list[Job]] = {}
+    """Jobs grouped by (beam, n-best, length options), which one beam search must share, in arrival order."""
+    groups: dict[tuple, list[Job]] = {}
     for job in jobs:
-        groups.setdefault((job.beam, job.nbest), []).append(job)
+        groups.setdefault((job.beam, job.nbest, job.length), []).append(job)
     return list(groups.values())

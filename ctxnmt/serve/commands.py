@@ -6,6 +6,7 @@ import signal
 import sys
 import time
 
+from ctxnmt.decoding import length
 from ctxnmt.errors import ConfigError, CtxnmtError
 
 
@@ -26,6 +27,7 @@ def register(sub) -> None:
     p.add_argument("--max-chars", type=int, default=20000, help="characters per request (default: %(default)s)")
     p.add_argument("--max-line-words", type=int, default=250,
                    help="words per sentence (default: %(default)s)")
+    length.add_arguments(p, default="the config's; a request may set its own")
     p.set_defaults(func=cmd_serve)
 
 
@@ -48,6 +50,7 @@ def cmd_serve(args) -> int:
     from ctxnmt.serve.requests import MAX_BEAM, Limits
 
     _check(args)
+    options = length.from_arguments(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     log = logging.getLogger("ctxnmt.serve")
     start = time.perf_counter()
@@ -55,11 +58,13 @@ def cmd_serve(args) -> int:
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir,
                                  ensemble_mode=args.ensemble_mode)
     translator.warn = log.warning
+    translator.length_control(options)  # a bad combination with the model's config: refused at start
     beam = args.beam or translator.config.decoding.beam
     if beam > MAX_BEAM:
         raise ConfigError(f"--beam must be at most {MAX_BEAM}, not {beam}")
     limits = Limits(args.max_request_sents, args.max_chars, args.max_line_words)
-    app = create_app(translator, model_dirs, ServeSettings(beam, args.max_batch_sents, args.max_wait_ms, limits))
+    app = create_app(translator, model_dirs, ServeSettings(beam, args.max_batch_sents, args.max_wait_ms, limits,
+                                                           options))
     log.info("%d model(s) loaded in %.1f s; serving on http://%s:%d", len(model_dirs),
              time.perf_counter() - start, args.host, args.port)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, access_log=False,

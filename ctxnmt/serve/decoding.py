@@ -22,7 +22,8 @@ class BatchDecoder:
         doc_ids = self._document_ids(batch) if self.signals.document_context else None
         translations = self.translator.translate(lines, beam=jobs[0].beam, nbest=jobs[0].nbest,
                                                  batch_size=max(1, len(lines)),
-                                                 return_attention=any(j.attention for j in jobs), doc_ids=doc_ids)
+                                                 return_attention=any(j.attention for j in jobs), doc_ids=doc_ids,
+                                                 length=dict(jobs[0].length))
         out, start = [], 0
         for job in jobs:
             mine = translations[start: start + len(job.lines)]

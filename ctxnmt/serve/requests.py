@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ctxnmt.decoding.length import KINDS, OPTIONS, RANGES, RULES, decoding_options, problem, with_options
 
 MAX_BEAM = 50
 
@@ -24,6 +27,21 @@ class TranslateRequest(BaseModel):
     attention: bool = Field(False, description="also return subwords, source and target-side attention, gates")
     document: bool = Field(False, description="the sentences are one document, in order: document-context "
                                               "models read each sentence's previous sentences")
+    # Length control (docs/decoding.md); each left out is the server's (--length-penalty, …)
+    length_penalty: float | None = Field(
+        None, ge=RANGES["length_penalty"][0], le=RANGES["length_penalty"][1], allow_inf_nan=False,
+        description="α of the length penalty; 0 = raw log-probability")
+    length_penalty_kind: Literal[KINDS] | None = Field(  # type: ignore[valid-type]
+        None, description="power: logP / |y|^α; wu: logP / ((5+|y|)/6)^α (GNMT); none")
+    coverage_penalty: float | None = Field(
+        None, ge=RANGES["coverage_penalty"][0], le=RANGES["coverage_penalty"][1], allow_inf_nan=False,
+        description="β of GNMT's coverage penalty; 0 = off")
+    max_len_a: float | None = Field(
+        None, ge=RANGES["max_len_a"][0], le=RANGES["max_len_a"][1], allow_inf_nan=False,
+        description="an output has at most max_len_a·|x| + max_len_b subwords")
+    max_len_b: int | None = Field(None, ge=RANGES["max_len_b"][0], le=RANGES["max_len_b"][1])
+    max_len_rule: Literal[RULES] | None = Field(  # type: ignore[valid-type]
+        None, description="fixed: max_len_a as given; data: the training pairs' 99th-percentile target/source ratio")
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,19 @@ def parse_request(body: bytes, limits: Limits) -> TranslateRequest:
 def sentences(request: TranslateRequest) -> list[str]:
     """The text's lines (a final line break starts no new line), or the list as it is."""
     return request.text.splitlines() if isinstance(request.text, str) else list(request.text)
+
+
+def length_options(request: TranslateRequest, server: dict[str, Any], dec) -> dict[str, Any]:
+    """The length options of a request over the server's, checked with the model's config
+    `dec` (a value may be right alone and wrong with the others)."""
+    given = {key: getattr(request, key) for key in OPTIONS if getattr(request, key) is not None}
+    merged = {**server, **given}
+    if "max_len_a" in given and merged.get("max_len_rule", dec.max_len_rule) == "data":
+        raise RequestError(422, "max_len_a", 'has no effect with max_len_rule data (give "max_len_rule": "fixed")')
+    found = problem(decoding_options(with_options(dec, merged)))
+    if found is not None:
+        raise RequestError(422, found[0], found[1])
+    return merged
 
 
 def _first_error(err: ValidationError) -> RequestError:

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 class Hypothesis(BaseModel):
     translation: str
-    score: float = Field(description="length-normalised log-probability")
+    score: float = Field(description="log-probability / lp(y) + cp(x; y): the request's length and coverage penalties")
 
 
 class Gates(BaseModel):

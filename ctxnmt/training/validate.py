@@ -51,6 +51,15 @@ def dev_perplexity(model, src: list[list[int]], tgt: list[list[int]], batch_toke
     return math.exp(min(total / max(tokens, 1), 50.0))
 
 
+def _length(config: Config, data):
+    """The length settings `translate` will use, the training data's length ratios included."""
+    from ctxnmt.data.prepare import length_ratios
+    from ctxnmt.decoding.length import length_control
+
+    dec = config.decoding
+    return length_control(dec, length_ratios(data.train) if dec.max_len_rule == "data" else None)
+
+
 def validate(model, data, config: Config, device) -> dict[str, float]:
     """{'ppl': …, 'bleu': …} on the dev set (BLEU only if training.valid_bleu)."""
     t = config.training
@@ -67,7 +76,7 @@ def validate(model, data, config: Config, device) -> dict[str, float]:
 
         sentences = None if context is None else [[dev.src[j] for j in c] for c in context]
         hyps = translate_ids(model, dev.src[:n], data.preprocessor, data.tgt_vocab, config.decoding,
-                             beam=t.valid_beam, device=device, context=sentences)
+                             beam=t.valid_beam, device=device, context=sentences, length=_length(config, data))
         result["bleu"] = bleu([h.text for h in hyps], dev.raw_tgt[:n]).value
     model.train()
     return result

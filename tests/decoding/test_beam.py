@@ -8,6 +8,7 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding.beam import beam_search
+from ctxnmt.decoding.length import LengthControl
 from ctxnmt.models.nmt import build_model
 
 SRC = [[5, 6, 7, 8, 9], [10, 11], [4, 12, 13, 5, 6, 7, 8], [9, 9, 9]]
@@ -37,7 +38,7 @@ def sequence_logprob(model, src, tokens):
 def test_hypothesis_scores_are_their_log_probabilities():
     model = random_model()
     src, mask = pad(SRC)
-    for sent, hyps in zip(SRC, beam_search(model, src, mask, beam=4, nbest=4, length_penalty=0.0)):
+    for sent, hyps in zip(SRC, beam_search(model, src, mask, beam=4, nbest=4, length=LengthControl(alpha=0.0))):
         assert len(hyps) >= 2
         for h in hyps:
             assert abs(h.logprob - sequence_logprob(model, sent, h.tokens)) < 1e-4
@@ -120,8 +121,8 @@ def test_finished_sentences_leave_once_they_hold_an_eighth_of_the_rows(beam, sen
 
 def test_larger_beam_never_finds_a_worse_best_hypothesis_here():
     model = random_model(3)
-    small = beam_search(model, *pad(SRC), beam=1, length_penalty=0.0)
-    large = beam_search(model, *pad(SRC), beam=8, length_penalty=0.0)
+    small = beam_search(model, *pad(SRC), beam=1, length=LengthControl(alpha=0.0))
+    large = beam_search(model, *pad(SRC), beam=8, length=LengthControl(alpha=0.0))
     for a, b in zip(small, large):
         assert b[0].score >= a[0].score - 1e-6
 
@@ -130,7 +131,8 @@ def test_output_length_is_bounded_and_attention_is_returned():
     model = random_model(4)
     with torch.no_grad():
         model.generator.bias[EOS] -= 50.0  # never ends by itself
-    hyps = beam_search(model, *pad(SRC), beam=3, max_len_ratio=1.0, max_len_extra=2, return_attention=True)
+    hyps = beam_search(model, *pad(SRC), beam=3, length=LengthControl(max_len_a=1.0, max_len_b=2),
+                       return_attention=True)
     for sent, h in zip(SRC, hyps):
         assert len(h[0].tokens) == len(sent) + 2
         assert h[0].attention.shape == (len(sent) + 2, max(len(s) for s in SRC))
@@ -196,7 +198,7 @@ def test_joining_parts_pads_the_encoder_side_and_left_pads_the_words():
     model = random_model(7)
     with torch.no_grad():
         model.generator.bias[EOS] = -1e4  # nobody finishes here
-        search = _Search(model, 1, 1.0, 2.0, 10, False)
+        search = _Search(model, 1, LengthControl(), False)
         long = search.advance(search.advance(search.start([0, 1], *pad([[5, 6, 7, 8, 9], [10, 11, 12, 13]]))))
         short = search.advance(search.start([2], *pad([[4, 5]])))
         both = _join(long, short)

@@ -12,6 +12,7 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding.beam import beam_search
+from ctxnmt.decoding.length import LengthControl
 from ctxnmt.decoding.ensemble import Ensemble, pack, unpack
 from ctxnmt.models.nmt import build_model
 from tests.decoding.test_beam import SRC, random_model, sequence_logprob
@@ -67,7 +68,7 @@ def test_members_of_different_architectures_average_their_log_probabilities():
     a, b = random_model(2), other_model()
     ensemble = Ensemble([a, b], "logprob")
     gaps = []
-    for sent, hyps in zip(SRC, search(ensemble, length_penalty=0.0)):
+    for sent, hyps in zip(SRC, search(ensemble, length=LengthControl(alpha=0.0))):
         assert len(hyps) >= 2
         for h in hyps:
             la, lb = sequence_logprob(a, sent, h.tokens), sequence_logprob(b, sent, h.tokens)
@@ -90,7 +91,7 @@ def step_logprobs(model, src, tokens):
 
 def test_probability_mode_averages_probabilities_at_every_step():
     a, b = random_model(3), other_model(6)
-    for sent, hyps in zip(SRC, search(Ensemble([a, b], "prob"), length_penalty=0.0)):
+    for sent, hyps in zip(SRC, search(Ensemble([a, b], "prob"), length=LengthControl(alpha=0.0))):
         for h in hyps:
             pa, pb = step_logprobs(a, sent, h.tokens), step_logprobs(b, sent, h.tokens)
             expected = sum(math.log((math.exp(x) + math.exp(y)) / 2) for x, y in zip(pa, pb))

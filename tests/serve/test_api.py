@@ -22,6 +22,9 @@ def as_tensor(values) -> torch.Tensor:
 
 
 LINES = ["el gato 3 .", "", "el gato 5 . el gato 6 .", "el gato 7 ."]
+LENGTH_FIELDS = ("length_penalty", "length_penalty_kind", "coverage_penalty", "max_len_a", "max_len_b", "max_len_rule")
+DEFAULT_LENGTH = {"length_penalty": 1.0, "length_penalty_kind": "power", "coverage_penalty": 0.0, "max_len_a": 2.0,
+                  "max_len_b": 10, "max_len_rule": "fixed"}
 
 
 def client_for(dirs: list, **settings) -> tuple[TestClient, Translator]:
@@ -100,11 +103,12 @@ def test_models_health_and_docs(rich):
     assert member["checkpoint"]["path"].endswith("best.pt") and member["checkpoint"]["update"] == 4
     assert set(member["dev_scores"]) >= {"ppl", "bleu"}
     assert info["server"] == {"beam": 3, "max_batch_sents": 32, "max_wait_ms": 10.0, "max_request_sents": 8,
-                              "max_chars": 300, "max_line_words": 12}
+                              "max_chars": 300, "max_line_words": 12, "length": DEFAULT_LENGTH}
     assert client.get("/health").json()["status"] == "ok"
     schema = client.get("/openapi.json").json()
     body = schema["paths"]["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert set(body["properties"]) == {"text", "beam", "nbest", "attention", "document"}
+    assert set(body["properties"]) == {"text", "beam", "nbest", "attention", "document", *LENGTH_FIELDS}
+    assert body["properties"]["coverage_penalty"]["anyOf"][0]["maximum"] == 10
     assert "/v1/models" in schema["paths"] and "/health" in schema["paths"]
     assert client.get("/docs").status_code == 200
     page = client.get("/")
@@ -187,6 +191,18 @@ BAD = [  # (body bytes, status, field, words the error must contain)
     (b'{"text": ["el gato", "el \\ud800 gato"]}', 422, "text[1]", "lone surrogate at character 3"),
     (b'{"text": "el gato", "nbest": 4, "beam": 2}', 422, "nbest", "more than the beam"),
     (b'{"text": "el gato", "nbest": 5}', 422, "nbest", "more than the beam (3)"),
+    (b'{"text": "el gato", "length_penalty": -1}', 422, "length_penalty", "greater than or equal to 0"),
+    (b'{"text": "el gato", "length_penalty": NaN}', 422, "length_penalty", "finite number"),
+    (b'{"text": "el gato", "length_penalty": true}', 422, "length_penalty", "valid number"),
+    (b'{"text": "el gato", "length_penalty_kind": "gnmt"}', 422, "length_penalty_kind", "'power', 'wu' or 'none'"),
+    (b'{"text": "el gato", "coverage_penalty": "0.2"}', 422, "coverage_penalty", "valid number"),
+    (b'{"text": "el gato", "coverage_penalty": 10.5}', 422, "coverage_penalty", "less than or equal to 10"),
+    (b'{"text": "el gato", "max_len_a": 11}', 422, "max_len_a", "less than or equal to 10"),
+    (b'{"text": "el gato", "max_len_b": 2.5}', 422, "max_len_b", "valid integer"),
+    (b'{"text": "el gato", "max_len_b": 1001}', 422, "max_len_b", "less than or equal to 1000"),
+    (b'{"text": "el gato", "max_len_a": 0, "max_len_b": 0}', 422, "max_len_b", "at least 1 when max_len_a is 0"),
+    (b'{"text": "el gato", "max_len_rule": "auto"}', 422, "max_len_rule", "'fixed' or 'data'"),
+    (b'{"text": "el gato", "max_len_rule": "data", "max_len_a": 1}', 422, "max_len_a", "no effect with max_len_rule"),
     (json.dumps({"text": " ".join(["gato"] * 10000)}).encode(), 413, "text", "10000 words"),
     (json.dumps({"text": ["gato"] * 9}).encode(), 413, "text", "9 sentences, more than the limit of 8"),
     (json.dumps({"text": ["gato " * 10] * 7}).encode(), 413, "text", "350 characters, more than the limit of 300"),
@@ -202,6 +218,27 @@ def test_bad_input_gets_a_one_line_error_naming_the_field(rich, body, status, fi
     assert error["field"] == field and words in error["error"] and error["error"].startswith(field + ": ")
     assert "\n" not in error["error"]
     assert client.post("/v1/translate", json={"text": "el gato 3 ."}).status_code == 200  # still serving
+
+
+def test_length_options_per_request_and_per_server_are_the_translators(model_dirs):
+    """A request's length options over the server's (--max-len-b …) over the config's, each
+    decoded as `Translator.translate` decodes them; requests differing in them never share a search."""
+    client, translator = client_for([model_dirs["base"]], length={"max_len_a": 0.0, "max_len_b": 1})
+    options = {"length_penalty_kind": "wu", "length_penalty": 2.0, "coverage_penalty": 0.3, "max_len_b": 2}
+    with client:
+        server = client.post("/v1/translate", json={"text": LINES, "attention": True}).json()
+        own = client.post("/v1/translate", json={"text": LINES, "beam": 2, "nbest": 2, **options}).json()
+        info = client.get("/v1/models").json()["server"]["length"]
+    assert info == {**DEFAULT_LENGTH, "max_len_a": 0.0, "max_len_b": 1}
+    assert all(len(s["tokens"]) <= 1 for s in server["sentences"])
+    assert [s["translation"] for s in server["sentences"]] == \
+        [t.text for t in translator.translate(LINES, beam=3, length={"max_len_a": 0.0, "max_len_b": 1})]
+    want = translator.translate(LINES, beam=2, nbest=2, length={"max_len_a": 0.0, **options})
+    for got, expected in zip(own["sentences"], want):
+        assert [h["translation"] for h in got["nbest"]] == [h.text for h in expected.nbest]
+        assert [h["score"] for h in got["nbest"]] == pytest.approx([h.score for h in expected.nbest], abs=1e-3)
+    assert own["sentences"][0]["nbest"][0]["translation"] != server["sentences"][0]["translation"] or \
+        own["sentences"][0]["score"] != server["sentences"][0]["score"]
 
 
 def test_an_oversized_body_is_refused_before_it_is_read(rich):

@@ -70,6 +70,14 @@ def test_one_sentence_batches_turn_batching_off_and_settings_split_a_batch():
         f.result(10)
     batcher.stop(10)
     assert record.batches == [[["a"], ["c"]], [["b"]], [["d"]]]  # one beam search per (beam, n-best)
+    record = Recorder()
+    batcher = DynamicBatcher(record, max_batch_sents=8, max_wait_ms=100).start()
+    wu = (("length_penalty_kind", "wu"),)
+    for f in submit_all(batcher, [Job(["a"], 5), Job(["b"], 5, length=wu), Job(["c"], 5, length=wu),
+                                  Job(["d"], 5, length=(("max_len_b", 3),))]):
+        f.result(10)
+    batcher.stop(10)
+    assert record.batches == [[["a"]], [["b"], ["c"]], [["d"]]]  # … and per set of length options
 
 
 def test_gone_clients_are_left_out_and_a_failing_batch_fails_only_its_requests():

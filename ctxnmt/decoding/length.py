@@ -1,0 +1,173 @@
+"""Length control in beam search: the length penalty, the coverage penalty and the
+maximum output length.
+
+A finished hypothesis y of source x is ranked by
+
+    s(y, x) = log P(y|x) / lp(y) + cp(x; y)                      (Wu et al. 2016, eq. 14)
+
+lp(y), chosen by `decoding.length_penalty_kind`, with α = `decoding.length_penalty`:
+
+    power   |y|^α                  fairseq's --lenpen, Marian's --normalize (the default, α = 1)
+    wu      ((5 + |y|) / 6)^α      GNMT: (5 + |Y|)^α / (5 + 1)^α
+    none    1                      the raw log-probability (as power with α = 0)
+
+|y| counts the output subwords and the final </s>: one per search step.
+
+    cp(x; y) = β · Σ_{i=1}^{|x|} log(min(Σ_t a_{t,i}, 1.0))      (eq. 14; β = `decoding.coverage_penalty`)
+
+over the source subwords i and every output step t, </s> included.  β = 0 turns it off,
+and search then keeps no coverage at all.
+
+An output has at most max_len(x) = a·|x| + b subwords (floored, and at least 1), with
+fairseq's names and convention (--max-len-a, --max-len-b): a = `decoding.max_len_a`,
+b = `decoding.max_len_b`.  With `decoding.max_len_rule: data`, a is instead the 99th
+percentile of the target/source subword ratios of the model's training pairs
+(prep/lengths.json, see ctxnmt.data.prepare.length_ratios).
+
+The options, their ranges and their one-line errors are defined here once, for the
+config, the command line and the server alike.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+KINDS = ("power", "wu", "none")
+RULES = ("fixed", "data")
+DATA_QUANTILE = "0.99"  # the ratio quantile `max_len_rule: data` takes as a (a key of prep/lengths.json)
+
+# Inclusive ranges of the numeric options; beyond them the penalties are degenerate (powers
+# that overflow) or the output limit lets one request keep the server busy for minutes.
+RANGES: dict[str, tuple[float, float]] = {
+    "length_penalty": (0.0, 10.0),
+    "coverage_penalty": (0.0, 10.0),
+    "max_len_a": (0.0, 10.0),
+    "max_len_b": (0, 1000),
+}
+CHOICES: dict[str, tuple[str, ...]] = {"length_penalty_kind": KINDS, "max_len_rule": RULES}
+OPTIONS = ("length_penalty", "length_penalty_kind", "coverage_penalty", "max_len_a", "max_len_b", "max_len_rule")
+
+# A coverage that underflowed to 0 would make log −inf, and every hypothesis of the
+# sentence −inf: ranking would then be arbitrary.
+_TINY = torch.finfo(torch.float32).tiny
+
+
+@dataclass(frozen=True)
+class LengthControl:
+    """What beam search needs, in numbers (a resolved `max_len_rule`).  The defaults are
+    beam search's own (today's behaviour); the shipped ones are `DecodingConfig`'s."""
+    kind: str = "power"
+    alpha: float = 1.0
+    beta: float = 0.0
+    max_len_a: float = 2.0
+    max_len_b: int = 10
+
+    @property
+    def normalises(self) -> bool:
+        return self.kind != "none" and self.alpha != 0
+
+    def lp(self, length: int) -> float:
+        """lp(y) for |y| = `length` (output subwords and </s>)."""
+        if not self.normalises:
+            return 1.0
+        if self.kind == "wu":
+            return ((5 + length) / 6) ** self.alpha
+        return float(length) ** self.alpha
+
+    def max_len(self, src_len: int) -> int:
+        """Most output subwords (</s> not counted); every step emits one, so at least 1."""
+        return max(1, int(self.max_len_a * src_len) + self.max_len_b)
+
+
+def coverage_penalty(coverage: torch.Tensor, src_lens: torch.Tensor, beta: float) -> torch.Tensor:
+    """cp = β · Σ_{i ≤ |x|} log(min(Σ_t a_{t,i}, 1.0)) per row (eq. 14).  `coverage` (R, S):
+    each row's attention summed over its steps so far; `src_lens` (R,): |x| of each row,
+    whose columns beyond it are padding (zero attention, and no source word)."""
+    real = torch.arange(coverage.size(1), device=coverage.device) < src_lens.view(-1, 1)
+    logs = coverage.clamp(min=_TINY, max=1.0).log()
+    return beta * torch.where(real, logs, torch.zeros_like(logs)).sum(1)
+
+
+def problem(values: Mapping[str, Any], name: Callable[[str], str] = str) -> tuple[str, str] | None:
+    """(option, what is wrong with it) for the first option of `values` out of range, or None;
+    another option the text mentions is called `name(option)`."""
+    for key in OPTIONS:
+        if key not in values:
+            continue
+        value = values[key]
+        if key in CHOICES and value not in CHOICES[key]:
+            return key, f"must be one of {', '.join(CHOICES[key])}, not {value!r}"
+        if key in RANGES:
+            low, high = RANGES[key]
+            if not low <= value <= high:  # NaN fails this too
+                return key, f"must be between {low:g} and {high:g}, not {value!r}"
+    if values.get("max_len_a", 1) == 0 and values.get("max_len_b", 1) == 0:
+        return "max_len_b", f"must be at least 1 when {name('max_len_a')} is 0 (every output would be one subword)"
+    return None
+
+
+def check(values: Mapping[str, Any], name: Callable[[str], str], error: type[Exception]) -> None:
+    """Raise `error` with one line naming the option as `name(option)` calls it."""
+    found = problem(values, name)
+    if found is not None:
+        raise error(f"{name(found[0])} {found[1]}")
+
+
+def decoding_options(dec) -> dict[str, Any]:
+    """The length options of a DecodingConfig."""
+    return {key: getattr(dec, key) for key in OPTIONS}
+
+
+def with_options(dec, overrides: Mapping[str, Any]):
+    """A DecodingConfig with the given length options replaced."""
+    return dataclasses.replace(dec, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def length_control(dec, ratios: Mapping[str, float] | None, warn: Callable[[str], None] | None = None) -> LengthControl:
+    """The search's settings from a DecodingConfig; `ratios`: the training data's target/source
+    ratio quantiles, read by `max_len_rule: data` (None: not known, and a model directory from
+    before they were recorded: a keeps `max_len_a`, with a warning)."""
+    a = dec.max_len_a
+    if dec.max_len_rule == "data":
+        if ratios is None:
+            if warn is not None:
+                warn(f"max_len_rule data: no training length ratios for this model (prep/lengths.json or "
+                     f"prep/data.pt); using max_len_a = {a:g} instead")
+        else:
+            a = float(ratios[DATA_QUANTILE])
+    return LengthControl(dec.length_penalty_kind, dec.length_penalty, dec.coverage_penalty, a, dec.max_len_b)
+
+
+# -- the command line (`translate`, `serve`) -----------------------------------------------
+
+def add_arguments(parser, default: str = "the config's") -> None:
+    """The length options as flags; each left out keeps `default` (the model's config)."""
+    group = parser.add_argument_group("length control (docs/decoding.md)")
+    group.add_argument("--length-penalty", type=float, metavar="ALPHA",
+                       help=f"α of the length penalty, 0–10; 0 = raw log-probability (default: {default})")
+    group.add_argument("--length-penalty-kind", metavar="KIND",
+                       help=f"power: logP / |y|^α; wu: logP / ((5+|y|)/6)^α (GNMT); none (default: {default})")
+    group.add_argument("--coverage-penalty", type=float, metavar="BETA",
+                       help=f"β of GNMT's coverage penalty, 0–10; 0 = off (default: {default})")
+    group.add_argument("--max-len-a", type=float, metavar="A",
+                       help=f"an output has at most A·|x| + B subwords, A 0–10 (fairseq's convention; "
+                            f"default: {default})")
+    group.add_argument("--max-len-b", type=int, metavar="B", help=f"see --max-len-a; 0–1000 (default: {default})")
+    group.add_argument("--max-len-rule", metavar="RULE",
+                       help=f"fixed: A as given; data: A = the training pairs' 99th-percentile target/source "
+                            f"ratio (default: {default})")
+
+
+def from_arguments(args) -> dict[str, Any]:
+    """The length options given on the command line, checked (one line naming the flag)."""
+    from ctxnmt.errors import ConfigError
+
+    given = {key: getattr(args, key) for key in OPTIONS if getattr(args, key) is not None}
+    check(given, lambda key: "--" + key.replace("_", "-"), ConfigError)
+    if given.get("max_len_rule") == "data" and "max_len_a" in given:
+        raise ConfigError("--max-len-a has no effect with --max-len-rule data (A then comes from the training data)")
+    return given

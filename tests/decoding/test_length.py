@@ -1,0 +1,264 @@
+"""Length control: the GNMT length and coverage penalties against Wu et al. (2016) eq. 14
+written out, beam search's scores with them (its incremental coverage against the attention
+it returns), the output limit, the training data's length ratios, and bad values refused at
+the command line and by the config (the server's are in tests/serve)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from ctxnmt.cli import main
+from ctxnmt.config import DecodingConfig, ModelConfig
+from ctxnmt.data.batching import pad
+from ctxnmt.data.prepare import Split, length_ratios, load_prepared
+from ctxnmt.data.vocab import EOS
+from ctxnmt.decoding import beam as search_module
+from ctxnmt.decoding.beam import beam_search, search_batches
+from ctxnmt.decoding.length import LengthControl, coverage_penalty, length_control
+from ctxnmt.models.nmt import build_model
+from tests.decoding.test_beam import SRC, random_model, sequence_logprob
+from tests.test_cli import small_corpus, write_config
+
+
+def gnmt_lp(length: int, alpha: float) -> float:
+    """Wu et al. 2016, eq. 14: lp(Y) = (5 + |Y|)^α / (5 + 1)^α."""
+    return (5 + length) ** alpha / (5 + 1) ** alpha
+
+
+def gnmt_cp(attention: list[list[float]], beta: float) -> float:
+    """Wu et al. 2016, eq. 14: cp(X; Y) = β · Σ_{i=1}^{|X|} log(min(Σ_{j=1}^{|Y|} p_{i,j}, 1.0)),
+    p_{i,j} the attention of the j-th target word on the i-th source word: attention[j][i]."""
+    sources = range(len(attention[0]))
+    return beta * sum(math.log(min(sum(row[i] for row in attention), 1.0)) for i in sources)
+
+
+@pytest.mark.parametrize("alpha", [0.2, 0.6, 1.0, 2.0])
+def test_the_wu_length_penalty_is_eq_14_and_power_is_today_s(alpha):
+    for length in range(1, 60):
+        assert LengthControl("wu", alpha).lp(length) == pytest.approx(gnmt_lp(length, alpha), rel=1e-12)
+        assert LengthControl("power", alpha).lp(length) == length ** alpha
+        assert LengthControl("none", alpha).lp(length) == LengthControl("wu", 0.0).lp(length) == 1.0
+
+
+def test_the_coverage_penalty_is_eq_14_over_the_real_source_words():
+    torch.manual_seed(0)
+    lens, steps, width = [5, 3], 7, 8
+    rows = []
+    for n in lens:  # attention over n real source words, zero on the padding
+        att = torch.zeros(steps, width)
+        att[:, :n] = torch.softmax(3 * torch.randn(steps, n), -1)
+        rows.append(att)
+    coverage = torch.stack([att.sum(0) for att in rows])
+    got = coverage_penalty(coverage, torch.tensor(lens), 0.3)
+    for k, (att, n) in enumerate(zip(rows, lens)):
+        assert float(got[k]) == pytest.approx(gnmt_cp(att[:, :n].tolist(), 0.3), rel=1e-5)
+    real = torch.cat([coverage[0, :5], coverage[1, :3]])
+    assert (real > 1).any() and (real < 1).any()  # both sides of the min(·, 1.0) are exercised
+
+
+@pytest.mark.parametrize("kind, alpha, beta", [("wu", 0.6, 0.4), ("power", 1.0, 1.5), ("none", 0.0, 0.2)])
+def test_each_hypothesis_score_is_eq_14_of_its_own_attention(kind, alpha, beta):
+    """The coverage the search sums step by step (reordered with its beams) against the
+    attention it returns, summed at once; the log-probability against a forced decode."""
+    model = random_model(2)
+    length = LengthControl(kind, alpha, beta)
+    for sent, hyps in zip(SRC, beam_search(model, *pad(SRC), beam=4, nbest=4, length=length,
+                                           return_attention=True)):
+        assert len(hyps) >= 2
+        for h in hyps:
+            assert h.logprob == pytest.approx(sequence_logprob(model, sent, h.tokens), abs=1e-4)
+            lp = gnmt_lp(len(h.tokens) + 1, alpha) if kind == "wu" else (len(h.tokens) + 1) ** alpha
+            expected = h.logprob / lp + gnmt_cp(h.attention[:, :len(sent)].tolist(), beta)
+            assert h.score == pytest.approx(expected, abs=1e-4)
+        assert [h.score for h in hyps] == sorted([h.score for h in hyps], reverse=True)
+
+
+def test_the_coverage_penalty_changes_the_choice_and_needs_no_returned_attention():
+    model = random_model(2)
+    plain = beam_search(model, *pad(SRC), beam=4, nbest=4, length=LengthControl(beta=0.0))
+    kept = beam_search(model, *pad(SRC), beam=4, nbest=4, length=LengthControl(beta=2.0))
+    returned = beam_search(model, *pad(SRC), beam=4, nbest=4, length=LengthControl(beta=2.0), return_attention=True)
+    assert [[h.tokens for h in s] for s in kept] == [[h.tokens for h in s] for s in returned]
+    scores = [[h.score for h in s] for s in (*kept, *returned)]
+    assert scores[:len(SRC)] == [pytest.approx(s, abs=1e-5) for s in scores[len(SRC):]]
+    assert [[h.tokens for h in s] for s in kept] != [[h.tokens for h in s] for s in plain]
+
+
+def test_without_a_coverage_penalty_no_coverage_is_kept(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("coverage computed with β = 0")
+
+    monkeypatch.setattr(search_module, "coverage_penalty", refuse)
+    parts, advance = [], search_module._Search.advance
+    monkeypatch.setattr(search_module._Search, "advance", lambda self, part: parts.append(part) or advance(self, part))
+    beam_search(random_model(2), *pad(SRC), beam=3, length=LengthControl("wu", 0.6))
+    assert parts and all(p.coverage is None for p in parts)
+
+
+def _in_batches(model, sources, refill_below, length):
+    batches = [(list(range(i, min(i + 4, len(sources)))), *pad(sources[i:i + 4]), None)
+               for i in range(0, len(sources), 4)]
+    return search_batches(model, batches, 1, length=length, refill_below=refill_below)
+
+
+def test_coverage_survives_batches_joining(monkeypatch):
+    """Greedy search refills (a later batch joins the tail of the one before, with wider
+    source padding): each sentence's hypothesis and score with a coverage penalty are unchanged."""
+    torch.manual_seed(6)  # the setup of tests/decoding/test_beam.py's refill test
+    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
+    with torch.no_grad():
+        model.generator.bias[EOS] += 0.3  # some end at once, others run to their length limits
+    model.eval()
+    sources = [torch.randint(4, 16, (n,)).tolist() for n in [9, 8, 8, 7, 3, 3, 2, 2, 2, 1, 1]]
+    length = LengthControl("wu", 0.6, 0.5)
+    alone = _in_batches(model, sources, 0, length)
+    joins, join = [], search_module._join
+    monkeypatch.setattr(search_module, "_join", lambda a, b: joins.append(join(a, b)) or joins[-1])
+    joined = _in_batches(model, sources, 3, length)
+    assert joins and all(j is not None and j.coverage.shape == (len(j.active), j.width) for j in joins)
+    for i in alone:
+        assert [h.tokens for h in joined[i]] == [h.tokens for h in alone[i]]
+        assert joined[i][0].score == pytest.approx(alone[i][0].score, abs=1e-5)
+
+
+def test_a_large_alpha_prefers_longer_outputs():
+    model = random_model(3)
+    with torch.no_grad():
+        model.generator.bias[EOS] -= 1.0  # by raw log-probability </s> alone is best for every sentence here
+    lengths = {}
+    for kind, alpha in (("power", 0.0), ("power", 1.0), ("power", 4.0), ("wu", 4.0)):
+        found = beam_search(model, *pad(SRC), beam=6, length=LengthControl(kind, alpha))
+        lengths[kind, alpha] = [len(h[0].tokens) for h in found]
+    assert lengths["power", 0.0] == [0] * len(SRC)
+    for shorter, longer in ((("power", 0.0), ("power", 1.0)), (("power", 1.0), ("power", 4.0))):
+        assert all(a <= b for a, b in zip(lengths[shorter], lengths[longer]))
+        assert sum(lengths[shorter]) < sum(lengths[longer])
+    assert all(n > 0 for n in lengths["wu", 4.0])
+
+
+@pytest.mark.parametrize("a, b", [(0.5, 1), (0.0, 3), (1.5, 0), (2.0, 10)])
+def test_the_output_limit_is_a_times_the_source_length_plus_b(a, b):
+    model = random_model(4)
+    with torch.no_grad():
+        model.generator.bias[EOS] -= 50.0  # never ends by itself: every output meets the limit
+    for sent, hyps in zip(SRC, beam_search(model, *pad(SRC), beam=2, length=LengthControl(max_len_a=a, max_len_b=b))):
+        assert len(hyps[0].tokens) == max(1, math.floor(a * len(sent)) + b)
+
+
+def test_length_ratios_are_quantiles_of_the_training_pairs():
+    src = [[1] * n for n in (1, 2, 4, 5, 10, 3, 7)]
+    tgt = [[2] * m + [EOS] for m in (3, 2, 5, 5, 8, 9, 7)]
+    ratios = sorted(m / n for m, n in zip((3, 2, 5, 5, 8, 9, 7), (1, 2, 4, 5, 10, 3, 7)))
+    found = length_ratios(Split(src, tgt, [], []))
+    assert found["1"] == max(ratios) == 3.0 and found["0.5"] == ratios[3]
+    for key, value in found.items():  # the smallest ratio at least that share of pairs stay within
+        within = sum(r <= value for r in ratios) / len(ratios)
+        assert within >= float(key) and sum(r < value for r in ratios) / len(ratios) < float(key)
+
+
+def test_the_data_rule_takes_a_from_the_ratios_or_keeps_max_len_a_with_a_warning():
+    dec = DecodingConfig(max_len_rule="data", max_len_a=1.7, max_len_b=4, length_penalty_kind="wu")
+    assert length_control(dec, {"0.99": 1.25}) == LengthControl("wu", 1.0, 0.0, 1.25, 4)
+    warnings = []
+    assert length_control(dec, None, warnings.append).max_len_a == 1.7
+    assert len(warnings) == 1 and "no training length ratios" in warnings[0]
+    assert length_control(DecodingConfig(), {"0.99": 1.25}) == LengthControl()  # fixed: today's 2·|x| + 10
+
+
+# -- the command line and validation, on a tiny trained model ---------------------------
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("length")
+    cfg = write_config(tmp / "c.yaml", small_corpus(tmp), tmp / "m")
+    assert main([str(a) for a in ["train", cfg, "--quiet", "--set", "training.max_updates=2",
+                                  "--set", "training.valid_bleu=false", "--set", "training.threads=1"]]) == 0
+    (tmp / "in.es").write_text("el gato 3 .\nel gato 5 . el gato 6 .\n")
+    return tmp
+
+
+def translate(tiny, capsys, *options):
+    code = main([str(a) for a in ["translate", tiny / "m", "-i", tiny / "in.es", "--attention",
+                                  tiny / "att.jsonl", *options]])
+    _, err = capsys.readouterr()
+    rows = [json.loads(line) for line in (tiny / "att.jsonl").read_text().splitlines()] if code == 0 else []
+    return code, err, rows
+
+
+def test_prepare_records_the_training_length_ratios(tiny):
+    recorded = json.loads((tiny / "m" / "prep" / "lengths.json").read_text())
+    assert recorded == length_ratios(load_prepared(tiny / "m" / "prep").train)
+
+
+def test_translate_caps_outputs_with_the_max_len_flags(tiny, capsys):
+    code, _, rows = translate(tiny, capsys, "--max-len-a", "0", "--max-len-b", "2")
+    assert code == 0 and all(len(r["out"]) <= 3 for r in rows)  # two subwords and </s>
+    code, _, rows = translate(tiny, capsys, "--max-len-a", "0.25", "--max-len-b", "0", "--length-penalty-kind", "wu",
+                              "--length-penalty", "5", "--coverage-penalty", "0.2")
+    assert code == 0 and all(len(r["out"]) <= max(1, len(r["src"]) // 4) + 1 for r in rows)
+
+
+def test_the_data_rule_reads_the_recorded_ratios_and_older_directories_fall_back(tiny, capsys, monkeypatch):
+    from ctxnmt.decoding import translator as translator_module
+
+    seen = []
+    real = translator_module.search_batches
+    monkeypatch.setattr(translator_module, "search_batches",
+                        lambda *args, **kw: seen.append(args[4]) or real(*args, **kw))
+    recorded = json.loads((tiny / "m" / "prep" / "lengths.json").read_text())
+    code, err, _ = translate(tiny, capsys, "--max-len-rule", "data", "--max-len-b", "3")
+    assert code == 0 and seen[-1].max_len_a == recorded["0.99"] and seen[-1].max_len_b == 3 and err == ""
+    (tiny / "m" / "prep" / "lengths.json").rename(tiny / "lengths.json")  # prepared before it was recorded
+    try:
+        code, err, _ = translate(tiny, capsys, "--max-len-rule", "data")
+        assert code == 0 and seen[-1].max_len_a == recorded["0.99"] and err == ""  # measured on data.pt
+        (tiny / "m" / "prep" / "data.pt").rename(tiny / "data.pt")
+        code, err, _ = translate(tiny, capsys, "--max-len-rule", "data")
+        assert code == 0 and seen[-1].max_len_a == 2.0
+        assert err.count("warning: max_len_rule data: no training length ratios") == 1
+    finally:
+        (tiny / "lengths.json").rename(tiny / "m" / "prep" / "lengths.json")
+        if (tiny / "data.pt").exists():
+            (tiny / "data.pt").rename(tiny / "m" / "prep" / "data.pt")
+
+
+BAD_FLAGS = [
+    (["--length-penalty", "-0.5"], "--length-penalty must be between 0 and 10, not -0.5"),
+    (["--length-penalty", "nan"], "--length-penalty must be between 0 and 10"),
+    (["--length-penalty-kind", "gnmt"], "--length-penalty-kind must be one of power, wu, none, not 'gnmt'"),
+    (["--coverage-penalty", "11"], "--coverage-penalty must be between 0 and 10, not 11.0"),
+    (["--max-len-a", "-1"], "--max-len-a must be between 0 and 10, not -1.0"),
+    (["--max-len-b", "1001"], "--max-len-b must be between 0 and 1000, not 1001"),
+    (["--max-len-a", "0", "--max-len-b", "0"], "--max-len-b must be at least 1 when --max-len-a is 0"),
+    (["--max-len-rule", "ratio"], "--max-len-rule must be one of fixed, data, not 'ratio'"),
+    (["--max-len-rule", "data", "--max-len-a", "1.5"], "--max-len-a has no effect with --max-len-rule data"),
+]
+
+
+@pytest.mark.parametrize("flags, message", BAD_FLAGS, ids=[" ".join(f) for f, _ in BAD_FLAGS])
+@pytest.mark.parametrize("command", ["translate", "serve"])
+def test_bad_flags_are_one_line_errors_naming_the_flag(tiny, capsys, command, flags, message):
+    code = main([command, str(tiny / "m"), *flags])
+    _, err = capsys.readouterr()
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_validation_decodes_with_the_config_s_length_settings(tiny, capsys, monkeypatch):
+    from ctxnmt.decoding import translator as translator_module
+
+    seen = []
+    real = translator_module.search_batches
+    monkeypatch.setattr(translator_module, "search_batches",
+                        lambda *args, **kw: seen.append(args[4]) or real(*args, **kw))
+    cfg = tiny / "c.yaml"
+    args = ["train", cfg, "--quiet", "--set", f"model_dir={tiny / 'v'}", "--set", "training.max_updates=2",
+            "--set", "training.valid_every=2", "--set", "training.threads=1"]
+    for item in ("length_penalty_kind=wu", "length_penalty=0.6", "coverage_penalty=0.2", "max_len_rule=data",
+                 "max_len_b=3"):
+        args += ["--set", f"decoding.{item}"]
+    assert main([str(a) for a in args]) == 0
+    ratio = length_ratios(load_prepared(tiny / "v" / "prep").train)["0.99"]
+    assert seen and set(seen) == {LengthControl("wu", 0.6, 0.2, ratio, 3)}
