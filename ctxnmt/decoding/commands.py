@@ -23,6 +23,7 @@ def register(sub) -> None:
     p.add_argument("--nbest", type=int, default=1, help="print the N best as 'i ||| text ||| score'")
     p.add_argument("--batch-size", type=int, help="sentences decoded together")
     p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
+    p.add_argument("--device", default="cpu", help="where to decode: cpu (default) or cuda")
     p.add_argument("--attention", metavar="JSONL", help="write attention weights, one JSON object per line")
     p.add_argument("--doc-ids", metavar="FILE",
                    help="one document id per input line (like a corpus .doc file): document-context models "
@@ -48,7 +49,7 @@ def cmd_translate(args) -> int:
         raise ConfigError("--doc-ids and --doc-blank-lines are two ways of giving documents; use one")
     model_dirs = [args.model_dir, *args.ensemble]
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir, checkpoint=args.checkpoint,
-                                 ensemble_mode=args.ensemble_mode)
+                                 device=args.device, ensemble_mode=args.ensemble_mode)
     lines = _read_input(args.input)
     doc_ids = None
     if args.doc_blank_lines:
