@@ -1,15 +1,21 @@
 """Training and decoding speed, memory, and the share of this machine's compute used.
 
     python benchmarks/speed.py configs/bench.yaml [configs/other.yaml ...] [--json out.json]
+    python benchmarks/speed.py configs/rnnsearch.yaml "configs/rnnsearch.yaml::training.precision=bf16" \
+        --device cuda --before --beams 5
 
 Each config is measured in a fresh subprocess (so peak resident memory belongs to
 that config alone), one after the other in this one script run; ratios are
-against the first config.  For each it reports:
+against the first config.  Training runs in the config's training.precision (--bf16:
+bf16 for all), as the trainer runs it; decoding under the same autocast.  --before
+measures every config a second time with CTXNMT_GPU_FAST=0, i.e. without the GPU
+paths of ctxnmt/models/functional.py (issue 33): the code before them, in the same
+run.  For each it reports:
   - training target tokens/s after warm-up, on the first batches of epoch 1
     (the same batches for every config with the same data settings);
   - peak resident memory of the process;
   - decoding sentences/s and generated tokens/s for greedy, beam 5 and beam 10
-    on the first --decode-sents test sentences (batched beam search), the median
+    (--beams) on the first --decode-sents test sentences (batched beam search), the median
     of --decode-repeats runs (single runs moved by ±15% on this shared machine);
   - the analytic FLOPs per target token of training (forward + backward ≈ 3×
     forward) and the float32 matmul throughput of this machine, sampled between the
@@ -133,11 +139,13 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     from ctxnmt.data.batching import make_batch, padding_ratio
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.models.nmt import count_parameters
+    from ctxnmt.training.precision import Precision
 
     torch.set_num_threads(args.threads or os.cpu_count())
     torch.manual_seed(0)
     cfg = load_config(config_path, overrides)
     device = torch.device(args.device)
+    precision = Precision("bf16" if args.bf16 else cfg.training.precision, device)
     data = prepared_data(cfg)
     model = bench_model(cfg, data, args.checkpoint).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -155,11 +163,10 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
         sync(device)
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16):
+        with precision.autocast():
             nll, n = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
-        (nll / batch.n_sents).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        precision.backward(nll / batch.n_sents)
+        precision.step(optimizer, model.parameters(), 1.0)
         sync(device)
         if i >= args.warmup:
             elapsed += time.perf_counter() - start
@@ -174,7 +181,7 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
         cfg, len(data.tgt_vocab), round(sum(len(b) for b in timed) / len(timed)), round(mean_src), round(mean_tgt)))
     result = {
         "config": config_path, "overrides": overrides, "device": str(device), "threads": torch.get_num_threads(),
-        "bf16": args.bf16,
+        "bf16": args.bf16, "precision": precision.name, "gpu_paths": os.environ.get("CTXNMT_GPU_FAST", "1") != "0",
         "parameters": count_parameters(model), "train_tok_s": tokens / elapsed,
         "train_sents_per_batch": sum(len(b) for b in timed) / len(timed), "train_tokens_per_batch": tokens / len(timed),
         "padding_src_tgt": padding_ratio(timed, src_lens, tgt_lens),
@@ -187,12 +194,12 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     sources = test_sources(cfg, data, args.decode_sents)
     n = len(sources)
     model.eval()
-    for beam in (1, 5, 10):
+    for beam in args.beams:
         runs = []  # seconds of each repeat; the outputs are the same every time
         for _ in range(args.decode_repeats):
             sync(device)
             start = time.perf_counter()
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            with precision.autocast():
                 hyps = search_ids(model, sources, cfg.decoding, beam=beam, batch_size=args.decode_batch,
                                   device=device)
             sync(device)
@@ -206,21 +213,27 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     return result
 
 
+def row_name(r: dict) -> str:
+    name = Path(r["config"]).stem + ("" if not r["overrides"] else " " + " ".join(r["overrides"]))
+    name += " bf16" if r.get("bf16") else ""
+    return name + ("" if r.get("gpu_paths", True) else " [before]")
+
+
 def print_table(results: list[dict]) -> None:
     base = results[0]
-    head = (f"{'config':<34} {'params':>9} {'train tok/s':>12} {'ratio':>6} {'compute':>8} {'shapes':>7} "
-            f"{'peak RSS':>9} {'greedy tok/s':>13} {'beam5 tok/s':>12} {'beam5 sent/s':>13} {'beam10 tok/s':>13} "
-            f"{'ratio b5':>9}")
+    beams = [b for b in (1, 5, 10) if f"beam{b}_tok_s" in base]
+    title = {1: "greedy tok/s", 5: "beam5 tok/s", 10: "beam10 tok/s"}
+    head = (f"{'config':<44} {'params':>9} {'train tok/s':>12} {'ratio':>6} {'compute':>8} {'shapes':>7} "
+            f"{'peak RSS':>9} " + " ".join(f"{title[b]:>13}" for b in beams)
+            + (f" {'beam5 sent/s':>13} {'ratio b5':>9}" if 5 in beams else ""))
     print(head)
     print("-" * len(head))
     for r in results:
-        name = Path(r["config"]).stem + ("" if not r["overrides"] else " " + " ".join(r["overrides"]))
-        print(f"{name[:34]:<34} {r['parameters'] / 1e6:>8.1f}M {r['train_tok_s']:>12.0f} "
+        print(f"{row_name(r)[:44]:<44} {r['parameters'] / 1e6:>8.1f}M {r['train_tok_s']:>12.0f} "
               f"{r['train_tok_s'] / base['train_tok_s']:>6.2f} {r['compute_fraction']:>8.0%} "
-              f"{r['compute_fraction_model_shapes']:>7.0%} "
-              f"{r['peak_rss_mb'] / 1024:>8.2f}G {r['beam1_tok_s']:>13.0f} {r['beam5_tok_s']:>12.0f} "
-              f"{r['beam5_sents_s']:>13.1f} {r['beam10_tok_s']:>13.0f} "
-              f"{r['beam5_tok_s'] / base['beam5_tok_s']:>9.2f}")
+              f"{r['compute_fraction_model_shapes']:>7.0%} {r['peak_rss_mb'] / 1024:>8.2f}G "
+              + " ".join(f"{r[f'beam{b}_tok_s']:>13.0f}" for b in beams)
+              + (f" {r['beam5_sents_s']:>13.1f} {r['beam5_tok_s'] / base['beam5_tok_s']:>9.2f}" if 5 in beams else ""))
     r = base
     print(f"\nmatmul {r['matmul_gflops']:.0f} GFLOP/s (float32, 2048², sampled between the training batches; "
           f"'compute' column), "
@@ -244,7 +257,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--checkpoint", help="trained weights to decode with (loaded non-strictly into each config)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
+    parser.add_argument("--bf16", action="store_true", help="train and decode every config in bf16 (training.precision=bf16)")
+    parser.add_argument("--beams", type=lambda text: [int(b) for b in text.split(",")], default=[1, 5, 10],
+                        help="beam sizes to decode with, e.g. 5 or 1,5,10 (1 = greedy; default 1,5,10)")
+    parser.add_argument("--before", action="store_true",
+                        help="also measure every config with CTXNMT_GPU_FAST=0 (without the GPU paths)")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one config, print JSON
     args = parser.parse_args()
@@ -253,13 +270,25 @@ def main() -> None:
         print("RESULT " + json.dumps(measure(path, [s for s in sets.split(",") if s], args)))
         return
     results = []
-    for spec in args.configs:
+    runs = [(spec, {}) for spec in args.configs]
+    if args.before:  # first, so that the ratios are to the code before the GPU paths
+        runs = [(spec, {"CTXNMT_GPU_FAST": "0"}) for spec in args.configs] + runs
+    for spec, env in runs:
         cmd = [sys.executable, __file__, spec, "--one", spec] + [
             f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-            if k not in ("configs", "one", "json", "bf16") and v is not None] + (["--bf16"] if args.bf16 else [])
-        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
-        results.append(json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:]))
-        print(f"measured {spec}", file=sys.stderr)
+            if k not in ("configs", "one", "json", "bf16", "beams", "before") and v is not None]
+        cmd += ["--beams", ",".join(map(str, args.beams))] + (["--bf16"] if args.bf16 else [])
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
+        result = next((line for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)
+        if done.returncode or result is None:  # one failed setting must not cost the others' figures
+            print(f"FAILED {spec}{' (before)' if env else ''}: exit status {done.returncode}", file=sys.stderr)
+            continue
+        results.append(json.loads(result[7:]))
+        r = results[-1]  # as it comes: a run cut short by a time limit keeps what it measured
+        print(f"measured {row_name(r)}: train {r['train_tok_s']:.0f} tok/s, "
+              + ", ".join(f"beam {b} {r[f'beam{b}_tok_s']:.0f} tok/s" for b in args.beams), file=sys.stderr)
+    if not results:
+        sys.exit("no setting could be measured")
     print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -24,6 +24,7 @@ def register(sub) -> None:
     p.add_argument("--nbest", type=int, default=1, help="print the N best as 'i ||| text ||| score'")
     p.add_argument("--batch-size", type=int, help="sentences decoded together")
     p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
+    p.add_argument("--device", default="cpu", help="where to decode: cpu (default) or cuda")
     p.add_argument("--attention", metavar="JSONL", help="write attention weights, one JSON object per line")
     p.add_argument("--doc-ids", metavar="FILE",
                    help="one document id per input line (like a corpus .doc file): document-context models "
@@ -51,7 +52,7 @@ def cmd_translate(args) -> int:
     options = length.from_arguments(args)
     model_dirs = [args.model_dir, *args.ensemble]
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir, checkpoint=args.checkpoint,
-                                 ensemble_mode=args.ensemble_mode)
+                                 device=args.device, ensemble_mode=args.ensemble_mode)
     translator.length_control(options)  # a bad combination with the model's config fails before reading input
     lines = _read_input(args.input)
     doc_ids = None

@@ -64,10 +64,16 @@ class GRUCell(RecurrentCell):
     r = σ(W_r x + U_r h), z = σ(W_z x + U_z h),
     h̃ = tanh(W x + r ⊙ (U h)),  h' = z ⊙ h + (1 − z) ⊙ h̃.
     The reset gate multiplies U h (not h) as in dl4mt, which lets all three
-    recurrent products share one matrix multiplication.  On CPU the gates run as
-    one fused kernel (functional.gru_gates); `reference_combine` is the same
-    arithmetic in PyTorch operations, which every other device runs.
+    recurrent products share one matrix multiplication.  On CPU and CUDA the gates
+    run as one fused kernel (functional.gru_gates); `reference_combine` is the same
+    arithmetic in PyTorch operations, which runs wherever those cannot.  It is also
+    torch.nn.GRU's cell with its recurrent bias at zero, which lets a bidirectional
+    layer run through cuDNN on CUDA (functional.bigru).
     """
+
+    def stored_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(W, b, U) laid out as torch's GRU stores its w_ih, b_ih and w_hh (functional.bigru)."""
+        return self.W.weight, self.W.bias, self.U.weight
 
     @classmethod
     def combine(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:

@@ -16,8 +16,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ctxnmt.models.cells import RecurrentCell, biscan, hold_on_padding, scan
-from ctxnmt.models.functional import read_every_step, step_product
+from ctxnmt.models.cells import GRUCell, RecurrentCell, biscan, hold_on_padding, scan
+from ctxnmt.models.functional import bigru, read_every_step, step_product
 from ctxnmt.models.registry import CELLS, ENCODERS
 
 
@@ -66,8 +66,20 @@ class BiRNNLayer(nn.Module):
         return (xp_f, fwd), (xp_b, bwd)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
-        (_, fwd), (_, bwd) = self.directions(x, mask, h0)
+        states = self.whole_sequences(x, mask, h0)
+        if states is None:
+            (_, fwd), (_, bwd) = self.directions(x, mask, h0)
+        else:
+            fwd, bwd = states
         return torch.cat([fwd, bwd], dim=-1)
+
+    def whole_sequences(self, x: torch.Tensor, mask: torch.Tensor, h0: torch.Tensor | None = None):
+        """Both directions' states by one call of torch's GRU (cuDNN) where functional.bigru
+        serves (the dl4mt GRU on CUDA), else None.  It forms the input projections itself,
+        so `directions` (which returns them) stays the path of analyses."""
+        if type(self.fwd) is not GRUCell:
+            return None
+        return bigru(x, self.fwd.stored_weights(), self.bwd.stored_weights(), h0, mask)
 
     def traced(self, x, mask, prefix: str = "") -> tuple[torch.Tensor, dict[str, Recurrence]]:
         """The layer's output and its two recurrences."""

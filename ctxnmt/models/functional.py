@@ -12,9 +12,14 @@ each gained.
   mix(α, v)                 Σ_i α_ti v_i over values shared by a sentence's rows
   step_product(h, U)        h U for a matrix read at every step
   read_every_step(x)        marks x as read by every step of a loop: its gradient is
-                            formed once for all steps (read_each_every_step: a State)
+                            formed once for all steps, and under autocast it is cast
+                            once, not at every step (read_each_every_step: a State)
+  cast_once(x)              x in autocast's precision, cast here rather than per step
   additive_energy(k, q, v)  vᵀ tanh(k_i + q)
-  gru_gates(xp, hp, h)      the dl4mt GRU's gate arithmetic (cells.GRUCell)
+  gru_gates(xp, hp, h)      the dl4mt GRU's gate arithmetic (cells.GRUCell): a fused kernel
+                            on CPU (kernels.cpp) and on CUDA (PyTorch's fused GRU cell)
+  bigru(x, …)               both directions of a dl4mt GRU over a padded batch, through
+                            torch's GRU (cuDNN) on CUDA
   linear_cross_entropy      Σ cross-entropy of softmax(x Wᵀ + b), chunked, gradient in the forward pass
   step_log_softmax          log softmax(x Wᵀ + b) for one search step
   top_log_softmax           its k best entries per row
@@ -23,11 +28,18 @@ each gained.
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 from torch.nn import functional as F
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ctxnmt.models import kernels
+
+# The GPU paths of issue 33 (cast_once, the fused CUDA GRU gates, bigru through cuDNN).
+# CTXNMT_GPU_FAST=0 switches them off, so that a benchmark can measure the code before
+# them in the same run (benchmarks/speed.py --before); the CPU's float32 path never uses them.
+GPU_PATHS = os.environ.get("CTXNMT_GPU_FAST", "1") != "0"
 
 # Under CUDA autocast (bf16), run each backward under the autocast state of its forward.
 _custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")
@@ -130,11 +142,26 @@ class _ReadEveryStep(torch.autograd.Function):
         return (grad if banked is None else grad + banked), None
 
 
+def cast_once(x: torch.Tensor) -> torch.Tensor:
+    """x in autocast's precision (bf16, fp16) where autocast is on for x's device; x itself
+    otherwise.  For tensors that every step of a loop reads: autocast casts the inputs of
+    each product anew, caching only the casts of parameters, and a recurrent matrix Uᵀ or
+    the stacked [W_d, U] is a tensor made from parameters, so it was cast (a 1024 × 3072
+    copy and more) at every step and again in every step's backward pass.  Cast here, the
+    products find it in their precision and autocast does nothing; its gradient flows
+    back to the float32 parameters through this one cast."""
+    if not (GPU_PATHS and x.is_floating_point() and torch.is_autocast_enabled(x.device.type)):
+        return x
+    dtype = torch.get_autocast_dtype(x.device.type)
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 def read_every_step(values: torch.Tensor) -> torch.Tensor:
     """`values` as the steps of a loop should see them while training: values (N, S, D)
     for the decoder's `mix`, attention keys for the fused energy, a recurrent matrix for
-    `step_product`.  The gradient of all steps is formed at once.  Outside autograd,
-    values unchanged."""
+    `step_product`.  The gradient of all steps is formed at once; under autocast, values
+    are cast once (`cast_once`).  Outside autograd, values otherwise unchanged."""
+    values = cast_once(values)
     if not (torch.is_grad_enabled() and values.requires_grad) or _cpu_autocast(values):
         return values
     bank = _StepBank()
@@ -392,9 +419,14 @@ class _FusedGRUGates(torch.autograd.Function):
 
 def gru_gates(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """The dl4mt GRU's gate arithmetic (cells.GRUCell) in one fused kernel, with the
-    state held where `mask` (rows of h; 1 for real tokens) is 0.  None where the kernels
-    cannot serve these tensors: the caller then runs the PyTorch expression."""
-    if mask is not None and mask.requires_grad or not _fusable(xp, hp, h) or _cpu_autocast(h):
+    state held where `mask` (rows of h; 1 for real tokens) is 0: on CPU kernels.cpp's, on
+    CUDA PyTorch's fused GRU cell.  None where neither can serve these tensors: the
+    caller then runs the PyTorch expression."""
+    if mask is not None and mask.requires_grad:
+        return None
+    if xp.device.type == "cuda":
+        return _cuda_gru_gates(xp, hp, h, mask)
+    if not _fusable(xp, hp, h) or _cpu_autocast(h):
         return None
     rows_mask = None if mask is None else mask.to(torch.float32).reshape(-1)
     if torch.is_grad_enabled() and (xp.requires_grad or hp.requires_grad or h.requires_grad):
@@ -421,3 +453,111 @@ def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k
     if x.size(0) < 16 or torch.is_grad_enabled() or not _fusable(x, weight, bias):
         return None
     return torch.ops.ctxnmt.log_softmax_topk(torch.mm(weight, x.t()), bias.contiguous(), k)  # the kernel adds b
+
+
+# -- the GPU paths (issue 33): fewer kernel launches per step on CUDA -------------------------
+
+def _cuda_gru_gates(xp, hp, h, mask):
+    """gru_gates on CUDA through aten's _thnn_fused_gru_cell, the kernel behind
+    torch.nn.GRUCell: r = σ(x_r + h_r), z = σ(x_z + h_z), h̃ = tanh(x_h + r ⊙ h_h),
+    h' = h̃ + z ⊙ (h − h̃) (gates in the order r, z, h̃, as here), with its own backward
+    kernel: one launch each way instead of about ten forward and twenty backward.  It
+    takes 2-D tensors of one dtype: autocast's, or float32 under an autocast dtype this
+    build's kernel lacks."""
+    if not GPU_PATHS:
+        return None
+    dtype = _gates_dtype(xp, hp, h)
+    if not _cuda_cell_serves(dtype):
+        if not (torch.is_autocast_enabled("cuda") and _cuda_cell_serves(torch.float32)):
+            return None
+        dtype = torch.float32
+    with torch.autocast("cuda", enabled=False):
+        out = torch.ops.aten._thnn_fused_gru_cell(_rows(xp).to(dtype), _rows(hp).to(dtype), _rows(h).to(dtype))[0]
+    out = out.view(h.shape)
+    if mask is None:
+        return out
+    held = mask.to(out.dtype).reshape(*h.shape[:-1], 1)
+    return h + held * (out - h)  # cells.hold_on_padding
+
+
+def _gates_dtype(*tensors: torch.Tensor) -> torch.dtype | None:
+    """The dtype the fused cell would run in: autocast's where it is on, else the tensors'
+    common dtype (None if they differ)."""
+    if torch.is_autocast_enabled("cuda"):
+        return torch.get_autocast_dtype("cuda")
+    dtypes = {t.dtype for t in tensors}
+    return dtypes.pop() if len(dtypes) == 1 else None
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_cell_serves(dtype: torch.dtype | None) -> bool:
+    """Whether this PyTorch build's fused CUDA GRU cell runs in `dtype` (bfloat16 came to it
+    later than float16): asked once per dtype with a one-row call."""
+    if dtype is None:
+        return False
+    try:
+        with torch.autocast("cuda", enabled=False), torch.no_grad():
+            one = torch.zeros(1, 3, dtype=dtype, device="cuda")
+            torch.ops.aten._thnn_fused_gru_cell(one, one, torch.zeros(1, 1, dtype=dtype, device="cuda"))
+        return True
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def bigru(x: torch.Tensor, forward: tuple, backward: tuple, h0: torch.Tensor | None, mask: torch.Tensor):
+    """Both directions of the dl4mt GRU (cells.GRUCell) over x (B, S, I), each started at
+    h0 (B, H; None: zeros) and holding its state on padding, as cells.biscan computes them from the
+    input projections: (forward states, backward states), each (B, S, H).  `forward` and
+    `backward` are each direction's (W, b, U) as stored by GRUCell (W: (3H, I), U: (3H, H)).
+
+    On CUDA, one call of torch's GRU (cuDNN) over the packed batch: its GRU is this one
+    (reset gate applied to U h, gates in the order r, z, h̃) with its recurrent bias at
+    zero.  None elsewhere (the fused CPU kernels serve the CPU), with the fast paths off,
+    or for a mask that is not a prefix of real tokens (at least one) per row: the caller
+    then runs biscan.  The lengths come to the host once per batch (one synchronisation)."""
+    if not (GPU_PATHS and x.device.type == "cuda"):
+        return None
+    lengths = _prefix_lengths(mask)
+    return None if lengths is None else packed_bigru(x, forward, backward, h0, mask, lengths)
+
+
+def _prefix_lengths(mask: torch.Tensor) -> torch.Tensor | None:
+    """Each row's number of real tokens (on the host), if every row is real tokens then
+    padding, with at least one real token; else None.  One transfer to the host."""
+    lengths = mask.sum(1).long()
+    prefix = (mask != 0) == (torch.arange(mask.size(1), device=mask.device) < lengths.unsqueeze(1))
+    host = torch.cat([lengths, prefix.all().long().view(1)]).cpu()
+    lengths, ok = host[:-1], bool(host[-1])
+    return lengths if ok and bool((lengths > 0).all()) else None
+
+
+def packed_bigru(x, forward, backward, h0, mask, lengths):
+    """bigru's computation on any device, given the host `lengths` of a prefix mask.  The
+    packed GRU stops each row at its length, so the forward direction's states on padding
+    are its final state and the backward direction's are h0, which biscan's held state
+    would have been; they are filled in, so padding reads the same as there.
+
+    The recurrence runs in x's precision, float16 under fp16 autocast, and float32 under
+    bf16 autocast: cuDNN's RNN serves float32 and float16, and PyTorch versions differ on
+    whether bfloat16 reaches it or a per-step loop; the encoder's products are a small
+    share of a training step, and its annotations are cast once where the decoder reads them."""
+    kind = x.device.type
+    fp16 = torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.float16
+    dtype = torch.float16 if fp16 else x.dtype
+    if h0 is None:
+        h0 = x.new_zeros(x.size(0), forward[2].size(1))
+    params = []
+    for W, b, U in (forward, backward):  # torch's order: w_ih, w_hh, b_ih, b_hh (zero: dl4mt has no U bias)
+        params += [W.to(dtype), U.to(dtype), b.to(dtype), b.new_zeros(b.shape, dtype=dtype)]
+    packed = pack_padded_sequence(x.to(dtype), lengths, batch_first=True, enforce_sorted=False)
+    hx = h0.to(dtype).unsqueeze(0).expand(2, *h0.shape).index_select(1, packed.sorted_indices)
+    with torch.autocast(kind, enabled=False):  # the precision chosen above, not autocast's
+        out, h_n = torch._VF.gru(packed.data, packed.batch_sizes, hx.contiguous(), params, True, 1, 0.0,
+                                 torch.is_grad_enabled(), True)
+    states, _ = pad_packed_sequence(PackedSequence(out, packed.batch_sizes, packed.sorted_indices,
+                                                   packed.unsorted_indices), batch_first=True, total_length=x.size(1))
+    H = h0.size(-1)
+    real = (mask != 0).unsqueeze(-1)
+    last = h_n[0].index_select(0, packed.unsorted_indices).unsqueeze(1)
+    return (torch.where(real, states[..., :H], last),
+            torch.where(real, states[..., H:], h0.to(dtype).unsqueeze(1)))

@@ -1,7 +1,7 @@
 """Every shipped config builds its model, and that model takes one training step and one
 beam-search step on a tiny batch (an LM config: one training step), so a config naming a
 broken combination fails here, not 20 minutes into a run.  Sizes shrink (keeping which
-of them agree or differ) so that the 38 configs take seconds, not minutes."""
+of them agree or differ) so that the 40 configs take seconds, not minutes."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Issue 33's checks on one GPU, in one unattended run of about 8 minutes:
+#
+#   bash benchmarks/gpu_check.sh          # on the GPU machine; small logs under $OUT
+#   bash benchmarks/gpu_check.sh --dry    # anywhere: every step at tiny sizes on the CPU (a smoke test)
+#
+# Steps, each under its own time limit, so that one failure costs only itself:
+#   1. the machine: GPU, torch, cuDNN, and the packages the steps import       gpu.txt
+#   2. the GPU paths against the plain path on CUDA (tests/models/test_gpu_cuda.py)  checks.txt
+#   3. the speed table at the papers' size and batch (configs/rnnsearch.yaml, 80
+#      sentences): fp32 and bf16 training, beam 5, before the GPU paths
+#      (CTXNMT_GPU_FAST=0) and with them, in one benchmarks/speed.py run        speed.txt
+#   4. a plain one-file PyTorch RNNsearch beside ctxnmt (benchmarks/gpu_reference.py)  reference.txt
+#   5. `ctxnmt train configs/rnnsearch-gpu.yaml` for about 4 minutes, then the
+#      test set translated with beam 5 and scored                               train.txt, test.txt, test.hyp.en
+#   and the time and exit status of every step                                  summary.txt
+#
+# The machine has no network and no package index: sacremoses and subword-nmt come as wheels
+# in .whl/ (installed here into /tmp/site), ctxnmt runs from this working tree.  Preparing the
+# Bible (tokenising, learning BPE) takes minutes of one core per vocabulary, so prepared
+# copies can be carried: runs/bench-prep/ (the speed benchmarks' 30k vocabulary) and
+# runs/rnnsearch-gpu/prep (the recipe's 8k).  Whatever is missing is prepared here, in the
+# background while step 2 runs.  GPU_CHECK_BUDGET_S (default 480) bounds the whole run: the
+# training gets what the steps before it left, at most 4 minutes.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+START=$(date +%s)
+DRY=0
+[ "${1:-}" = "--dry" ] && DRY=1
+PY=${PYTHON:-python3}
+BUDGET=${GPU_CHECK_BUDGET_S:-480}
+OUT=${OUT:-$ROOT/runs/gpu-check/out}
+WORK=$ROOT/runs/gpu-check
+mkdir -p "$OUT" "$WORK"
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+
+if [ "$DRY" = 0 ] && compgen -G ".whl/*.whl" > /dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$ROOT:${PYTHONPATH:-}
+[ "$DRY" = 0 ] && export CTXNMT_KERNELS=${CTXNMT_KERNELS:-0}  # CPU kernels: nothing here runs on the CPU
+
+if [ "$DRY" = 1 ]; then  # tiny sizes, the CPU, a few batches: does every step run?
+  DEVICE=cpu
+  SCALE=5  # time limits × 5: a shared CPU runs even tiny models slowly
+  TINY="model.emb_dim=16,model.hidden_dim=32,model.att_dim=32,training.batch_sents=8"
+  SPEED_ARGS=(--device cpu --train-batches 2 --warmup 1 --decode-sents 2 --decode-batch 2)
+  REFERENCE_ARGS=(--device cpu --tiny --cgru)
+  TRAIN_SETS=(--set model.emb_dim=16 --set model.hidden_dim=32 --set model.att_dim=32 --set training.device=cpu
+              --set training.max_updates=3 --set training.valid_every=2 --set training.valid_max_sents=4)
+  TEST_LINES=4
+else
+  DEVICE=cuda
+  SCALE=1
+  TINY=""
+  SPEED_ARGS=(--device cuda --train-batches 12 --warmup 3 --decode-sents 200 --decode-batch 100)
+  REFERENCE_ARGS=(--device cuda --batches 8 --rounds 3 --cgru)
+  TRAIN_SETS=()
+  TEST_LINES=0
+fi
+
+# step NAME LIMIT_S LOG COMMAND...: run under a time limit, log its output, record time and status.
+step() {
+  local name=$1 limit=$(( $2 * SCALE )) log=$3 begin rc
+  shift 3
+  begin=$(date +%s)
+  echo "== $name (limit ${limit}s) $(date +%T)" | tee -a "$log"
+  timeout --signal=INT --kill-after=15 "$limit" "$@" >> "$log" 2>&1
+  rc=$?
+  echo "$name: exit status $rc, $(( $(date +%s) - begin ))s" | tee -a "$SUMMARY"
+  return $rc
+}
+
+# 1. The machine.
+{
+  echo "revision: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)  dry: $DRY"
+  command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm \
+    --format=csv
+  "$PY" - <<'EOF'
+import importlib, os, torch
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, "
+      f"{os.cpu_count()} CPU cores")
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"GPU {p.name}, {p.total_memory / 2**30:.0f} GiB, capability {p.major}.{p.minor}, "
+          f"bf16 {torch.cuda.is_bf16_supported()}, cuDNN TF32 {torch.backends.cudnn.allow_tf32}, "
+          f"matmul TF32 {torch.backends.cuda.matmul.allow_tf32}")
+    from ctxnmt.models import functional
+    print(f"fused CUDA GRU cell: float32 {functional._cuda_cell_serves(torch.float32)}, "
+          f"bfloat16 {functional._cuda_cell_serves(torch.bfloat16)}")
+else:
+    print("no CUDA device")
+for name in ("yaml", "tqdm", "numpy", "scipy", "sacrebleu", "regex", "joblib", "click", "sacremoses",
+             "subword_nmt", "tensorboard", "pytest"):
+    try:
+        module = importlib.import_module(name)
+        print(f"  {name} {getattr(module, '__version__', '')}")
+    except Exception as err:
+        print(f"  {name} MISSING ({type(err).__name__}: {err})")
+EOF
+} > "$OUT/gpu.txt" 2>&1
+cat "$OUT/gpu.txt"
+
+# Data: whatever was not carried is prepared in the background (one core each).
+BENCH_CONFIG="configs/rnnsearch.yaml"
+MODEL=$WORK/rnnsearch-gpu
+rm -rf "$MODEL" && mkdir -p "$MODEL"
+[ -d runs/rnnsearch-gpu/prep ] && cp -r runs/rnnsearch-gpu/prep "$MODEL/"
+"$PY" -c "from benchmarks.common import prepared_data; from ctxnmt.config import load_config; \
+prepared_data(load_config('$BENCH_CONFIG'))" > "$WORK/prep-bench.log" 2>&1 &
+PREP_BENCH=$!
+"$PY" -m ctxnmt prepare configs/rnnsearch-gpu.yaml --set "model_dir=$MODEL" > "$WORK/prep-gpu.log" 2>&1 &
+PREP_GPU=$!
+
+# 2. The GPU paths against the plain path, on CUDA (without pytest, which the machine may lack).
+step checks 90 "$OUT/checks.txt" "$PY" -m tests.models.test_gpu_cuda
+
+# 3. The speed table: before the GPU paths and with them, fp32 and bf16, in one run.
+wait $PREP_BENCH || { echo "preparing $BENCH_CONFIG failed:"; tail -n 15 "$WORK/prep-bench.log"; } | tee -a "$SUMMARY"
+SETS=${TINY:+::$TINY}
+step speed 200 "$OUT/speed.txt" "$PY" benchmarks/speed.py "$BENCH_CONFIG$SETS" \
+  "$BENCH_CONFIG${SETS:-::}${SETS:+,}training.precision=bf16" --before --beams 5 --decode-repeats 1 "${SPEED_ARGS[@]}"
+
+# 4. The plain one-file RNNsearch beside ctxnmt, 80 sentences a batch.
+step reference 150 "$OUT/reference.txt" "$PY" benchmarks/gpu_reference.py --config "$BENCH_CONFIG" \
+  "${REFERENCE_ARGS[@]}"
+
+# 5. The GPU recipe: train for what the budget leaves (at most 4 minutes), then the test set.
+wait $PREP_GPU || { echo "preparing configs/rnnsearch-gpu.yaml failed:"; tail -n 15 "$WORK/prep-gpu.log"; } \
+  | tee -a "$SUMMARY"
+LEFT=$(( BUDGET - ($(date +%s) - START) - 100 ))  # 100 s: validations, the final save, the test set
+MINUTES=$("$PY" -c "print(round(max(0.5, min(4.0, $LEFT / 60)), 2))")
+[ "$DRY" = 1 ] && MINUTES=0.2
+LIMIT=$("$PY" -c "print(int($MINUTES * 60 + 150))")  # validations and start-up on top of the training time
+echo "training for $MINUTES minutes (budget left: ${LEFT}s before the test set)" | tee -a "$SUMMARY"
+step train "$LIMIT" "$OUT/train.txt" "$PY" -m ctxnmt train configs/rnnsearch-gpu.yaml \
+  --set "model_dir=$MODEL" --max-minutes "$MINUTES" --quiet "${TRAIN_SETS[@]}"
+cat "$MODEL/train.log" >> "$OUT/train.txt" 2> /dev/null
+SRC=data/bible/test.es
+REF=data/bible/test.en
+if [ "$TEST_LINES" -gt 0 ]; then
+  head -n "$TEST_LINES" "$SRC" > "$WORK/test.es" && head -n "$TEST_LINES" "$REF" > "$WORK/test.en"
+  SRC=$WORK/test.es
+  REF=$WORK/test.en
+fi
+step translate 120 "$OUT/test.txt" "$PY" -m ctxnmt translate "$MODEL" -i "$SRC" -o "$OUT/test.hyp.en" --beam 5 \
+  --device "$DEVICE"
+step score 60 "$OUT/test.txt" "$PY" -m ctxnmt score --hyp "$OUT/test.hyp.en" --ref "$REF" --metrics bleu,chrf
+echo "total $(( $(date +%s) - START ))s" | tee -a "$SUMMARY"
