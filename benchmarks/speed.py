@@ -214,9 +214,10 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
 
 
 def row_name(r: dict) -> str:
-    name = Path(r["config"]).stem + ("" if not r["overrides"] else " " + " ".join(r["overrides"]))
-    name += " bf16" if r.get("bf16") else ""
-    return name + ("" if r.get("gpu_paths", True) else " [before]")
+    """Config, precision and [before] first (the table cuts long names), then other overrides."""
+    precision = r.get("precision", "bf16" if r.get("bf16") else "fp32")
+    sets = [o for o in r["overrides"] if not o.startswith("training.precision=")]
+    return " ".join([Path(r["config"]).stem, precision] + ([] if r.get("gpu_paths", True) else ["[before]"]) + sets)
 
 
 def print_table(results: list[dict]) -> None:
