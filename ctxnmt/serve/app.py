@@ -98,7 +98,7 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings) -> Fa
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "waiting": batcher.waiting, "batches": len(batcher.batch_sizes)}
+        return {"status": "ok", "waiting": batcher.waiting, "batches": batcher.batches_decoded}
 
     @app.get("/", include_in_schema=False)
     async def page():

@@ -11,6 +11,7 @@ out; one cancelled after is decoded and its result dropped: neither touches the 
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import queue
 import threading
@@ -20,6 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 _STOP = object()
+RECENT_BATCHES = 1000  # sizes of the latest decoded batches kept for inspection
 
 
 @dataclass
@@ -58,7 +60,10 @@ class DynamicBatcher:
         self._held: Job | None = None  # a job that did not fit the batch just closed
         self._numbers = itertools.count(1)
         self._thread = threading.Thread(target=self._run, name="ctxnmt-batcher", daemon=True)
-        self.batch_sizes: list[int] = []  # sentences per decoded batch, in order (for /health and tests)
+        # /health reports a count; only the latest sizes are kept, so a long-running server's
+        # memory does not grow with every batch it decodes.
+        self.batches_decoded = 0
+        self.recent_batch_sizes: collections.deque[int] = collections.deque(maxlen=RECENT_BATCHES)
 
     def start(self) -> DynamicBatcher:
         self._thread.start()
@@ -117,7 +122,8 @@ class DynamicBatcher:
             for job in batch.jobs:
                 job.future.set_exception(err)
             return
-        self.batch_sizes.append(batch.sentences)
+        self.batches_decoded += 1
+        self.recent_batch_sizes.append(batch.sentences)
         for job, result in zip(batch.jobs, results):
             job.future.set_result(result)
 

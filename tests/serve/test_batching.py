@@ -43,7 +43,7 @@ def test_requests_within_the_wait_share_a_batch_up_to_the_sentence_limit():
     batcher.stop(10)
     # a+b+c = 3 sentences; d,e would make 5 > 4, so they open the next batch, which f joins
     assert record.batches == [[["a"], ["b", "c"]], [["d", "e"], ["f"]]]
-    assert batcher.batch_sizes == [3, 3]
+    assert list(batcher.recent_batch_sizes) == [3, 3] and batcher.batches_decoded == 2
 
 
 def test_the_wait_closes_a_batch():
@@ -124,3 +124,16 @@ def test_concurrent_requests_decode_in_one_batch_with_their_own_translations(mod
         want = alone[tuple(sentences)]
         assert [s["translation"] for s in answer["sentences"]] == [t.text for t in want]
         assert [s["score"] for s in answer["sentences"]] == pytest.approx([t.score for t in want], abs=1e-3)
+
+
+def test_the_batch_record_is_a_count_and_a_bounded_window(monkeypatch):
+    """/health's count keeps growing; the sizes kept for inspection do not (a server that runs
+    for weeks must not keep one entry per batch)."""
+    import ctxnmt.serve.batching as batching
+
+    monkeypatch.setattr(batching, "RECENT_BATCHES", 3)
+    batcher = DynamicBatcher(Recorder(), max_batch_sents=1, max_wait_ms=0).start()
+    for i in range(5):
+        assert batcher.submit(Job([str(i)] * (i + 1), 5)).result(10)
+    batcher.stop(10)
+    assert batcher.batches_decoded == 5 and list(batcher.recent_batch_sizes) == [3, 4, 5]
