@@ -225,7 +225,8 @@ class _Search:
         return coverage, coverage_penalty(coverage, src_lens, self.length.beta).view(-1, self.K)
 
     def _normalised(self, logprob: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-        if not self.length.normalises:
+        """log-probability / lp(y) for each row, as the finished hypotheses are scored."""
+        if not self.length.normalises:  # lp is 1: skip making the tensor
             return logprob
         return logprob / torch.tensor([self.length.lp(t) for t in lengths], device=logprob.device)
 
@@ -243,7 +244,7 @@ class _Search:
                 tokens.append(int(top_tok[j, c]))  # cut off at the length limit
             logprob = float(top_scores[j, c])
             att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
-            score = logprob / self.length.lp(lengths[j]) if self.length.normalises else logprob
+            score = logprob / self.length.lp(lengths[j])  # lp is 1 where nothing normalises
             if top_cp is not None:
                 score += float(top_cp[j, c])
             sentences[j].finished.append(Hypothesis(tokens, score, logprob, att))
