@@ -100,6 +100,8 @@ class TrainingConfig:
     lr_patience: int = 3
     min_lr: float = 1e-5
     stop_at_min_lr: bool = False  # stop once lr_decay has brought the learning rate down to min_lr
+    # Ours: the last cooldown_updates of max_updates take the learning rate linearly to zero.
+    cooldown_updates: int = 0  # 0 = off
     seed: int = 1234
     threads: int = 0  # 0 = all cores
     log_every: int = 50
@@ -308,6 +310,9 @@ def validate(config: Config) -> None:
         raise ConfigError(f"training.precision must be 'fp32', 'bf16' or 'fp16', got '{t.precision}'")
     if t.checkpoint_every < 0:
         raise ConfigError(f"training.checkpoint_every must be 0 (off) or a number of updates, got {t.checkpoint_every}")
+    if t.cooldown_updates and not 0 < t.cooldown_updates <= t.max_updates:
+        raise ConfigError(f"training.cooldown_updates needs training.max_updates of at least as many updates, "
+                          f"got {t.cooldown_updates} with max_updates {t.max_updates}")
     if t.early_stop_metric not in ("bleu", "ppl"):
         raise ConfigError(f"training.early_stop_metric must be 'bleu' or 'ppl', got '{t.early_stop_metric}'")
     for name in ("dropout_emb", "dropout_hidden", "dropout_out"):

@@ -1,4 +1,5 @@
-"""Optimisers and the learning-rate schedule (linear warm-up, decay on plateau)."""
+"""Optimisers and the learning-rate schedule (linear warm-up, decay on plateau, and an
+optional linear cool-down to zero at the end of a fixed budget of updates)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -17,8 +18,11 @@ def build_optimizer(params, cfg: TrainingConfig) -> torch.optim.Optimizer:
 
 @dataclass
 class PlateauSchedule:
-    """lr = base · warm-up factor · decay^k, where k counts validations that failed
-    to improve the metric `lr_patience` times in a row."""
+    """lr = base · warm-up factor · decay^k · cool-down factor, where k counts validations
+    that failed to improve the metric `lr_patience` times in a row.  The cool-down (ours,
+    for budgets fixed in advance such as the demo's) takes the last `cooldown` of `total`
+    updates linearly to zero, as the trapezoidal ("warm-up, stable, decay") schedules do:
+    a run whose length is known need not wait for a plateau to anneal."""
 
     base_lr: float
     warmup: int
@@ -27,12 +31,21 @@ class PlateauSchedule:
     min_lr: float
     higher_is_better: bool
     scale: float = 1.0
+    total: int = 0
+    cooldown: int = 0
     best: float | None = None
     bad: int = 0
 
     def lr(self, update: int) -> float:
         warm = min(1.0, (update + 1) / self.warmup) if self.warmup else 1.0
-        return max(self.base_lr * self.scale, self.min_lr) * warm
+        return max(self.base_lr * self.scale, self.min_lr) * warm * self.cooldown_factor(update)
+
+    def cooldown_factor(self, update: int) -> float:
+        """1 until the cool-down starts, then falling linearly so that the budget's last
+        update runs at 1/cooldown of the rate (update counts from 0)."""
+        if not self.cooldown:
+            return 1.0
+        return min(1.0, (self.total - update) / self.cooldown)
 
     def is_better(self, value: float, than: float | None) -> bool:
         return than is None or (value > than if self.higher_is_better else value < than)
@@ -53,7 +66,8 @@ class PlateauSchedule:
         return self.scale < 1.0 and self.base_lr * self.scale <= self.min_lr
 
     def state_dict(self) -> dict:
-        return asdict(self)
+        # the budget and its cool-down come from the config a run resumes with, not the checkpoint
+        return {k: v for k, v in asdict(self).items() if k not in ("total", "cooldown")}
 
     def load_state_dict(self, state: dict) -> None:
         for k, v in state.items():

@@ -139,7 +139,8 @@ class Trainer:
             torch.manual_seed(rank_seed(t.seed, self.world.rank))
         self.optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], t)
         self.schedule = PlateauSchedule(t.lr, t.warmup_updates, t.lr_decay, t.lr_patience, t.min_lr,
-                                        higher_is_better=t.selection_metric == "bleu")
+                                        higher_is_better=t.selection_metric == "bleu",
+                                        total=t.max_updates, cooldown=t.cooldown_updates)
         self.precision = Precision(t.precision, self.device)
         self.progress = Progress()
         self._validated_at = -1
