@@ -7,9 +7,13 @@
 
 g maps to the embedding size e whatever the LSTM size, so W_s is the projection
 that lets the softmax layer share the embedding matrix.  Summaries, as in the
-decoder: `previous` d_t = E w_t; `mean` d_t = average of E w_r … E w_t; `self-attentive`
-d_t = Σ_i α_ti E w_i with α_t = softmax_i(vᵀ tanh(W_y E w_i)) (content scoring); and
-`none`, the papers' LSTM baseline, g_t = tanh(W_s s_t + b) without W_d or d_t.
+decoder: `previous` d_t = E w_t; `mean` d_t = average of E w_{r+1} … E w_t, the words of
+the sentence without its start symbol (the paper's eq. 11, which the LM section reuses; at
+the start symbol itself, where that mean is empty, d_r = E w_r, as the decoder's d_1 = y_0);
+`mean-with-start` (ours, what `mean` computed before) the average of E w_r … E w_t;
+`self-attentive` d_t = Σ_i α_ti E w_i over w_r … w_t with α_t = softmax_i(vᵀ tanh(W_y E w_i))
+(content scoring, the start slot kept as the decoder's is); and `none`, the papers' LSTM
+baseline, g_t = tanh(W_s s_t + b) without W_d or d_t.
 
 d_t restarts at every sentence: the </s> that ends a sentence is the start symbol
 y_0 of the next one (r is its position), so a sentence's summary is exactly what
@@ -30,6 +34,8 @@ from ctxnmt.models.registry import TARGET_CONTEXTS
 from ctxnmt.models.target_context import prefix_average
 
 State = dict[str, torch.Tensor]
+# exp(START_SCORE) is 0 in float32 and bfloat16 (their smallest subnormal is about e^-103)
+START_SCORE = -1e4
 
 
 class ResidualLM(nn.Module):
@@ -69,9 +75,16 @@ class ResidualLM(nn.Module):
         carried = {k: state[k] for k in ("num", "den", "max")}
         if self.cfg.summary == "previous":
             return emb, carried
-        # mean: every word scores 0, so the weighted prefix average is the plain one
-        e = emb.new_zeros(emb.shape[:2]) if self.cfg.summary == "mean" else self.summary.scores(emb)
-        return prefix_average(emb, e, carried, starts=tokens == EOS)
+        starts = tokens == EOS
+        if self.cfg.summary == "self-attentive":
+            return prefix_average(emb, self.summary.scores(emb), carried, starts=starts)
+        # The means: every word scores 0, so the weighted prefix average is the plain one.  For
+        # eq. 11 the start symbol scores so low that its weight underflows to exactly 0 once any
+        # word of the sentence follows it, and is the whole weight while none does.
+        e = emb.new_zeros(emb.shape[:2])
+        if self.cfg.summary == "mean":
+            e = e.masked_fill(starts, START_SCORE)
+        return prefix_average(emb, e, carried, starts=starts)
 
     def forward(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """g_t for a segment of tokens (B, T), continuing from `state`; returns g (B, T, e) and the new state."""

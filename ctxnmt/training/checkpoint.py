@@ -20,9 +20,11 @@ FORMAT_VERSION = 1
 # Bumped when a registered name comes to compute something else.  2: `mean` became the
 # paper's eq. 9 (the old computation is `mean-with-start`), `adaptive` the paper's K = 1
 # output (the old one is `adaptive-gain3`), and the memory-RNN follows eq. 17 and appendix
-# A.3.2 (its old form is gone).
-DEFINITIONS = 2
-RENAMED = {("target_context", "mean"): "mean-with-start", ("output", "adaptive"): "adaptive-gain3"}
+# A.3.2 (its old form is gone).  3: the language model's `mean` summary followed (eq. 11).
+DEFINITIONS = 3
+# (model config key, old value): (the name of the old computation, the definitions that changed it)
+RENAMED = {("target_context", "mean"): ("mean-with-start", 2), ("output", "adaptive"): ("adaptive-gain3", 2),
+           ("summary", "mean"): ("mean-with-start", 3)}
 RETIRED = {("decoder", "memory-rnn"): "the memory-RNN before it followed eq. 17 (ctxnmt before definitions 2)"}
 
 
@@ -53,14 +55,15 @@ def _upgrade_definitions(payload: dict[str, Any], path: Path) -> None:
     computation, so that the checkpoint states what it was trained with; a model directory
     whose config.yaml still has the old name is then refused by check_compatible, naming
     the key and the value to set."""
-    if payload.get("definitions", 1) >= DEFINITIONS:
+    written = payload.get("definitions", 1)
+    if written >= DEFINITIONS:
         return
     saved = payload.get("model_config", {})
     for (key, old), what in RETIRED.items():
         if saved.get(key) == old:
             raise CheckpointError(f"{path}: trained with {what}, which no longer exists; retrain it")
-    for (key, old), new in RENAMED.items():
-        if saved.get(key) == old:
+    for (key, old), (new, changed_in) in RENAMED.items():
+        if written < changed_in and saved.get(key) == old:
             saved[key] = new
     payload["definitions"] = DEFINITIONS
 

@@ -48,7 +48,9 @@ def literal_logprobs(model: ResidualLM, stream: list[int]) -> torch.Tensor:
             d = None
         elif model.cfg.summary == "previous":
             d = x
-        elif model.cfg.summary == "mean":
+        elif model.cfg.summary == "mean":  # eq. 11: the sentence's words, its start symbol left out
+            d = torch.stack(sentence[1:]).mean(0) if len(sentence) > 1 else sentence[0]
+        elif model.cfg.summary == "mean-with-start":  # ours: the start symbol counted
             d = torch.stack(sentence).mean(0)
         else:  # content: α_ti = softmax_i(vᵀ tanh(W_y E w_i + b))
             sa = model.summary
@@ -146,7 +148,8 @@ def test_bad_input_gives_one_line_errors(tiny_corpus, tmp_path, capsys):
 
 
 def test_shipped_lm_configs_load():
-    paths = sorted((Path(__file__).parents[2] / "configs").glob("lm-*.yaml"))
+    configs = Path(__file__).parents[2] / "configs"
+    paths = sorted([*configs.glob("lm-*.yaml"), *configs.glob("variants/lm-*.yaml")])
     assert {load_lm_config(p).model.summary for p in paths} == set(SUMMARIES)
 
 

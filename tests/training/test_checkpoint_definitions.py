@@ -38,3 +38,20 @@ def test_an_old_memory_rnn_checkpoint_is_refused(tmp_path):
     _old_checkpoint(tmp_path / "old.pt", decoder="memory-rnn", target_context="previous")
     with pytest.raises(CheckpointError, match="memory-RNN before it followed eq. 17.*retrain it"):
         load_checkpoint(tmp_path / "old.pt")
+
+
+def _checkpoint_of(path, definitions, **model_config):
+    torch.save({"format_version": FORMAT_VERSION, "definitions": definitions, "model": {}, "model_config": model_config},
+               path)
+
+
+def test_each_rename_applies_only_to_checkpoints_older_than_its_change(tmp_path):
+    """Definitions 2 made the translation decoder's `mean` eq. 9; definitions 3 the LM's `mean`
+    summary eq. 11.  A definitions-2 LM still computed the start-inclusive mean; a
+    definitions-2 translation model already computed eq. 9."""
+    _checkpoint_of(tmp_path / "lm.pt", 2, summary="mean")
+    assert load_checkpoint(tmp_path / "lm.pt")["model_config"]["summary"] == "mean-with-start"
+    _checkpoint_of(tmp_path / "nmt.pt", 2, target_context="mean", output="adaptive")
+    assert load_checkpoint(tmp_path / "nmt.pt")["model_config"] == {"target_context": "mean", "output": "adaptive"}
+    _checkpoint_of(tmp_path / "lm3.pt", 3, summary="mean")
+    assert load_checkpoint(tmp_path / "lm3.pt")["model_config"]["summary"] == "mean"
