@@ -1,7 +1,7 @@
 """The additive attention energy with torch.tanh against ctxnmt's sigmoid form, interleaved.
 
     python benchmarks/attention_energy.py configs/bench.yaml [--batches 8] [--decode-sents 100]
-        [--checkpoint runs/rnnsearch-small/checkpoints/best.pt] [--threads 0]
+        [--checkpoint runs/demo/checkpoints/best.pt] [--threads 0]
 
 ctxnmt computes vᵀ tanh(k_i + q) as 2 vᵀσ(2(k_i + q)) − Σ v (ctxnmt.models.functional),
 because PyTorch's float32 tanh is about four times slower than its sigmoid on CPU.  This

@@ -3,9 +3,9 @@
 hypothesis/reference length) and the share of outputs more than twice as long as their
 reference in words: the runaway outputs a length limit is there to stop.
 
-    python benchmarks/length_sweep.py runs/rnnsearch-small --src data/bible/dev.es --ref data/bible/dev.en \\
+    python benchmarks/length_sweep.py runs/demo --src data/bible/dev.es --ref data/bible/dev.en \\
         --kinds power,wu --alphas 0.6,1.0,1.4 --betas 0,0.2 --max-len 2:10,1.5:5,data:5 [--beam 5] \\
-        [--max-sents 500] [--csv sweep.csv]
+        [--lines 1:1500] [--detokenise es:en] [--config-only] [--csv sweep.csv]
 
 The model is loaded once; every setting is one `Translator.translate` call with the
 options given as overrides, so the first row, the model directory's own settings
@@ -13,6 +13,12 @@ options given as overrides, so the first row, the model directory's own settings
 (fairseq's --max-len-a/--max-len-b); `data:B` takes a from the training data
 (`max_len_rule: data`).  The training data's target/source ratio quantiles (the a that
 each would give) are printed first.  Choose on dev, report on test.
+
+Out-of-domain text such as WMT's newstest2013 (../shared/reference-outputs/es-en/) comes
+Moses-tokenised with its first letter lower-cased: `--detokenise es:en` detokenises the
+source and the reference (sacremoses) and restores the first capital, so that the model
+reads text as it reads the Bible and sacreBLEU scores detokenised text; `--lines 1:1500`
+keeps lines 1–1500 (1-based, inclusive), e.g. one half to choose on and the other to report.
 """
 from __future__ import annotations
 
@@ -55,6 +61,21 @@ def grid(args) -> list[dict]:
     return settings
 
 
+def detokenise(lines: list[str], lang: str) -> list[str]:
+    from sacremoses import MosesDetokenizer
+
+    moses = MosesDetokenizer(lang=lang)
+    out = [moses.detokenize(line.split()) for line in lines]
+    return [line[:1].upper() + line[1:] for line in out]
+
+
+def line_range(text: str) -> slice:
+    first, _, last = text.partition(":")
+    if not (first.isdigit() and last.isdigit() and 1 <= int(first) <= int(last)):
+        raise SystemExit(f"--lines: {text!r} is not FIRST:LAST (1-based, e.g. 1:1500)")
+    return slice(int(first) - 1, int(last))
+
+
 def measure(translator, src: list[str], ref: list[str], beam: int | None, options: dict | None) -> dict:
     from ctxnmt.evaluation.metrics import bleu
 
@@ -86,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-len", default="2:10,data:5", help="A:B limits, A may be 'data' (default: %(default)s)")
     parser.add_argument("--beam", type=int, help="beam size (default: the model's config)")
     parser.add_argument("--max-sents", type=int, default=0, help="only the first N sentences (0: all)")
+    parser.add_argument("--lines", help="only lines FIRST:LAST (1-based, inclusive)")
+    parser.add_argument("--detokenise", metavar="SRC:TGT", help="Moses-detokenise source and reference first")
+    parser.add_argument("--config-only", action="store_true", help="only the model directory's own settings")
     parser.add_argument("--csv", help="also write the table as CSV")
     args = parser.parse_args(argv)
 
@@ -97,13 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     src, ref = read_lines(args.src, allow_empty=True), read_lines(args.ref, allow_empty=True)
     if len(src) != len(ref):
         raise SystemExit(f"{args.src} has {len(src)} lines but {args.ref} has {len(ref)}")
+    if args.lines:
+        src, ref = src[line_range(args.lines)], ref[line_range(args.lines)]
     if args.max_sents:
         src, ref = src[:args.max_sents], ref[:args.max_sents]
+    if args.detokenise:
+        src_lang, _, tgt_lang = args.detokenise.partition(":")
+        src, ref = detokenise(src, src_lang), detokenise(ref, tgt_lang or src_lang)
     translator = Translator.load(args.model_dir)
     ratios = load_length_ratios(Path(args.model_dir) / "prep")
     print("training target/source subword ratio quantiles (max_len_rule data takes 0.99): "
           + (", ".join(f"{q}: {r:.3f}" for q, r in ratios.items()) if ratios else "none recorded"))
-    settings = grid(args)
+    settings = [] if args.config_only else grid(args)
     try:
         for options in settings:  # every setting checked before the first decode
             translator.length_control(options)

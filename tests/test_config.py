@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxnmt.config import ModelConfig, load_config
+from ctxnmt.config import DecodingConfig, ModelConfig, load_config
 from ctxnmt.errors import ConfigError
 
 # lm-*.yaml are language-model configs, with their own schema (tests/lm)
@@ -72,7 +72,7 @@ def test_length_options_out_of_range_are_one_line_errors_naming_the_key(item, me
 def test_zero_a_and_b_together_are_refused_and_either_alone_is_not():
     with pytest.raises(ConfigError, match=r"^decoding.max_len_b must be at least 1 when decoding.max_len_a is 0"):
         load_config(None, ["decoding.max_len_a=0", "decoding.max_len_b=0"])
-    assert load_config(None, ["decoding.max_len_a=0"]).decoding.max_len_b == 10
+    assert load_config(None, ["decoding.max_len_a=0"]).decoding.max_len_b == DecodingConfig().max_len_b
     assert load_config(None, ["decoding.max_len_b=0"]).decoding.max_len_a == 2.0
 
 

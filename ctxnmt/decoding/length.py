@@ -122,9 +122,18 @@ def decoding_options(dec) -> dict[str, Any]:
     return {key: getattr(dec, key) for key in OPTIONS}
 
 
+def fixed_if_a_given(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options given (None: not given), where an a without a rule means a fixed limit:
+    whoever passes fairseq's --max-len-a expects it to bind, whatever rule the config has."""
+    given = {k: v for k, v in options.items() if v is not None}
+    if "max_len_a" in given and "max_len_rule" not in given:
+        given["max_len_rule"] = "fixed"
+    return given
+
+
 def with_options(dec, overrides: Mapping[str, Any]):
     """A DecodingConfig with the given length options replaced."""
-    return dataclasses.replace(dec, **{k: v for k, v in overrides.items() if v is not None})
+    return dataclasses.replace(dec, **fixed_if_a_given(overrides))
 
 
 def length_control(dec, ratios: Mapping[str, float] | None, warn: Callable[[str], None] | None = None) -> LengthControl:
@@ -170,4 +179,4 @@ def from_arguments(args) -> dict[str, Any]:
     check(given, lambda key: "--" + key.replace("_", "-"), ConfigError)
     if given.get("max_len_rule") == "data" and "max_len_a" in given:
         raise ConfigError("--max-len-a has no effect with --max-len-rule data (A then comes from the training data)")
-    return given
+    return fixed_if_a_given(given)

@@ -1,6 +1,6 @@
 """Raw text in, detokenised text out: the Python API behind `ctxnmt translate`.
 
-    translator = Translator.load("runs/rnnsearch-small")
+    translator = Translator.load("runs/demo")
     outputs = translator.translate(["Y dijo Dios: Sea la luz."], beam=5, return_attention=True)
 
 Output i is always the translation of input i: empty inputs give empty outputs,

@@ -1,6 +1,6 @@
 """The FastAPI application: the JSON API, the web page and the request log.
 
-    app = create_app(Translator.load("runs/rnnsearch-small"), ["runs/rnnsearch-small"], ServeSettings(beam=5))
+    app = create_app(Translator.load("runs/demo"), ["runs/demo"], ServeSettings(beam=5))
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ctxnmt.decoding.length import KINDS, OPTIONS, RANGES, RULES, decoding_options, problem, with_options
+from ctxnmt.decoding.length import KINDS, OPTIONS, RANGES, RULES, decoding_options, fixed_if_a_given, problem, with_options
 
 MAX_BEAM = 50
 
@@ -95,9 +95,9 @@ def length_options(request: TranslateRequest, server: dict[str, Any], dec) -> di
     """The length options of a request over the server's, checked with the model's config
     `dec` (a value may be right alone and wrong with the others)."""
     given = {key: getattr(request, key) for key in OPTIONS if getattr(request, key) is not None}
-    merged = {**server, **given}
-    if "max_len_a" in given and merged.get("max_len_rule", dec.max_len_rule) == "data":
-        raise RequestError(422, "max_len_a", 'has no effect with max_len_rule data (give "max_len_rule": "fixed")')
+    if "max_len_a" in given and given.get("max_len_rule") == "data":
+        raise RequestError(422, "max_len_a", "has no effect with max_len_rule data (a then comes from the training data)")
+    merged = {**server, **fixed_if_a_given(given)}
     found = problem(decoding_options(with_options(dec, merged)))
     if found is not None:
         raise RequestError(422, found[0], found[1])

@@ -160,12 +160,15 @@ def test_length_ratios_are_quantiles_of_the_training_pairs():
 
 
 def test_the_data_rule_takes_a_from_the_ratios_or_keeps_max_len_a_with_a_warning():
-    dec = DecodingConfig(max_len_rule="data", max_len_a=1.7, max_len_b=4, length_penalty_kind="wu")
+    dec = DecodingConfig(max_len_rule="data", max_len_a=1.7, max_len_b=4, length_penalty_kind="wu", length_penalty=1.0)
     assert length_control(dec, {"0.99": 1.25}) == LengthControl("wu", 1.0, 0.0, 1.25, 4)
     warnings = []
     assert length_control(dec, None, warnings.append).max_len_a == 1.7
     assert len(warnings) == 1 and "no training length ratios" in warnings[0]
-    assert length_control(DecodingConfig(), {"0.99": 1.25}) == LengthControl()  # fixed: today's 2·|x| + 10
+    before = DecodingConfig(length_penalty_kind="power", length_penalty=1.0, max_len_rule="fixed", max_len_b=10)
+    assert length_control(before, {"0.99": 1.25}) == LengthControl()  # the defaults before 2026-11-26: 2·|x| + 10
+    # the shipped defaults (docs/decoding.md): GNMT's penalty, α = 0.6, a from the data, b = 5
+    assert length_control(DecodingConfig(), {"0.99": 1.25}) == LengthControl("wu", 0.6, 0.0, 1.25, 5)
 
 
 # -- the command line and validation, on a tiny trained model ---------------------------
@@ -262,3 +265,14 @@ def test_validation_decodes_with_the_config_s_length_settings(tiny, capsys, monk
     assert main([str(a) for a in args]) == 0
     ratio = length_ratios(load_prepared(tiny / "v" / "prep").train)["0.99"]
     assert seen and set(seen) == {LengthControl("wu", 0.6, 0.2, ratio, 3)}
+
+
+def test_a_given_a_binds_whatever_rule_the_config_has():
+    """The shipped rule is data; fairseq's users pass --max-len-a and expect it to bind."""
+    from ctxnmt.decoding.length import with_options
+
+    assert DecodingConfig().max_len_rule == "data"
+    given = with_options(DecodingConfig(), {"max_len_a": 1.0, "max_len_b": None})
+    assert (given.max_len_rule, given.max_len_a) == ("fixed", 1.0)
+    assert length_control(given, {"0.99": 1.25}).max_len_a == 1.0
+    assert with_options(DecodingConfig(), {"max_len_b": 3}).max_len_rule == "data"  # b alone keeps the rule

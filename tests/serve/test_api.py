@@ -10,6 +10,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from ctxnmt.analysis.forced import target_attention
+from ctxnmt.config import DecodingConfig
 from ctxnmt.analysis.gates import encoder_gates, output_weights
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding.translator import Translator
@@ -23,8 +24,7 @@ def as_tensor(values) -> torch.Tensor:
 
 LINES = ["el gato 3 .", "", "el gato 5 . el gato 6 .", "el gato 7 ."]
 LENGTH_FIELDS = ("length_penalty", "length_penalty_kind", "coverage_penalty", "max_len_a", "max_len_b", "max_len_rule")
-DEFAULT_LENGTH = {"length_penalty": 1.0, "length_penalty_kind": "power", "coverage_penalty": 0.0, "max_len_a": 2.0,
-                  "max_len_b": 10, "max_len_rule": "fixed"}
+DEFAULT_LENGTH = {key: getattr(DecodingConfig(), key) for key in LENGTH_FIELDS}  # the shipped defaults
 
 
 def client_for(dirs: list, **settings) -> tuple[TestClient, Translator]:
@@ -229,7 +229,8 @@ def test_length_options_per_request_and_per_server_are_the_translators(model_dir
         server = client.post("/v1/translate", json={"text": LINES, "attention": True}).json()
         own = client.post("/v1/translate", json={"text": LINES, "beam": 2, "nbest": 2, **options}).json()
         info = client.get("/v1/models").json()["server"]["length"]
-    assert info == {**DEFAULT_LENGTH, "max_len_a": 0.0, "max_len_b": 1}
+    # a given a means a fixed limit (the default rule is data)
+    assert info == {**DEFAULT_LENGTH, "max_len_a": 0.0, "max_len_b": 1, "max_len_rule": "fixed"}
     assert all(len(s["tokens"]) <= 1 for s in server["sentences"])
     assert [s["translation"] for s in server["sentences"]] == \
         [t.text for t in translator.translate(LINES, beam=3, length={"max_len_a": 0.0, "max_len_b": 1})]
