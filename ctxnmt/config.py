@@ -5,7 +5,9 @@ directory.  `base: OTHER.yaml` (a path relative to the file) takes every key the
 file does not set from another config, so a variant states only its differences.
 Every key is a dataclass field, so an unknown key is an error that
 names the key and the closest valid one, and a value of the wrong type is an
-error that names the key and the expected type.
+error that names the key and the expected type.  The model section also takes the
+keys that registered components declare as their own settings
+(`declare_model_settings`), flat beside ModelConfig's.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import difflib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -72,10 +74,74 @@ class ModelConfig:
     doc_sents: int = 3  # K previous sentences
     doc_dim: int = 0  # sentence- and document-RNN size; 0 = hidden_dim
     doc_embeddings: str = "shared"  # history sentences use the source embeddings, or "separate" ones
+    # The settings of registered components beyond the keys above (declare_model_settings), as
+    # set; in the file they stand flat among the keys above.
+    components: dict[str, Any] = field(default_factory=dict)
 
     @property
     def uses_document(self) -> bool:
         return self.doc_init_enc or self.doc_init_dec or self.doc_aux != "none"
+
+    @property
+    def readout_dim(self) -> int:
+        return self.out_dim or self.emb_dim
+
+    @property
+    def document_dim(self) -> int:
+        return self.doc_dim or self.hidden_dim
+
+    @classmethod
+    def of(cls, **keys: Any) -> ModelConfig:
+        """A model config from keys of the model section: its own and the registered components'."""
+        own = _own_keys()
+        unknown = [key for key in keys if key not in own and key not in _COMPONENT_KEYS]
+        if unknown:
+            raise _unknown_key(unknown[0], [*own, *_COMPONENT_KEYS], "model.")
+        return cls(**{k: v for k, v in keys.items() if k in own},
+                   components={k: v for k, v in keys.items() if k not in own})
+
+    def settings(self, cls: type[T]) -> T:
+        """A component's settings (the dataclass it registered with) from this config: each
+        field from the model key of its name, the field's default where the file sets none."""
+        own = _own_keys()
+        values = {f.name: self.components[f.name] if f.name in self.components else getattr(self, f.name)
+                  for f in dataclasses.fields(cls) if f.name in self.components or f.name in own}
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The model section as the file has it: the components' settings flat among the keys."""
+        out = dataclasses.asdict(self)
+        out.update(out.pop("components"))
+        return out
+
+
+T = TypeVar("T")
+
+# The keys of the model section that registered components declare beyond ModelConfig's own,
+# with their types: key -> (type, default).
+_COMPONENT_KEYS: dict[str, tuple[type, Any]] = {}
+
+
+def _own_keys() -> dict[str, Any]:
+    types = _field_types(ModelConfig)
+    types.pop("components")
+    return types
+
+
+def declare_model_settings(settings: type) -> None:
+    """Take the fields of a component's settings dataclass as keys of the model section; a
+    field named as one of ModelConfig's keys reads that key (and must have its type)."""
+    own = _own_keys()
+    for name, typ in _field_types(settings).items():
+        default = next(f.default for f in dataclasses.fields(settings) if f.name == name)
+        if default is dataclasses.MISSING:
+            raise ValueError(f"model setting '{name}' of {settings.__name__} needs a default")
+        known = own.get(name, _COMPONENT_KEYS.get(name, (typ,))[0])
+        if known is not typ:
+            raise ValueError(f"model setting '{name}' of {settings.__name__} is a {typ.__name__}, "
+                             f"but already declared a {known.__name__}")
+        if name not in own:
+            _COMPONENT_KEYS[name] = (typ, default)
 
 
 @dataclass
@@ -146,7 +212,9 @@ class Config:
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["model"] = self.model.to_dict()
+        return out
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -197,7 +265,10 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
 def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"config section '{where.rstrip('.')}' must be a mapping, got {raw!r}")
-    types = _field_types(cls)
+    if cls is ModelConfig:
+        types = {**_own_keys(), **{key: typ for key, (typ, _) in _COMPONENT_KEYS.items()}}
+    else:
+        types = _field_types(cls)
     kwargs = {}
     for key, value in raw.items():
         if key not in types:
@@ -207,7 +278,7 @@ def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
             kwargs[key] = _build(typ, value or {}, f"{where}{key}.")
         else:
             kwargs[key] = _coerce(value, typ, f"{where}{key}")
-    return cls(**kwargs)
+    return cls.of(**kwargs) if cls is ModelConfig else cls(**kwargs)
 
 
 # Keys that were renamed: a config (or a model directory's config.yaml) written with the
@@ -298,8 +369,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
 def validate(config: Config) -> None:
     """Cross-field checks that a single field's type cannot express."""
     m, t = config.model, config.training
-    out_dim = m.out_dim or m.emb_dim
-    if m.tie_embeddings and out_dim != m.emb_dim:
+    if m.tie_embeddings and m.readout_dim != m.emb_dim:
         raise ConfigError("model.tie_embeddings needs model.out_dim equal to model.emb_dim")
     if m.init not in ("normal", "pytorch"):
         raise ConfigError(f"model.init must be 'normal' or 'pytorch', got '{m.init}'")
@@ -369,5 +439,6 @@ def save_config(config: Any, path: str | Path) -> None:
     """Write any config dataclass as YAML, atomically."""
     from ctxnmt.utils.io import atomic_write
 
+    tree = config.to_dict() if isinstance(config, Config) else dataclasses.asdict(config)
     with atomic_write(path, "w") as fh:
-        yaml.safe_dump(dataclasses.asdict(config), fh, sort_keys=False)
+        yaml.safe_dump(tree, fh, sort_keys=False)

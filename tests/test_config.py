@@ -1,6 +1,7 @@
 """Config loading: overrides, type checks, and errors that name the key."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,52 @@ def test_bad_bases_are_one_line_errors_naming_the_file(tmp_path):
     a.write_text("base: b.yaml\n")
     with pytest.raises(ConfigError, match=r"unknown config key 'model.hiden_dim'"):
         load_config(a)
+
+
+# -- settings that components declare (declare_model_settings) ------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _WindowSettings:
+    cfgtest_window: int = 3
+    hidden_dim: int = 0  # a ModelConfig key: read from there
+
+
+def test_a_components_declared_setting_is_a_flat_model_key(tmp_path):
+    from ctxnmt.config import declare_model_settings, save_config
+
+    declare_model_settings(_WindowSettings)
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  cfgtest_window: 5\n  hidden_dim: 7\n")
+    config = load_config(path)
+    assert config.model.components == {"cfgtest_window": 5}
+    assert config.model.settings(_WindowSettings) == _WindowSettings(5, 7)
+    assert ModelConfig().settings(_WindowSettings) == _WindowSettings(3, 512)  # defaults where the file sets none
+    assert config.to_dict()["model"]["cfgtest_window"] == 5 and "components" not in config.to_dict()["model"]
+    save_config(config, tmp_path / "saved.yaml")
+    assert "cfgtest_window: 5" in (tmp_path / "saved.yaml").read_text()
+    assert load_config(tmp_path / "saved.yaml") == config
+    with pytest.raises(ConfigError, match="cfgtest_window' must be of type int"):
+        load_config(path, ["model.cfgtest_window=wide"])
+    with pytest.raises(ConfigError, match="unknown config key 'model.components'"):
+        load_config(path, ["model.components={}"])
+
+
+def test_a_declared_setting_keeps_one_type_and_needs_a_default():
+    from ctxnmt.config import declare_model_settings
+
+    @dataclasses.dataclass
+    class Clash:
+        cfgtest_window: float = 1.0
+
+    @dataclasses.dataclass
+    class NoDefault:
+        cfgtest_size: int
+
+    @dataclasses.dataclass
+    class WrongOwnType:
+        hidden_dim: str = "big"
+
+    declare_model_settings(_WindowSettings)
+    for settings in (Clash, NoDefault, WrongOwnType):
+        with pytest.raises(ValueError, match=settings.__name__):
+            declare_model_settings(settings)

@@ -12,25 +12,15 @@ from ctxnmt.data.preprocess import BPE_SEPARATOR
 def target_attention(model, src_ids: list[list[int]], tgt_ids: list[list[int]],
                      batch_size: int = 32) -> list[torch.Tensor]:
     """α (T, T) per sentence, T = len(tgt_ids[b]) (its EOS included): row t-1 holds the
-    weights α_t over y_0 … y_{t-1} that the summary used when predicting y_t.
-
-    The decoder runs step by step, as in beam search, to collect s_t and c_t for the
-    summaries whose scores read them; the summary's `weights` then gives α."""
+    weights α_t over y_0 … y_{t-1} that the summary used when predicting y_t, with the
+    model forced to produce the given target sentences (Decoder.target_attention)."""
     model.eval()
     out: list[torch.Tensor] = []
     for start in range(0, len(src_ids), batch_size):
         src, src_mask = pad(src_ids[start: start + batch_size])
         tgt, tgt_mask = pad(tgt_ids[start: start + batch_size])
-        enc = model.encode(src, src_mask)
-        state, prev = model.init_state(enc), None
-        states, contexts = [], []
-        for t in range(tgt.size(1)):
-            _, state, alpha = model.step(enc, state, prev)
-            states.append(state["s"])
-            contexts.append(torch.bmm(alpha.unsqueeze(1), enc["annotations"]).squeeze(1))
-            prev = tgt[:, t]
-        weights = model.decoder.summary.weights(model.previous_embeddings(tgt), tgt_mask,
-                                                torch.stack(states, 1), torch.stack(contexts, 1))
+        weights = model.decoder.target_attention(model.encode(src, src_mask), model.previous_embeddings(tgt),
+                                                 tgt_mask)
         for b, ids in enumerate(tgt_ids[start: start + batch_size]):
             out.append(weights[b, : len(ids), : len(ids)].clone())
     return out

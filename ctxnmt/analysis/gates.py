@@ -32,7 +32,6 @@ from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.models.cells import AdaptiveGRUCell
-from ctxnmt.models.output import AdaptiveOutput
 from ctxnmt.utils.io import atomic_write
 
 OUTPUT_WEIGHTS = ("alpha_s", "alpha_y", "alpha_c")  # the order of AdaptiveOutput.weights
@@ -40,18 +39,16 @@ OUTPUT_WEIGHTS = ("alpha_s", "alpha_y", "alpha_c")  # the order of AdaptiveOutpu
 
 # -- gate values per token ------------------------------------------------------------------
 
-def has_hyper_gates(module: torch.nn.Module) -> bool:
-    return any(isinstance(m, AdaptiveGRUCell) for m in module.modules())
-
-
 @torch.no_grad()
 def encoder_gates(model, src_ids: list[list[int]]) -> dict[str, list[torch.Tensor]]:
-    """{recurrence: [mean hyper-gate value per source token (len_i,), one per sentence]}."""
+    """{recurrence: [mean hyper-gate value per source token (len_i,), one per sentence]} of the
+    encoder recurrences with a hyper-gate (Capabilities.encoder_hyper_gates)."""
     model.eval()
+    gated = model.capabilities.encoder_hyper_gates
     src, mask = (t.to(model.start.device) for t in pad(src_ids))
     out: dict[str, list[torch.Tensor]] = {}
     for name, rec in model.encoder.recurrences(model.src_emb(src), mask).items():
-        if not isinstance(rec.cell, AdaptiveGRUCell):
+        if name not in gated:
             continue
         g = rec.cell.hyper_gate(rec.inputs, rec.previous @ rec.cell.hidden_weight()).mean(-1)  # (B, S)
         out[name] = [g[b, : len(ids)] for b, ids in enumerate(src_ids)]
@@ -65,19 +62,15 @@ def output_weights(model, src_ids: list[list[int]], out_ids: list[list[int]]) ->
     device = model.start.device
     src, src_mask = (t.to(device) for t in pad(src_ids))
     tgt, tgt_mask = (t.to(device) for t in pad([ids + [EOS] for ids in out_ids]))
-    enc = model.encode(src, src_mask)
-    decoder = model.decoder
-    S, D, C, _ = decoder.readout_inputs(enc, model.previous_embeddings(tgt), tgt_mask)
-    alpha = decoder.output.weights(S, D, C).mean(-1).permute(1, 2, 0)  # (B, T, 3)
+    weights = model.decoder.output_weights(model.encode(src, src_mask), model.previous_embeddings(tgt), tgt_mask)
+    alpha = weights.mean(-1).permute(1, 2, 0)  # (B, T, 3)
     return [alpha[b, : len(ids) + 1] for b, ids in enumerate(out_ids)]
 
 
-DECODER_CELLS = ("gru1", "gru2")  # the cGRU's two transitions: reading E y_{t-1}, then c_t
-
-
 def decoder_gate_cells(model) -> dict[str, AdaptiveGRUCell]:
-    cells = {f"decoder-{name}": getattr(model.decoder, name, None) for name in DECODER_CELLS}
-    return {name: cell for name, cell in cells.items() if isinstance(cell, AdaptiveGRUCell)}
+    """The decoder's hyper-gated cells (Capabilities.decoder_hyper_gates) as decoder-NAME."""
+    cells = model.decoder.recurrence_cells()
+    return {f"decoder-{name}": cells[name] for name in model.capabilities.decoder_hyper_gates}
 
 
 @contextlib.contextmanager
@@ -99,8 +92,8 @@ def recording_hyper_gates(cells: dict[str, AdaptiveGRUCell]):
 
 @torch.no_grad()
 def decoder_gates(model, src_ids: list[list[int]], out_ids: list[list[int]]) -> dict[str, list[torch.Tensor]]:
-    """{decoder-gru1|decoder-gru2: [mean hyper-gate value per output token (len_i + 1,) (EOS appended)]}
-    of the decoder's hyper-gated transitions, teacher-forced on the given outputs."""
+    """{decoder-NAME: [mean hyper-gate value per output token (len_i + 1,) (EOS appended)]} of the
+    decoder's hyper-gated recurrences (the cGRU's: gru1 and gru2), teacher-forced on the given outputs."""
     cells = decoder_gate_cells(model)
     if not cells:
         return {}
@@ -109,7 +102,7 @@ def decoder_gates(model, src_ids: list[list[int]], out_ids: list[list[int]]) -> 
     src, src_mask = (t.to(device) for t in pad(src_ids))
     tgt, tgt_mask = (t.to(device) for t in pad([ids + [EOS] for ids in out_ids]))
     with recording_hyper_gates(cells) as record:
-        model.decoder.recurrence(model.encode(src, src_mask), model.previous_embeddings(tgt))
+        model.decoder(model.encode(src, src_mask), model.previous_embeddings(tgt), tgt_mask)
     out = {}
     for name, steps in record.items():
         g = torch.stack(steps, 1)  # (B, T)
@@ -187,9 +180,9 @@ def analyse_lines(translator, lines: list[str], tags: list[str] | None = None, b
 
     `output_tagger`: words (list of lists) → tags, for the output-tag section."""
     model = translator.model
-    gated = has_hyper_gates(model.encoder)
-    decoder_gated = bool(decoder_gate_cells(model))
-    adaptive_output = isinstance(model.decoder.output, AdaptiveOutput)
+    capabilities = model.capabilities
+    gated, decoder_gated = bool(capabilities.encoder_hyper_gates), bool(capabilities.decoder_hyper_gates)
+    adaptive_output = capabilities.adaptive_output
     if not gated and not adaptive_output and not decoder_gated:
         raise ConfigError("this model has no adaptive gates (no adaptive-gru cell in its encoder or decoder and "
                           "model.output is not 'adaptive'): nothing to analyse")

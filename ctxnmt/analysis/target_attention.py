@@ -25,7 +25,6 @@ from ctxnmt.analysis.forced import join_word, target_attention, word_attention, 
 from ctxnmt.analysis.trees import ParsEval, attention_tree, brackets, parse_ptb, right_branching, tree_spans
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.models.target_context import TargetContext
 from ctxnmt.utils.io import atomic_write
 
 START = "<s>"
@@ -93,10 +92,10 @@ def load_analysed(model_dir: str, checkpoint: str | None):
     from ctxnmt.decoding.translator import Translator
 
     translator = Translator.load(model_dir, checkpoint=checkpoint)
-    summary = translator.model.decoder.summary
-    if type(summary).weights is TargetContext.weights:  # the base class's: no attention to show
-        raise ConfigError(f"{model_dir}: model.target_context is '{translator.config.model.target_context}', "
-                          f"which has no attention over previous words; use a self-attentive target context")
+    if not translator.model.capabilities.target_attention:
+        cfg = translator.config.model
+        raise ConfigError(f"{model_dir}: its {cfg.decoder} decoder with model.target_context '{cfg.target_context}' "
+                          f"has no attention over previous words; use a self-attentive target context")
     return translator
 
 

@@ -5,8 +5,10 @@ sentence); the encoder side is kept once per sentence and shared by its rows.
 After every step one index vector both reorders the beams and drops the
 sentences that are finished, and that one gather (`State.select`) is applied to
 the decoder state; both states declare their entries (ctxnmt.models.state), so
-search needs to know nothing of any model's.  Finished sentences are dropped once they hold an eighth of the rows;
-until then their rows stay and search nothing.  Greedy search is beam search with K = 1.
+search needs to know nothing of any model's, nor of the model beyond `Searchable`
+(ctxnmt.decoding.searchable).  Finished sentences are dropped once they hold an eighth
+of the rows (DROP_SHARE); until then their rows stay and search nothing.  Greedy search
+is beam search with K = 1.
 
 Finished hypotheses are ranked by the length and coverage penalties of `LengthControl`
 (ctxnmt.decoding.length); for the coverage penalty each row carries its attention summed
@@ -18,12 +20,14 @@ the current one (see there).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import torch
 from torch.nn import functional as F
 
 from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.decoding.length import LengthControl, coverage_penalty
+from ctxnmt.decoding.searchable import Searchable
 from ctxnmt.models.state import State
 
 
@@ -64,9 +68,14 @@ class _Part:
 
 NO_LENGTH_CONTROL = LengthControl()
 
+# Finished sentences leave the search once they are this share of its sentences (or rows).
+DROP_SHARE = Fraction(1, 8)
+# The encoder side is trimmed once its longest source is at most this share of its padded width.
+TRIM_SHARE = Fraction(3, 4)
+
 
 @torch.no_grad()
-def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5, nbest: int = 1,
+def beam_search(model: Searchable, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5, nbest: int = 1,
                 length: LengthControl = NO_LENGTH_CONTROL, return_attention: bool = False,
                 context=None) -> list[list[Hypothesis]]:
     """Translate a padded batch; returns for each sentence its `nbest` best hypotheses.
@@ -77,7 +86,7 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5,
 
 
 @torch.no_grad()
-def search_batches(model, batches, beam: int = 5, nbest: int = 1, length: LengthControl = NO_LENGTH_CONTROL,
+def search_batches(model: Searchable, batches, beam: int = 5, nbest: int = 1, length: LengthControl = NO_LENGTH_CONTROL,
                    return_attention: bool = False, refill_below: int = 0) -> dict[int, list[Hypothesis]]:
     """Search batches of (indices, padded src, src_mask, context or None); returns the
     `nbest` hypotheses of every index.
@@ -117,8 +126,18 @@ def search_batches(model, batches, beam: int = 5, nbest: int = 1, length: Length
     return {i: sorted(s.finished, key=lambda h: -h.score)[:nbest] for i, s in search.sentences.items()}
 
 
+@dataclass
+class _Candidates:
+    """A step's 2K best continuations of each of n sentences, best first, each (n, 2K)."""
+    scores: torch.Tensor  # log-probability of the hypothesis with the word
+    beam: torch.Tensor  # which of the sentence's K rows it continues
+    tokens: torch.Tensor  # the word
+    cp: torch.Tensor | None  # the coverage penalty of that row; None without one
+
+
 class _Search:
-    def __init__(self, model, beam: int, length: LengthControl = NO_LENGTH_CONTROL, return_attention: bool = False):
+    def __init__(self, model: Searchable, beam: int, length: LengthControl = NO_LENGTH_CONTROL,
+                 return_attention: bool = False):
         self.model, self.K, self.length = model, beam, length
         self.return_attention = return_attention
         self.sentences: dict[int, _Sentence] = {}
@@ -128,10 +147,8 @@ class _Search:
         src_lens = [int(n) for n in src_mask.sum(1).tolist()]
         for i, n in zip(indices, src_lens):
             self.sentences[i] = _Sentence(max_len=self.length.max_len(n))
-        # one copy per sentence, shared by its K rows; context only when given, so that models
-        # without document context keep their plain encode(src, src_mask)
-        enc = self.model.encode(src, src_mask) if context is None else self.model.encode(src, src_mask, context)
         B, K = src.size(0), self.K
+        enc = self.model.encode(src, src_mask, context, K)  # one copy per sentence, shared by its K rows
         scores = torch.full((B, K), float("-inf"), device=src.device)
         scores[:, 0] = 0.0  # all K rows start identical: let only the first one expand
         coverage = torch.zeros(B * K, src.size(1), device=src.device) if self.length.beta else None
@@ -145,75 +162,39 @@ class _Search:
         # so each row proposes only those (never a (rows × vocabulary) score matrix).
         row_logp, row_tok, state, alpha = self.model.step_candidates(
             part.enc, part.state, part.prev, min(2 * K, self.model.vocab_size))
-        n, C = len(part.active), row_logp.size(1)
-        att_history = part.att_history
-        if self.return_attention:
-            step_att = alpha.unsqueeze(1)
-            att_history = step_att if att_history is None else torch.cat([att_history, step_att], 1)
-        cand = (part.scores.view(-1, 1) + row_logp).view(n, K * C)
-        top_scores, top_idx = cand.topk(min(2 * K, K * C), dim=1)
-        top_beam, top_tok = top_idx // C, row_tok.view(n, K * C).gather(1, top_idx)
+        att_history = self._attention_history(part, alpha)
         coverage, row_cp = self._coverage(part, alpha)
-        top_cp = row_cp.gather(1, top_beam) if row_cp is not None else None
+        candidates = self._candidates(part, row_logp, row_tok, row_cp)
         sentences = [None if i is None else self.sentences[i] for i in part.active]
         lengths = [t + 1 for t in part.steps]  # words of each hypothesis with this step's
-        last_step = torch.tensor([s is not None and t >= s.max_len for t, s in zip(lengths, sentences)],
-                                 device=cand.device)
-        self._collect_finished(part, sentences, lengths, top_scores, top_cp, top_beam, top_tok, last_step,
-                               att_history)
-        # Continue with the K best candidates that do not end here.
-        alive_scores = top_scores.masked_fill(top_tok == EOS, float("-inf"))
-        alive_scores, pick = alive_scores.topk(K, dim=1)
-        beam_of = top_beam.gather(1, pick)
-        tok_of = top_tok.gather(1, pick)
-        best_alive = self._normalised(alive_scores[:, 0], lengths)
-        if row_cp is not None:  # judged as the finished ones are, by its coverage so far too
-            best_alive = best_alive + row_cp.gather(1, beam_of)[:, 0]
-        best_alive = best_alive.tolist()
-        keep = [j for j, s in enumerate(sentences) if s is not None and not _done(s, K, lengths[j], best_alive[j])]
+        self._collect_finished(part, sentences, lengths, candidates, att_history)
+        alive_scores, beam_of, tok_of = self._continuations(candidates)
+        keep = self._searching(sentences, lengths, alive_scores, beam_of, row_cp)
         if not keep:
             return None
-        if len(keep) < n and 8 * (n - len(keep)) < n:
-            # Few rows are finished: they stay, as rows that search nothing (score −inf, so
-            # they propose nothing), until an eighth of the rows are such (K rows per
-            # sentence, finished or not: the share of sentences is the share of rows).
-            # Dropping rows copies the whole encoder side (docs/speed-log.md).
-            searched = torch.zeros(n, dtype=torch.bool, device=cand.device)
-            searched[keep] = True
-            alive_scores = alive_scores.masked_fill(~searched.view(-1, 1), float("-inf"))
-            active = [a if still else None for a, still in zip(part.active, searched.tolist())]
-            keep = list(range(n))
-        else:
-            active = [part.active[j] for j in keep]
-        keep_t = torch.tensor(keep, device=cand.device)
-        # The K rows of a sentence share its encoder output, so the encoder side is
-        # gathered only when sentences leave, never for a beam reorder.
+        keep, active, alive_scores = self._leaving(part, keep, alive_scores)
+        keep_t = torch.tensor(keep, device=alive_scores.device)
         enc, width, src_lens = part.enc, part.width, part.src_lens
-        if len(keep) < n:
-            src_lens = [src_lens[j] for j in keep]
-            enc = enc.select(keep_t)
-            if max(src_lens) <= 3 * width // 4:
-                # The longest sources have left (a joined part's tail): trim the padding.
-                # Not for every small change: each trim copies the encoder side.
-                width = max(src_lens)
-                enc = enc.trim(width)
-                if att_history is not None:  # its source axis too: later steps' α_t have the new width
-                    att_history = att_history[..., :width]
-                if coverage is not None:
-                    coverage = coverage[:, :width]
+        if len(keep) < len(part.active):
+            enc, width, src_lens, att_history, coverage = self._without_the_finished(part, keep_t, att_history,
+                                                                                    coverage)
         prev = tok_of.index_select(0, keep_t).view(-1)
         history = part.history
-        if K > 1 or len(keep) < n:  # otherwise (greedy, no sentence dropped) every row stays where it is
+        if K > 1 or len(keep) < len(part.active):  # otherwise (greedy, none left) every row stays where it is
             row_index = (keep_t.view(-1, 1) * K + beam_of.index_select(0, keep_t)).view(-1)
-            history = history.index_select(0, row_index)
-            if att_history is not None:
-                att_history = att_history.index_select(0, row_index)
-            if coverage is not None:
-                coverage = coverage.index_select(0, row_index)
-            state = state.select(row_index)
+            history, state = history.index_select(0, row_index), state.select(row_index)
+            att_history, coverage = (None if x is None else x.index_select(0, row_index)
+                                     for x in (att_history, coverage))
         return _Part(active, [lengths[j] for j in keep], src_lens, width, enc, state,
                      alive_scores.index_select(0, keep_t), torch.cat([history, prev.view(-1, 1)], dim=1),
                      att_history, prev, coverage)
+
+    def _attention_history(self, part: _Part, alpha: torch.Tensor) -> torch.Tensor | None:
+        """Each row's attention over its steps, this step's included, where it is returned."""
+        if not self.return_attention:
+            return part.att_history
+        step_att = alpha.unsqueeze(1)
+        return step_att if part.att_history is None else torch.cat([part.att_history, step_att], 1)
 
     def _coverage(self, part: _Part, alpha: torch.Tensor):
         """Each row's coverage with this step's α_t, and its coverage penalty as (n, K);
@@ -224,30 +205,82 @@ class _Search:
         src_lens = torch.tensor(part.src_lens, device=coverage.device).repeat_interleave(self.K)
         return coverage, coverage_penalty(coverage, src_lens, self.length.beta).view(-1, self.K)
 
-    def _normalised(self, logprob: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-        """log-probability / lp(y) for each row, as the finished hypotheses are scored."""
-        if not self.length.normalises:  # lp is 1: skip making the tensor
-            return logprob
-        return logprob / torch.tensor([self.length.lp(t) for t in lengths], device=logprob.device)
+    def _candidates(self, part: _Part, row_logp: torch.Tensor, row_tok: torch.Tensor,
+                    row_cp: torch.Tensor | None) -> _Candidates:
+        """Each sentence's 2K best continuations among its rows' proposals (C each)."""
+        n, K, C = len(part.active), self.K, row_logp.size(1)
+        cand = (part.scores.view(-1, 1) + row_logp).view(n, K * C)
+        scores, index = cand.topk(min(2 * K, K * C), dim=1)
+        beam = index // C
+        return _Candidates(scores, beam, row_tok.view(n, K * C).gather(1, index),
+                           row_cp.gather(1, beam) if row_cp is not None else None)
 
-    def _collect_finished(self, part, sentences, lengths, top_scores, top_cp, top_beam, top_tok, last_step,
-                          att_history):
+    def _collect_finished(self, part: _Part, sentences, lengths: list[int], candidates: _Candidates,
+                          att_history: torch.Tensor | None) -> None:
         """Move to `finished` every EOS candidate ranked among the first K (and, at a
         sentence's length limit, the K best candidates whatever they end with)."""
-        K = self.K
-        rank = torch.arange(top_scores.size(1), device=top_scores.device).unsqueeze(0)
-        ends = ((top_tok == EOS) | last_step.view(-1, 1)) & (rank < K) & torch.isfinite(top_scores)
-        for j, c in ends.nonzero().tolist():
-            row, words = j * K + int(top_beam[j, c]), part.steps[j]
+        K, top = self.K, candidates
+        last_step = torch.tensor([s is not None and t >= s.max_len for t, s in zip(lengths, sentences)],
+                                 device=top.scores.device)
+        rank = torch.arange(top.scores.size(1), device=top.scores.device).unsqueeze(0)
+        ends = ((top.tokens == EOS) | last_step.view(-1, 1)) & (rank < K) & torch.isfinite(top.scores)
+        found = ends.nonzero().tolist()
+        if not found:
+            return
+        # Ranked in double precision: the scores are reported, and ties are broken by them.
+        scores = self.length.score(top.scores.double(), lengths, top.cp)
+        for j, c in found:
+            row, words = j * K + int(top.beam[j, c]), part.steps[j]
             tokens = part.history[row, part.history.size(1) - words:].tolist()
-            if int(top_tok[j, c]) != EOS:
-                tokens.append(int(top_tok[j, c]))  # cut off at the length limit
-            logprob = float(top_scores[j, c])
+            if int(top.tokens[j, c]) != EOS:
+                tokens.append(int(top.tokens[j, c]))  # cut off at the length limit
             att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
-            score = logprob / self.length.lp(lengths[j])  # lp is 1 where nothing normalises
-            if top_cp is not None:
-                score += float(top_cp[j, c])
-            sentences[j].finished.append(Hypothesis(tokens, score, logprob, att))
+            sentences[j].finished.append(Hypothesis(tokens, float(scores[j, c]), float(top.scores[j, c]), att))
+
+    def _continuations(self, candidates: _Candidates):
+        """The K best candidates of each sentence that do not end here: their scores (n, K), and
+        the row each continues and its word (n, K)."""
+        alive_scores = candidates.scores.masked_fill(candidates.tokens == EOS, float("-inf"))
+        alive_scores, pick = alive_scores.topk(self.K, dim=1)
+        return alive_scores, candidates.beam.gather(1, pick), candidates.tokens.gather(1, pick)
+
+    def _searching(self, sentences, lengths: list[int], alive_scores: torch.Tensor, beam_of: torch.Tensor,
+                   row_cp: torch.Tensor | None) -> list[int]:
+        """The sentences not done: each judged by its best open hypothesis, scored as the
+        finished ones are (its coverage so far included)."""
+        cp = row_cp.gather(1, beam_of)[:, 0] if row_cp is not None else None
+        best_alive = self.length.score(alive_scores[:, 0], lengths, cp).tolist()
+        return [j for j, s in enumerate(sentences) if s is not None and not _done(s, self.K, lengths[j], best_alive[j])]
+
+    def _leaving(self, part: _Part, keep: list[int], alive_scores: torch.Tensor):
+        """The sentences whose rows stay (`keep`), their callers' indices, and their scores.
+        Finished sentences leave only once they hold DROP_SHARE of the rows (K rows per sentence,
+        finished or not: the share of sentences is the share of rows); until then they stay,
+        as rows that search nothing (score −inf, so they propose nothing).  Dropping rows
+        copies the whole encoder side (docs/speed-log.md)."""
+        n = len(part.active)
+        if len(keep) == n or Fraction(n - len(keep), n) >= DROP_SHARE:
+            return keep, [part.active[j] for j in keep], alive_scores
+        searched = torch.zeros(n, dtype=torch.bool, device=alive_scores.device)
+        searched[keep] = True
+        alive_scores = alive_scores.masked_fill(~searched.view(-1, 1), float("-inf"))
+        active = [a if still else None for a, still in zip(part.active, searched.tolist())]
+        return list(range(n)), active, alive_scores
+
+    def _without_the_finished(self, part: _Part, keep_t: torch.Tensor, att_history, coverage):
+        """The encoder side of the sentences `keep_t` only (the K rows of a sentence share it, so
+        it is gathered only when sentences leave, never for a beam reorder), trimmed of padding
+        once the longest sources have left (a joined part's tail): once the longest left is
+        at most TRIM_SHARE of the width, not at every small change, as each trim copies it."""
+        src_lens = [part.src_lens[j] for j in keep_t.tolist()]
+        enc, width = part.enc.select(keep_t), part.width
+        if Fraction(max(src_lens), width) <= TRIM_SHARE:
+            width = max(src_lens)
+            enc = enc.trim(width)
+            # the source axis of what rows carry too: later steps' α_t have the new width
+            att_history = att_history[..., :width] if att_history is not None else None
+            coverage = coverage[:, :width] if coverage is not None else None
+        return enc, width, src_lens, att_history, coverage
 
 
 def _join(a: _Part, b: _Part) -> _Part | None:

@@ -1,7 +1,7 @@
 """Ensembles: several trained models searched as one.
 
-`Ensemble` presents the interface beam search uses (encode / init_state / step),
-so the search itself does not know it decodes with several models.  Each member
+`Ensemble` is a Searchable (ctxnmt.decoding.searchable), as its members are, so the
+search itself does not know it decodes with several models.  Each member
 keeps its own encoder side and decoder state, as a part of the ensemble's State
 named by the member's index (ctxnmt.models.state), so members may have any
 architecture and search reorders them all with one `select`.  At every step the members' next-word distributions
@@ -23,7 +23,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError
+from ctxnmt.models.capabilities import Capabilities
 from ctxnmt.models.state import State
 
 MODES = ("logprob", "prob")
@@ -42,13 +44,13 @@ def unpack(state: State, members: int) -> list[State]:
 
 
 class Ensemble(nn.Module):
-    def __init__(self, models: list[nn.Module], mode: str = "logprob"):
+    def __init__(self, models: list[TranslationModel], mode: str = "logprob"):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"ensemble mode must be one of {', '.join(MODES)}, not {mode!r}")
         if not models:
             raise ValueError("an ensemble needs at least one model")
-        if len({m.generator.out_features for m in models}) > 1:
+        if len({m.vocab_size for m in models}) > 1:
             raise ValueError("ensemble members must share one target vocabulary (their output sizes differ)")
         self.members = nn.ModuleList(models)
         self.mode = mode
@@ -57,9 +59,15 @@ class Ensemble(nn.Module):
     def vocab_size(self) -> int:
         return self.members[0].vocab_size
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context=None) -> State:
+    @property
+    def capabilities(self) -> Capabilities:
+        """The analyses run on one model, so an ensemble offers none of its members'; it reads
+        document context where any member does."""
+        return Capabilities(document_context=any(m.capabilities.document_context for m in self.members))
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context=None, beam: int = 1) -> State:
         """`context`: previous source sentences, read by the document-context members."""
-        return pack([m.encode(src, src_mask, context) for m in self.members])
+        return pack([m.encode(src, src_mask, context, beam) for m in self.members])
 
     def init_state(self, enc, beam: int = 1):
         encs = unpack(enc, len(self.members))

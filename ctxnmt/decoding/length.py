@@ -30,7 +30,7 @@ config, the command line and the server alike.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,14 @@ class LengthControl:
         if self.kind == "wu":
             return ((5 + length) / 6) ** self.alpha
         return float(length) ** self.alpha
+
+    def score(self, logprob: torch.Tensor, lengths: Sequence[int], cp: torch.Tensor | None = None) -> torch.Tensor:
+        """s(y, x) = log P(y|x) / lp(y) + cp(x; y) for log-probabilities (n, …) whose row i has
+        |y| = lengths[i], in logprob's precision; `cp`: the coverage penalties (n, …), if any."""
+        if self.normalises:  # lp is 1 otherwise: skip making the tensor
+            lp = torch.tensor([self.lp(t) for t in lengths], dtype=logprob.dtype, device=logprob.device)
+            logprob = logprob / lp.view(-1, *[1] * (logprob.dim() - 1))
+        return logprob if cp is None else logprob + cp.to(logprob.dtype)
 
     def max_len(self, src_len: int) -> int:
         """Most output subwords (</s> not counted); every step emits one, so at least 1."""

@@ -24,6 +24,7 @@ from ctxnmt.data.prepare import load_length_ratios, load_pipeline
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.length import OPTIONS, LengthControl, check, decoding_options, length_control, with_options
+from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.models.nmt import build_model
 from ctxnmt.training.checkpoint import check_compatible, load_checkpoint, load_model_state
@@ -101,9 +102,12 @@ def _to_translation(hyps: list[Hypothesis], preprocessor, tgt_vocab: Vocab, src_
 
 
 class Translator:
-    def __init__(self, config: Config, model, preprocessor, src_vocab: Vocab, tgt_vocab: Vocab, device="cpu",
-                 document_sents: int | None = None, prep_dir: Path | None = None):
+    def __init__(self, config: Config, model: TranslationModel, preprocessor, src_vocab: Vocab, tgt_vocab: Vocab,
+                 device="cpu", document_sents: int | None = None, prep_dir: Path | None = None,
+                 members: list[TranslationModel] | None = None, ensemble_mode: str | None = None):
         self.config, self.model = config, model
+        # the models it translates with: the one model, or an ensemble's members and how it combines them
+        self.members, self.ensemble_mode = members or [model], ensemble_mode
         self.prep_dir = prep_dir  # where `max_len_rule: data` finds the training length ratios
         self._ratios: tuple[Mapping[str, float] | None] | None = None
         # K previous sentences a document-context model reads (0: the model reads none); an
@@ -148,7 +152,8 @@ class Translator:
         first = members[0]
         model = Ensemble([m.model for m in members], mode).to(device).eval()
         return cls(first.config, model, first.preprocessor, first.src_vocab, first.tgt_vocab, device,
-                   document_sents=document_sents([Path(d) for d in model_dirs], members), prep_dir=first.prep_dir)
+                   document_sents=document_sents([Path(d) for d in model_dirs], members), prep_dir=first.prep_dir,
+                   members=[m.model for m in members], ensemble_mode=mode)
 
     def translate(self, lines: list[str], beam: int | None = None, nbest: int = 1, batch_size: int | None = None,
                   return_attention: bool = False, doc_ids: list[str] | None = None,

@@ -7,7 +7,10 @@ loop:
   combine(xp, hp, h)     the gate arithmetic; parameter-free, so the same code
                          runs on stacked directions or beams
 `step(xp, h)` is the plain one-step call built from them, and `combine_held(xp, hp,
-h, mask)` the gate arithmetic with the state held on padding.
+h, mask)` the gate arithmetic with the state held on padding.  A cell declares whether
+it has a hyper-gate (`hyper_gated`, what analyses of the gates ask) and may start its
+own biases (`init_biases`).  `scan` and `final_state` run one cell over a sequence;
+functional.biscan runs two directions at once.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-from ctxnmt.models.functional import gru_gates, read_every_step, step_product
+from ctxnmt.models.functional import gru_gates, hold_on_padding, plain_gru_gates, read_every_step, step_product
 from ctxnmt.models.registry import CELLS
 
 
@@ -24,14 +27,14 @@ class RecurrentCell(nn.Module):
     """Base: `n_blocks` gate blocks of size hidden_size, one input and one recurrent matrix."""
 
     n_blocks = 3
+    hyper_gated = False  # whether the gates weigh input against state by a hyper-gate (`hyper_gate`)
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.W = nn.Linear(input_size, self.n_blocks * hidden_size)
-        self.U = nn.Linear(hidden_size, self.n_blocks * hidden_size, bias=False)
-        self.U.recurrent_blocks = self.n_blocks  # initialisers make each square block orthogonal
+        self.U = nn.Linear(hidden_size, self.n_blocks * hidden_size, bias=False)  # n_blocks square blocks
 
     def input_proj(self, x: torch.Tensor) -> torch.Tensor:
         return self.W(x)
@@ -50,6 +53,10 @@ class RecurrentCell(nn.Module):
     @staticmethod
     def combine(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def init_biases(self) -> None:
+        """Biases that the cell's equations want away from the model's initialisation (a gate
+        that starts open); none by default."""
 
     @classmethod
     def combine_held(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -75,24 +82,15 @@ class GRUCell(RecurrentCell):
         """(W, b, U) laid out as torch's GRU stores its w_ih, b_ih and w_hh (functional.bigru)."""
         return self.W.weight, self.W.bias, self.U.weight
 
-    @classmethod
-    def combine(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        fused = gru_gates(xp, hp, h)
-        return cls.reference_combine(xp, hp, h) if fused is None else fused
-
-    @classmethod
-    def combine_held(cls, xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        fused = gru_gates(xp, hp, h, mask)
-        return hold_on_padding(cls.reference_combine(xp, hp, h), h, mask) if fused is None else fused
+    @staticmethod
+    def combine(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return gru_gates(xp, hp, h)
 
     @staticmethod
-    def reference_combine(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        x_r, x_z, x_h = xp.chunk(3, dim=-1)
-        h_r, h_z, h_h = hp.chunk(3, dim=-1)
-        r = torch.sigmoid(x_r + h_r)
-        z = torch.sigmoid(x_z + h_z)
-        candidate = torch.tanh(x_h + r * h_h)
-        return candidate + z * (h - candidate)
+    def combine_held(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return gru_gates(xp, hp, h, mask)
+
+    reference_combine = staticmethod(plain_gru_gates)
 
 
 @CELLS.register("adaptive-gru")
@@ -109,6 +107,7 @@ class AdaptiveGRUCell(RecurrentCell):
     """
 
     n_blocks = 4
+    hyper_gated = True
     gain = 1.0  # multiplies the weighted sums of r, z and h̃; see ScaledAdaptiveGRUCell
 
     @staticmethod
@@ -198,11 +197,6 @@ class ReleasedAdaptiveGRUCell(AdaptiveGRUCell):
         return ScaledCandidateAdaptiveGRUCell
 
 
-def hold_on_padding(h_new: torch.Tensor, h_old: torch.Tensor, mask_t: torch.Tensor) -> torch.Tensor:
-    """Keep the previous state where the step is padding (mask_t is 1 for real tokens)."""
-    return h_old + mask_t.unsqueeze(-1) * (h_new - h_old)
-
-
 def scan(cell: RecurrentCell, xp: torch.Tensor, h0: torch.Tensor, mask: torch.Tensor,
          reverse: bool = False) -> torch.Tensor:
     """Run `cell` over a (B, T, G·H) input projection; returns (B, T, H) states."""
@@ -226,21 +220,3 @@ def final_state(cell: RecurrentCell, xp: torch.Tensor, h0: torch.Tensor, mask: t
     for x_t, m_t in zip(xp.unbind(1), mask.unbind(1)):  # unbind: see scan()
         h = cell.combine_held(x_t, step_product(h, U), h, m_t)
     return h
-
-
-def biscan(fwd: RecurrentCell, bwd: RecurrentCell, xp_f: torch.Tensor, xp_b: torch.Tensor,
-           h0: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both directions in one loop: at step t the forward cell reads position t and the
-    backward cell position T−1−t, stacked so each step is one batched matmul and one
-    set of element-wise kernels instead of two."""
-    assert type(fwd) is type(bwd)
-    U = read_every_step(torch.stack([fwd.hidden_weight(), bwd.hidden_weight()]))  # (2, H, G·H)
-    xp = torch.stack([xp_f, xp_b.flip(1)])  # (2, B, T, G·H)
-    m = torch.stack([mask, mask.flip(1)])  # (2, B, T)
-    h = h0.expand(2, *h0.shape) if h0.dim() == 2 else h0
-    out = []
-    for x_t, m_t in zip(xp.unbind(2), m.unbind(2)):  # unbind: see scan()
-        h = fwd.combine_held(x_t, step_product(h, U), h, m_t)
-        out.append(h)
-    states = torch.stack(out, dim=2)  # (2, B, T, H)
-    return states[0], states[1].flip(1)

@@ -1,22 +1,25 @@
-"""Decoders: from annotations and previous target words to readout vectors t_t.
+"""Decoders (ctxnmt.models.interfaces.Decoder): from annotations and previous target
+words to readout vectors t_t.
 
 A decoder has two modes that must agree to 1e-5 (tests check it):
   forward(enc, prev_emb, tgt_mask)   teacher forcing over a whole batch
   init_state(enc) / step(...)        one step at a time, as beam search runs it
 
-Both read the encoder side that `prepare` declares, and search carries the
-decoder state that `init_state` and `step` declare (ctxnmt.models.state): a
-variant adds its entries there with their kinds and never needs to tell search
-anything else.
+Both read the encoder side that `prepare` declares, and search carries the decoder
+state that `init_state` and `step` declare (ctxnmt.models.state): a variant adds
+its entries there with their kinds and never needs to tell search anything else.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from ctxnmt.config import ModelConfig
 from ctxnmt.models import document  # noqa: F401  (registers the document inputs)
 from ctxnmt.models.attention import AdditiveAttention
+from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.functional import additive_energy, mix, read_each_every_step, step_product
+from ctxnmt.models.interfaces import Decoder
 from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, OUTPUTS, TARGET_CONTEXTS
 from ctxnmt.models.state import State
 
@@ -27,7 +30,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @DECODERS.register("cgru")
-class ConditionalGRUDecoder(nn.Module):
+class ConditionalGRUDecoder(Decoder):
     """dl4mt's conditional GRU with additive attention.
 
     s'_t = GRU_1(E y_{t-1}, s_{t-1});  α_t = softmax_i(v_aᵀ tanh(W_d s'_t + W_e h_i))
@@ -38,7 +41,7 @@ class ConditionalGRUDecoder(nn.Module):
     computed once per sentence and each step only mixes it with α_t; c_t itself
     is needed only by the deep output and is formed for all steps at once after
     the loop.  In search with beams the K rows of a sentence share those values,
-    so they are formed at the first step; greedy search (one row per sentence)
+    so `prepare` forms them for a beam; greedy search (one row per sentence)
     instead multiplies c_t, which the step forms anyway: the same products, and
     no (N, S, 3H) values to read at every step.
     """
@@ -49,7 +52,7 @@ class ConditionalGRUDecoder(nn.Module):
                  **_):
         super().__init__()
         cell_cls = CELLS.get(cell)
-        self.hidden_dim, self.att_dim = hidden_dim, att_dim
+        self.hidden_dim, self.att_dim, self.out_dim = hidden_dim, att_dim, out_dim
         self.init_proj = nn.Linear(ctx_dim, hidden_dim)
         self.gru1 = cell_cls(emb_dim, hidden_dim)
         self.attention = AdditiveAttention(hidden_dim, ctx_dim, att_dim)
@@ -63,14 +66,24 @@ class ConditionalGRUDecoder(nn.Module):
                                                 emb_dim=emb_dim, ctx_dim=ctx_dim, init_dec=doc_init_dec,
                                                 blocks=self.gru2.n_blocks)
 
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, ctx_dim: int) -> Decoder:
+        return cls(emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, att_dim=cfg.att_dim, ctx_dim=ctx_dim,
+                   out_dim=cfg.readout_dim, cell=cfg.cell, target_context=cfg.target_context, output=cfg.output,
+                   dropout_hidden=cfg.dropout_hidden, doc_aux=cfg.doc_aux, doc_init_dec=cfg.doc_init_dec,
+                   doc_dim=cfg.document_dim)
+
     # -- encoder-side work, once per sentence ---------------------------------------
-    def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor, doc: torch.Tensor | None = None) -> State:
+    def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor, doc: torch.Tensor | None = None,
+                beam: int = 1) -> State:
         """The encoder side, per sentence.  `doc` is the document summary D (B, doc_dim)
         of a document-context model."""
         enc = State().positions(annotations=annotations, src_mask=src_mask,
                                 keys=self.attention.precompute(annotations))
         enc.shared(**self.step_weights())
-        if torch.is_grad_enabled():
+        # GRU_2's input terms per annotation (the class docstring): they pay where a beam's rows
+        # share them, or where gradients flow, which read_every_step then forms once for all steps.
+        if beam > 1 or annotations.requires_grad:
             enc.positions(values=self.gru2.input_proj(annotations))
         self.document.prepare(enc, doc, self.gru2)
         return read_each_every_step(enc)
@@ -103,10 +116,6 @@ class ConditionalGRUDecoder(nn.Module):
 
     def _gru2_input(self, enc, alpha):
         """W c_t + b, and c_t where it was formed on the way (see the class docstring)."""
-        if "values" not in enc and alpha.size(0) > enc["annotations"].size(0):
-            # Beams: formed at the first step and kept with the search's encoder side,
-            # which carries it along when sentences leave.
-            enc.positions(values=self.gru2.input_proj(enc["annotations"]))
         if "values" in enc:
             return mix(alpha, enc["values"]), None
         c = mix(alpha, enc["annotations"])
@@ -120,9 +129,12 @@ class ConditionalGRUDecoder(nn.Module):
 
     def readout_inputs(self, enc, prev_emb: torch.Tensor, tgt_mask: torch.Tensor):
         """States s_t, summaries d_t and context vectors c_t (B, T, ·) and attention (B, T, S)."""
-        S, A = self.recurrence(enc, prev_emb)
-        C = torch.bmm(A, enc["annotations"])
+        S, C, A = self._states_and_contexts(enc, prev_emb)
         return S, self.summary.full(prev_emb, tgt_mask, S, C), C, A
+
+    def _states_and_contexts(self, enc, prev_emb: torch.Tensor):
+        S, A = self.recurrence(enc, prev_emb)
+        return S, torch.bmm(A, enc["annotations"]), A
 
     def recurrence(self, enc, prev_emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Decoder states s_1 … s_T (B, T, H) and attention weights (B, T, S) under teacher forcing."""
@@ -148,11 +160,9 @@ class ConditionalGRUDecoder(nn.Module):
         s = self.initial_state(enc).repeat_interleave(beam, dim=0)
         return State().rows(s=s).with_part("summary", self.summary.init_state(s.size(0), s))
 
-    def step(self, enc: State, state: State, prev_emb_t: torch.Tensor, word_input_t: torch.Tensor | None = None):
+    def step(self, enc: State, state: State, prev_emb_t: torch.Tensor, word_input_t: torch.Tensor):
         """One step: readout (R, out_dim), new state, α_t (R, S); R = beam × sentences.
-        `word_input_t`: GRU_1's input term for E y_{t-1} where the caller has it (`word_input`)."""
-        if word_input_t is None:
-            word_input_t = self.word_input(prev_emb_t)
+        `word_input_t`: GRU_1's input term for E y_{t-1} (`word_input`)."""
         s, alpha, c, new = self.advance(enc, state, prev_emb_t, word_input_t)
         c = mix(alpha, enc["annotations"]) if c is None else c
         d, summary = self.summary.step(state.part("summary"), prev_emb_t, s, c)
@@ -176,6 +186,25 @@ class ConditionalGRUDecoder(nn.Module):
     def output_extra_step(self, state: State, s: torch.Tensor, new: State) -> torch.Tensor | None:
         """A variant's extra deep-output term for one step; it declares its entries in `new`."""
         return None
+
+    # -- what it can show ------------------------------------------------------------
+    def recurrence_cells(self) -> dict[str, RecurrentCell]:
+        """GRU_1, reading E y_{t-1}, then GRU_2, reading c_t."""
+        return {"gru1": self.gru1, "gru2": self.gru2}
+
+    def has_target_attention(self) -> bool:
+        return self.summary.attends_to_previous_words
+
+    def target_attention(self, enc, prev_emb, tgt_mask):
+        S, C, _ = self._states_and_contexts(enc, prev_emb)
+        return self.summary.weights(prev_emb, tgt_mask, S, C)
+
+    def has_adaptive_output(self) -> bool:
+        return self.output.weighs_sources
+
+    def output_weights(self, enc, prev_emb, tgt_mask):
+        S, D, C, _ = self.readout_inputs(enc, prev_emb, tgt_mask)
+        return self.output.weights(S, D, C)
 
 
 @DECODERS.register("self-attentive-rnn")

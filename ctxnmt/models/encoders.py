@@ -1,30 +1,25 @@
-"""Source encoders. Each returns annotations (B, S, out_dim); `out_dim` tells the
-decoder how wide they are, so attention and initialisation sizes follow from
-the encoder rather than from constants.
+"""Source encoders (ctxnmt.models.interfaces.Encoder). Each returns annotations (B, S,
+out_dim); `out_dim` tells the decoder how wide they are, so attention and initialisation
+sizes follow from the encoder rather than from constants.
 
-Every recurrence holds its state on padding (cells.hold_on_padding), so a
+Every recurrence holds its state on padding (functional.hold_on_padding), so a
 sentence gets the same annotations alone and in a padded batch.  Every encoder
 takes an optional initial state h0 (B, state_dim) for all of its recurrences
 (document context initialises the encoder with it); None is the usual zero
-state.  Besides `forward`, an encoder lists its recurrences (`recurrences`): for
-each, the cell, its input projection and the state each step read, which is all
-an analysis needs to recompute a cell's gates outside the time loop."""
+state.  Besides `forward`, an encoder lists its recurrences by name with their cells
+(`recurrence_cells`) and, for each, the input projection and the state each step read
+(`recurrences`), which is all an analysis needs to recompute a cell's gates outside
+the time loop."""
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from ctxnmt.models.cells import GRUCell, RecurrentCell, biscan, hold_on_padding, scan
-from ctxnmt.models.functional import bigru, read_every_step, step_product
+from ctxnmt.config import ModelConfig
+from ctxnmt.models.cells import GRUCell, RecurrentCell, scan
+from ctxnmt.models.functional import bigru, biscan, hold_on_padding, read_every_step, step_product
+from ctxnmt.models.interfaces import Encoder, Recurrence
 from ctxnmt.models.registry import CELLS, ENCODERS
-
-
-class Recurrence(NamedTuple):
-    cell: RecurrentCell
-    inputs: torch.Tensor  # (B, S, G·H) the input projection W x_i
-    previous: torch.Tensor  # (B, S, H) the state step i read
 
 
 def earlier_states(states: torch.Tensor, reverse: bool = False) -> torch.Tensor:
@@ -35,16 +30,17 @@ def earlier_states(states: torch.Tensor, reverse: bool = False) -> torch.Tensor:
     return torch.cat([zero, states[:, :-1]], dim=1)
 
 
-class Encoder(nn.Module):
-    out_dim: int
-    state_dim: int  # size of the initial state h0 that forward accepts
+class RecurrentEncoder(Encoder):
+    """An encoder whose recurrences share one cell kind: model.encoder_cell, or model.cell
+    where that is empty."""
 
-    def forward(self, emb: torch.Tensor, mask: torch.Tensor,
-                h0: torch.Tensor | None = None) -> torch.Tensor:  # pragma: no cover
-        raise NotImplementedError
+    @staticmethod
+    def cell_of(cfg: ModelConfig) -> str:
+        return cfg.encoder_cell or cfg.cell
 
-    def recurrences(self, emb: torch.Tensor, mask: torch.Tensor) -> dict[str, Recurrence]:  # pragma: no cover
-        raise NotImplementedError
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> Encoder:
+        return cls(cfg.emb_dim, cfg.hidden_dim, cls.cell_of(cfg))
 
 
 class BiRNNLayer(nn.Module):
@@ -66,20 +62,14 @@ class BiRNNLayer(nn.Module):
         return (xp_f, fwd), (xp_b, bwd)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
-        states = self.whole_sequences(x, mask, h0)
-        if states is None:
+        if type(self.fwd) is GRUCell:  # the dl4mt GRU: functional.bigru, through cuDNN where that serves
+            fwd, bwd = bigru(x, self.fwd.stored_weights(), self.bwd.stored_weights(), h0, mask)
+        else:  # `directions` also returns the input projections, for analyses
             (_, fwd), (_, bwd) = self.directions(x, mask, h0)
-        else:
-            fwd, bwd = states
         return torch.cat([fwd, bwd], dim=-1)
 
-    def whole_sequences(self, x: torch.Tensor, mask: torch.Tensor, h0: torch.Tensor | None = None):
-        """Both directions' states by one call of torch's GRU (cuDNN) where functional.bigru
-        serves (the dl4mt GRU on CUDA), else None.  It forms the input projections itself,
-        so `directions` (which returns them) stays the path of analyses."""
-        if type(self.fwd) is not GRUCell:
-            return None
-        return bigru(x, self.fwd.stored_weights(), self.bwd.stored_weights(), h0, mask)
+    def recurrence_cells(self, prefix: str = "") -> dict[str, RecurrentCell]:
+        return {f"{prefix}forward": self.fwd, f"{prefix}backward": self.bwd}
 
     def traced(self, x, mask, prefix: str = "") -> tuple[torch.Tensor, dict[str, Recurrence]]:
         """The layer's output and its two recurrences."""
@@ -93,7 +83,7 @@ class BiRNNLayer(nn.Module):
 
 
 @ENCODERS.register("birnn")
-class BiRNNEncoder(BiRNNLayer, Encoder):
+class BiRNNEncoder(BiRNNLayer, RecurrentEncoder):
     """h_i = [→h_i; ←h_i] from a forward and a backward GRU over the embeddings."""
 
     def __init__(self, emb_dim: int, hidden_dim: int, cell: str = "gru", **_):
@@ -102,7 +92,7 @@ class BiRNNEncoder(BiRNNLayer, Encoder):
 
 
 @ENCODERS.register("stacked-birnn")
-class StackedBiRNNEncoder(Encoder):
+class StackedBiRNNEncoder(RecurrentEncoder):
     """N bidirectional layers; layer k reads [→h_i; ←h_i] of layer k − 1 (the first
     reads the embeddings); the annotations are the top layer's."""
 
@@ -113,12 +103,22 @@ class StackedBiRNNEncoder(Encoder):
         self.out_dim = 2 * hidden_dim
         self.state_dim = hidden_dim
 
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> Encoder:
+        return cls(cfg.emb_dim, cfg.hidden_dim, cls.cell_of(cfg), cfg.encoder_layers)
+
     def forward(self, emb, mask, h0=None):
         """h0 starts every layer's two directions."""
         x = emb
         for layer in self.layers:
             x = layer(x, mask, h0)
         return x
+
+    def recurrence_cells(self):
+        cells = {}
+        for k, layer in enumerate(self.layers):
+            cells.update(layer.recurrence_cells(prefix=f"layer{k + 1}-"))
+        return cells
 
     def recurrences(self, emb, mask):
         out, x = {}, emb
@@ -128,7 +128,7 @@ class StackedBiRNNEncoder(Encoder):
         return out
 
 
-class ContextAwareEncoder(Encoder):
+class ContextAwareEncoder(RecurrentEncoder):
     """CAEncoder (Zhang, Xiong, Su, Duan): a future-context GRU reads the source in
     one direction, h^c_i; the context-aware GRU reads it in the other with two
     levels per position,
@@ -168,6 +168,9 @@ class ContextAwareEncoder(Encoder):
 
     def forward(self, emb, mask, h0=None):
         return self._run(emb, mask, h0)[-1]
+
+    def recurrence_cells(self):
+        return {"future": self.future, "context-lower": self.lower, "context-upper": self.upper}
 
     def recurrences(self, emb, mask):
         future, xp_lower, xp_upper, history, annotations = self._run(emb, mask)

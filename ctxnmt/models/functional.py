@@ -18,12 +18,14 @@ each gained.
   additive_energy(k, q, v)  vᵀ tanh(k_i + q)
   gru_gates(xp, hp, h)      the dl4mt GRU's gate arithmetic (cells.GRUCell): a fused kernel
                             on CPU (kernels.cpp) and on CUDA (PyTorch's fused GRU cell)
+  hold_on_padding           a recurrence's state kept where a step is padding
+  biscan(fwd, bwd, …)       both directions of a recurrence in one loop
   bigru(x, …)               both directions of a dl4mt GRU over a padded batch, through
                             torch's GRU (cuDNN) on CUDA
   linear_cross_entropy      Σ cross-entropy of softmax(x Wᵀ + b), chunked, gradient in the forward pass
   step_log_softmax          log softmax(x Wᵀ + b) for one search step
   top_log_softmax           its k best entries per row
-  WordTable                 a per-word table of a function of the embeddings, for search
+  WordTable                 a function of the embeddings, looked up per word in search
 """
 from __future__ import annotations
 
@@ -348,24 +350,29 @@ def additive_energy(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) ->
 
 
 class WordTable:
-    """A per-word table f(E) (V, F) of a function of the embedding matrix, for search: a row
-    lookup per step instead of a product with inner size emb_dim, which CPU BLAS runs
-    slowly.  Formed again whenever the embeddings or the function's parameters
+    """A function f of the embeddings, looked up per word in search: a per-word table f(E)
+    (V, F) turns a product with inner size emb_dim, which CPU BLAS runs slowly, into a row
+    lookup per step.  Formed again whenever the embeddings or the function's parameters
     change in place (an optimiser step, a checkpoint load: each changes a tensor's storage
-    or version counter); None above `limit` entries (the papers' 30k × 3072 would take
-    370 MB)."""
+    or version counter).  Where autograd records (a table would hold a graph) or the table
+    would pass `limit` entries (the papers' 30k × 3072 would take 370 MB), f of the rows
+    themselves."""
 
     def __init__(self, limit: int = 1 << 26):
         self.limit = limit
         self.key: list | None = None
         self.table: torch.Tensor | None = None
 
-    def get(self, form, embeddings: torch.Tensor, parameters: list[torch.Tensor]) -> torch.Tensor | None:
+    def lookup(self, form, embeddings: torch.Tensor, parameters: list[torch.Tensor], ids: torch.Tensor,
+               rows: torch.Tensor) -> torch.Tensor:
+        """f(E)[ids]; `rows` are E[ids], the embeddings of `ids`."""
+        if torch.is_grad_enabled():
+            return form(rows)
         key = [(t.data_ptr(), t._version) for t in (embeddings, *parameters)]
         if self.key != key:
-            rows, cols = embeddings.size(0), form(embeddings[:1]).size(-1)
-            self.key, self.table = key, form(embeddings) if rows * cols <= self.limit else None
-        return self.table
+            words, width = embeddings.size(0), form(embeddings[:1]).size(-1)
+            self.key, self.table = key, form(embeddings) if words * width <= self.limit else None
+        return form(rows) if self.table is None else self.table.index_select(0, ids)
 
 
 # -- the fused CPU kernels (ctxnmt/models/kernels.cpp) ---------------------------------------
@@ -418,10 +425,61 @@ class _FusedGRUGates(torch.autograd.Function):
 
 
 def gru_gates(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The dl4mt GRU's gate arithmetic (cells.GRUCell) in one fused kernel, with the
-    state held where `mask` (rows of h; 1 for real tokens) is 0: on CPU kernels.cpp's, on
-    CUDA PyTorch's fused GRU cell.  None where neither can serve these tensors: the
-    caller then runs the PyTorch expression."""
+    """The dl4mt GRU's gate arithmetic (`plain_gru_gates`, cells.GRUCell), with the state held
+    where `mask` (rows of h; 1 for real tokens) is 0: one fused kernel on CPU (kernels.cpp)
+    and on CUDA (PyTorch's fused GRU cell); the PyTorch expression where neither serves these
+    tensors (other dtypes, CPU autocast, a mask that needs a gradient)."""
+    fused = _fused_gru_gates(xp, hp, h, mask)
+    if fused is not None:
+        return fused
+    new = plain_gru_gates(xp, hp, h)
+    return new if mask is None else hold_on_padding(new, h, mask)
+
+
+def plain_gru_gates(xp: torch.Tensor, hp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """r = σ(x_r + h_r), z = σ(x_z + h_z), h̃ = tanh(x_h + r ⊙ h_h), h' = z ⊙ h + (1 − z) ⊙ h̃
+    for the input terms xp = W x + b and recurrent terms hp = U h, each [r; z; h̃]."""
+    x_r, x_z, x_h = xp.chunk(3, dim=-1)
+    h_r, h_z, h_h = hp.chunk(3, dim=-1)
+    r = torch.sigmoid(x_r + h_r)
+    z = torch.sigmoid(x_z + h_z)
+    candidate = torch.tanh(x_h + r * h_h)
+    return candidate + z * (h - candidate)
+
+
+def hold_on_padding(h_new: torch.Tensor, h_old: torch.Tensor, mask_t: torch.Tensor) -> torch.Tensor:
+    """Keep the previous state where the step is padding (mask_t is 1 for real tokens)."""
+    return h_old + mask_t.unsqueeze(-1) * (h_new - h_old)
+
+
+def biscan(fwd, bwd, xp_f: torch.Tensor, xp_b: torch.Tensor, h0: torch.Tensor,
+           mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both directions of a recurrence (two cells of one class, cells.RecurrentCell) in one
+    loop: at step t the forward cell reads position t and the backward cell position T−1−t,
+    stacked so each step is one batched matmul and one set of element-wise kernels instead
+    of two.  xp_f, xp_b: each direction's input projection (B, T, G·H)."""
+    assert type(fwd) is type(bwd)
+    return _stacked_scan(fwd.combine_held, torch.stack([fwd.hidden_weight(), bwd.hidden_weight()]), xp_f, xp_b,
+                         h0, mask)
+
+
+def _stacked_scan(combine_held, U: torch.Tensor, xp_f: torch.Tensor, xp_b: torch.Tensor, h0: torch.Tensor,
+                  mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """biscan's loop for the gate arithmetic `combine_held` and the stacked recurrent matrices U (2, H, G·H)."""
+    U = read_every_step(U)
+    xp = torch.stack([xp_f, xp_b.flip(1)])  # (2, B, T, G·H)
+    m = torch.stack([mask, mask.flip(1)])  # (2, B, T)
+    h = h0.expand(2, *h0.shape) if h0.dim() == 2 else h0
+    out = []
+    for x_t, m_t in zip(xp.unbind(2), m.unbind(2)):  # unbind: see cells.scan()
+        h = combine_held(x_t, step_product(h, U), h, m_t)
+        out.append(h)
+    states = torch.stack(out, dim=2)  # (2, B, T, H)
+    return states[0], states[1].flip(1)
+
+
+def _fused_gru_gates(xp, hp, h, mask):
+    """gru_gates by a fused kernel, or None where none serves these tensors."""
     if mask is not None and mask.requires_grad:
         return None
     if xp.device.type == "cuda":
@@ -447,11 +505,11 @@ def step_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
 
 def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k: int):
     """The k largest entries of each row of log_softmax(x Wᵀ + b) and their columns, best
-    first, by the fused kernel; None where it does not serve (autograd, other devices or
-    dtypes, and fewer than 16 rows: one kernel task per 16 rows, and fewer are faster
-    through the plain operations), so the caller runs those."""
+    first: by the fused kernel where it serves, else `step_log_softmax` then topk (under
+    autograd, on other devices or dtypes, and for fewer than 16 rows: one kernel task per
+    16 rows, and fewer are faster through the plain operations)."""
     if x.size(0) < 16 or torch.is_grad_enabled() or not _fusable(x, weight, bias):
-        return None
+        return step_log_softmax(x, weight, bias).topk(k, dim=-1)
     return torch.ops.ctxnmt.log_softmax_topk(torch.mm(weight, x.t()), bias.contiguous(), k)  # the kernel adds b
 
 
@@ -477,7 +535,7 @@ def _cuda_gru_gates(xp, hp, h, mask):
     if mask is None:
         return out
     held = mask.to(out.dtype).reshape(*h.shape[:-1], 1)
-    return h + held * (out - h)  # cells.hold_on_padding
+    return h + held * (out - h)  # hold_on_padding, in the dtype of out
 
 
 def _gates_dtype(*tensors: torch.Tensor) -> torch.dtype | None:
@@ -506,19 +564,23 @@ def _cuda_cell_serves(dtype: torch.dtype | None) -> bool:
 
 def bigru(x: torch.Tensor, forward: tuple, backward: tuple, h0: torch.Tensor | None, mask: torch.Tensor):
     """Both directions of the dl4mt GRU (cells.GRUCell) over x (B, S, I), each started at
-    h0 (B, H; None: zeros) and holding its state on padding, as cells.biscan computes them from the
+    h0 (B, H; None: zeros) and holding its state on padding, as `biscan` computes them from the
     input projections: (forward states, backward states), each (B, S, H).  `forward` and
     `backward` are each direction's (W, b, U) as stored by GRUCell (W: (3H, I), U: (3H, H)).
 
     On CUDA, one call of torch's GRU (cuDNN) over the packed batch: its GRU is this one
     (reset gate applied to U h, gates in the order r, z, h̃) with its recurrent bias at
-    zero.  None elsewhere (the fused CPU kernels serve the CPU), with the fast paths off,
-    or for a mask that is not a prefix of real tokens (at least one) per row: the caller
-    then runs biscan.  The lengths come to the host once per batch (one synchronisation)."""
-    if not (GPU_PATHS and x.device.type == "cuda"):
-        return None
-    lengths = _prefix_lengths(mask)
-    return None if lengths is None else packed_bigru(x, forward, backward, h0, mask, lengths)
+    zero.  Elsewhere (the fused CPU kernels serve the CPU), with the fast paths off, or for
+    a mask that is not a prefix of real tokens (at least one) per row: `biscan` with
+    `gru_gates`.  The lengths come to the host once per batch (one synchronisation)."""
+    lengths = _prefix_lengths(mask) if GPU_PATHS and x.device.type == "cuda" else None
+    if lengths is not None:
+        return packed_bigru(x, forward, backward, h0, mask, lengths)
+    (W_f, b_f, U_f), (W_b, b_b, U_b) = forward, backward
+    if h0 is None:
+        h0 = x.new_zeros(x.size(0), U_f.size(1))
+    return _stacked_scan(gru_gates, torch.stack([U_f.t(), U_b.t()]), F.linear(x, W_f, b_f), F.linear(x, W_b, b_b),
+                         h0, mask)
 
 
 def _prefix_lengths(mask: torch.Tensor) -> torch.Tensor | None:

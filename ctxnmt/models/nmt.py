@@ -1,5 +1,8 @@
 """The encoder–decoder model: embeddings, a registered encoder and decoder, and
-the softmax layer W_o.  Built from a ModelConfig by `build_model`."""
+the softmax layer W_o.  Built from a ModelConfig by `build_model`; each component
+builds itself from the config (`from_config`, ctxnmt.models.interfaces), so a variant
+with settings of its own changes nothing here.  What beam search calls is
+ctxnmt.decoding.searchable.Searchable; what the server and analyses ask, `capabilities`."""
 from __future__ import annotations
 
 import torch
@@ -8,6 +11,8 @@ from torch import nn
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import Context
 from ctxnmt.data.vocab import PAD
+from ctxnmt.models.capabilities import Capabilities, hyper_gated
+from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.document import HierarchicalSummary
 from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
 from ctxnmt.models.registry import DECODERS, ENCODERS
@@ -18,7 +23,6 @@ class NMTModel(nn.Module):
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
         self.cfg = cfg
-        out_dim = cfg.out_dim or cfg.emb_dim
         self.src_emb = nn.Embedding(src_vocab_size, cfg.emb_dim, padding_idx=PAD)
         if cfg.share_src_tgt_embeddings:
             if src_vocab_size != tgt_vocab_size:
@@ -28,39 +32,44 @@ class NMTModel(nn.Module):
             self.tgt_emb = nn.Embedding(tgt_vocab_size, cfg.emb_dim, padding_idx=PAD)
         # y_0: dl4mt feeds a zero vector; a learned start embedding is an option.
         self.start = nn.Parameter(torch.zeros(cfg.emb_dim), requires_grad=cfg.learned_start)
-        self.encoder = ENCODERS.get(cfg.encoder)(emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim,
-                                                 cell=cfg.encoder_cell or cfg.cell, layers=cfg.encoder_layers)
-        doc_dim = cfg.doc_dim or cfg.hidden_dim
-        self.decoder = DECODERS.get(cfg.decoder)(
-            emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, att_dim=cfg.att_dim, ctx_dim=self.encoder.out_dim,
-            out_dim=out_dim, cell=cfg.cell, target_context=cfg.target_context, output=cfg.output,
-            dropout_hidden=cfg.dropout_hidden, doc_aux=cfg.doc_aux, doc_init_dec=cfg.doc_init_dec, doc_dim=doc_dim,
-        )
+        self.encoder = ENCODERS.get(cfg.encoder).from_config(cfg)
+        self.decoder = DECODERS.get(cfg.decoder).from_config(cfg, self.encoder.out_dim)
         # Cross-sentence context: the hierarchical summary D of the previous source sentences.
         self.document = None
         if cfg.uses_document:
             self.document = HierarchicalSummary(
-                cfg.emb_dim, doc_dim, cfg.cell, init_enc_dim=self.encoder.state_dim if cfg.doc_init_enc else 0,
+                cfg.emb_dim, cfg.document_dim, cfg.cell,
+                init_enc_dim=self.encoder.state_dim if cfg.doc_init_enc else 0,
                 history_vocab=src_vocab_size if cfg.doc_embeddings == "separate" else 0)
-        self.generator = nn.Linear(out_dim, tgt_vocab_size)
+        self.generator = nn.Linear(self.decoder.out_dim, tgt_vocab_size)
         if cfg.tie_embeddings:
             self.generator.weight = self.tgt_emb.weight
         self.dropout_emb = nn.Dropout(cfg.dropout_emb)
         self.dropout_hidden = nn.Dropout(cfg.dropout_hidden)
         self.dropout_out = nn.Dropout(cfg.dropout_out)
         init_weights(self, cfg.init)
-        self._word_inputs = WordTable()  # search's per-word GRU_1 input terms (functional.WordTable)
+        self._word_inputs = WordTable()  # search's per-word input terms of the decoder (Decoder.word_input)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        encoder, decoder = self.encoder.recurrence_cells(), self.decoder.recurrence_cells()
+        return Capabilities(encoder_recurrences=tuple(encoder), decoder_recurrences=tuple(decoder),
+                            encoder_hyper_gates=hyper_gated(encoder), decoder_hyper_gates=hyper_gated(decoder),
+                            target_attention=self.decoder.has_target_attention(),
+                            adaptive_output=self.decoder.has_adaptive_output(),
+                            document_context=self.document is not None)
 
     # -- encoder ---------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor,
-               context: Context | None = None) -> State:
+               context: Context | None = None, beam: int = 1) -> State:
         """`context`: each sentence's previous source sentences; a document-context model
-        given none uses the empty context (D = 0), a sentence-level model ignores it."""
+        given none uses the empty context (D = 0), a sentence-level model ignores it.
+        `beam`: the hypotheses that will read each sentence (Decoder.prepare)."""
         emb = self.dropout_emb(self.src_emb(src))
         doc = self.summarise_document(context, src.size(0), emb)
         h0 = self.document.encoder_state(doc) if doc is not None else None
         annotations = self.dropout_hidden(self.encoder(emb, src_mask, h0))
-        return self.decoder.prepare(annotations, src_mask, doc)
+        return self.decoder.prepare(annotations, src_mask, doc, beam)
 
     def summarise_document(self, context: Context | None, batch: int, like: torch.Tensor) -> torch.Tensor | None:
         """D (B, doc_dim), or None for a sentence-level model."""
@@ -81,6 +90,14 @@ class NMTModel(nn.Module):
         """Readouts (B, T, out_dim) and attention (B, T, S) under teacher forcing."""
         enc = self.encode(src, src_mask, context)
         return self.decoder(enc, self.previous_embeddings(tgt), tgt_mask)
+
+    def embeddings(self) -> list[nn.Embedding]:
+        """Every word embedding table: source, target (the same one where shared) and the
+        document context's own, where it has one."""
+        tables = [self.src_emb, self.tgt_emb]
+        if self.document is not None and self.document.history_emb is not None:
+            tables.append(self.document.history_emb)
+        return tables
 
     @property
     def vocab_size(self) -> int:
@@ -121,17 +138,23 @@ class NMTModel(nn.Module):
 
     def _readout_step(self, enc, state, prev_tokens):
         if prev_tokens is None:
-            return self.decoder.step(enc, state, self.start.expand(state.batch_size(), -1))
-        # Search looks the decoder's per-word input term up instead of forming it per step.
-        table = None if self.training or torch.is_grad_enabled() else self._word_inputs.get(
-            self.decoder.word_input, self.tgt_emb.weight, self.decoder.word_input_parameters())
-        word_input = None if table is None else table.index_select(0, prev_tokens)
-        return self.decoder.step(enc, state, self.tgt_emb(prev_tokens), word_input)
+            start = self.start.expand(state.batch_size(), -1)
+            return self.decoder.step(enc, state, start, self.decoder.word_input(start))
+        emb = self.tgt_emb(prev_tokens)
+        return self.decoder.step(enc, state, emb, self._word_input(prev_tokens, emb))
+
+    def _word_input(self, prev_tokens: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """The decoder's input term of the previous words; search looks it up per word."""
+        if self.training:  # formed as in training, per step
+            return self.decoder.word_input(emb)
+        return self._word_inputs.lookup(self.decoder.word_input, self.tgt_emb.weight,
+                                        self.decoder.word_input_parameters(), prev_tokens, emb)
 
     def top_log_probs(self, readout: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The k largest log-probabilities of each row and their word ids, best first."""
-        top = None if self.training else top_log_softmax(readout, self.generator.weight, self.generator.bias, k)
-        return self.log_probs(readout).topk(k, dim=-1) if top is None else top
+        if self.training:  # with the output dropout of `log_probs`
+            return self.log_probs(readout).topk(k, dim=-1)
+        return top_log_softmax(readout, self.generator.weight, self.generator.bias, k)
 
     def log_probs(self, readout: torch.Tensor) -> torch.Tensor:
         """log softmax(W_o t + b) (R, V) for the R rows of one decoding step."""
@@ -152,9 +175,11 @@ def init_weights(model: nn.Module, scheme: str) -> None:
                 model.tgt_emb.weight[PAD].zero_()
         init_module_biases(model)
         return
+    # Each gate block of a recurrent matrix U is square: orthogonal, as in dl4mt.
+    blocks_of = {id(cell.U): cell.n_blocks for cell in model.modules() if isinstance(cell, RecurrentCell)}
     with torch.no_grad():
         for module in model.modules():
-            blocks = getattr(module, "recurrent_blocks", None)
+            blocks = blocks_of.get(id(module))
             for name, param in module.named_parameters(recurse=False):
                 if not param.requires_grad:
                     continue
@@ -165,16 +190,15 @@ def init_weights(model: nn.Module, scheme: str) -> None:
                         nn.init.orthogonal_(block)
                 else:
                     param.normal_(0.0, 0.01)
-        for emb in (model.src_emb, model.tgt_emb, getattr(model.document, "history_emb", None)):
-            if emb is not None:
-                emb.weight[PAD].zero_()
+        for emb in model.embeddings():
+            emb.weight[PAD].zero_()
     init_module_biases(model)
 
 
 def init_module_biases(model: nn.Module) -> None:
-    """Biases that a module's equations want away from the scheme's (a gate that starts open)."""
+    """Biases that a cell's equations want away from the scheme's (a gate that starts open)."""
     for module in model.modules():
-        if hasattr(module, "init_biases"):
+        if isinstance(module, RecurrentCell):
             module.init_biases()
 
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ctxnmt.errors import ConfigError
 from ctxnmt.models.registry import OUTPUTS
 
 
 @OUTPUTS.register("deep")
 class DeepOutput(nn.Module):
     """t_t = tanh(W_st s_t + W_yt d_t + W_ct c_t)."""
+
+    weighs_sources = False  # whether `weights` has the weights α of s_t, d_t and c_t
 
     def __init__(self, state_dim: int, summary_dim: int, ctx_dim: int, out_dim: int):
         super().__init__()
@@ -28,6 +31,10 @@ class DeepOutput(nn.Module):
     def forward(self, s: torch.Tensor, d: torch.Tensor, c: torch.Tensor, extra: torch.Tensor | None = None):
         pre = self.from_state(s) + self.from_summary(d) + self.from_context(c)
         return torch.tanh(pre if extra is None else pre + extra)
+
+    def weights(self, s, d, c, terms: torch.Tensor | None = None) -> torch.Tensor:
+        """α (3, …, out_dim): the weights of state, summary and context, where `weighs_sources`."""
+        raise ConfigError(f"the {type(self).__name__} layer does not weigh its sources (only the adaptive outputs do)")
 
 
 @OUTPUTS.register("adaptive")
@@ -45,6 +52,7 @@ class AdaptiveOutput(DeepOutput):
     unweighted, as to the deep output.  K = 1 is the paper and its code;
     `adaptive-gain3` is our variant with K = 3."""
 
+    weighs_sources = True
     gain = 1.0
 
     def __init__(self, state_dim: int, summary_dim: int, ctx_dim: int, out_dim: int):

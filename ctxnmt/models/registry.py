@@ -1,7 +1,10 @@
 """Name -> class registries, so that a model variant is a class plus one entry.
 
 Configs name components (`model.encoder: birnn`); builders look the name up
-here, and an unknown name is a ConfigError listing the known ones.
+here, and an unknown name is a ConfigError listing the known ones.  An entry may
+declare its own settings, a dataclass whose fields become keys of the config's model
+section (`register(name, settings=…)`); the component reads them with
+`ModelConfig.settings`.
 """
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import difflib
 from collections.abc import Callable
 from typing import TypeVar
 
+from ctxnmt.config import declare_model_settings
 from ctxnmt.errors import ConfigError
 
 T = TypeVar("T")
@@ -19,10 +23,14 @@ class Registry:
         self.kind = kind
         self._entries: dict[str, type] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, settings: type | None = None) -> Callable[[T], T]:
+        """Register a class under `name`; `settings`: the dataclass of the model keys it reads
+        beyond ModelConfig's (each with a default)."""
         def add(cls: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.kind} '{name}' registered twice")
+            if settings is not None:
+                declare_model_settings(settings)
             self._entries[name] = cls  # type: ignore[assignment]
             return cls
 

@@ -30,6 +30,8 @@ from ctxnmt.models.state import State
 
 
 class TargetContext(nn.Module):
+    attends_to_previous_words = False  # whether `weights` has the attention α over y_0 … y_{t-1}
+
     def __init__(self, emb_dim: int, **_):
         super().__init__()
         self.out_dim = emb_dim
@@ -162,6 +164,7 @@ class ContentSelfAttentiveResidual(TargetContext):
     carried sums rescaled to the running maximum score (a numerically stable
     log-sum-exp).  While decoding, O(1) per step from the same carried sums."""
 
+    attends_to_previous_words = True
     block = 16
 
     def __init__(self, emb_dim: int, **_):
@@ -199,6 +202,7 @@ class QuerySelfAttentiveResidual(TargetContext):
     over all previous words at every step: O(t) per decoding step, a causal
     (T × T) score matrix under teacher forcing.  Subclasses define `energy`."""
 
+    attends_to_previous_words = True
     query = "context"  # which decoder quantity the scores read: "context" (c_t) or "state" (s_t)
     additive = True  # vᵀ tanh(…) of W_y E y_i and the query; False: the keys are E y_i themselves
 

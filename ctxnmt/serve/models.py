@@ -1,6 +1,7 @@
 """What GET /v1/models says about the served model(s): read once at start-up."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -19,6 +20,7 @@ def member_info(model_dir: Path, model, translator) -> dict:
         "model_dir": str(model_dir),
         "name": config.name,
         "architecture": config.to_dict()["model"],
+        "capabilities": dataclasses.asdict(model.capabilities),
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocabularies": {"source": {"language": config.data.src_lang, "size": len(translator.src_vocab)},
                          "target": {"language": config.data.tgt_lang, "size": len(translator.tgt_vocab)}},
@@ -28,12 +30,10 @@ def member_info(model_dir: Path, model, translator) -> dict:
 
 
 def models_info(model_dirs: list[str], translator) -> dict:
-    members = getattr(translator.model, "members", [translator.model])
-    signals = Signals.of(translator)
     return {
-        "ensemble": len(members) > 1,
-        "ensemble_mode": getattr(translator.model, "mode", None),
+        "ensemble": len(translator.members) > 1,
+        "ensemble_mode": translator.ensemble_mode,
         "decoding": translator.config.to_dict()["decoding"],
-        "signals": {name: getattr(signals, name) for name in Signals.__dataclass_fields__},
-        "models": [member_info(Path(d), m, translator) for d, m in zip(model_dirs, members)],
+        "signals": dataclasses.asdict(Signals.of(translator)),
+        "models": [member_info(Path(d), m, translator) for d, m in zip(model_dirs, translator.members)],
     }

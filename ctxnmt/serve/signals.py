@@ -1,7 +1,8 @@
 """What a model attends to, per translated sentence, as JSON-ready lists: the values the
 web page draws.  Source attention comes from beam search itself; target-side attention
 and the adaptive gates are recomputed with the model forced to produce its own output
-(ctxnmt.analysis), and exist only for single models of the architectures that have them.
+(ctxnmt.analysis), and exist only for single models whose capabilities declare them
+(ctxnmt.models.capabilities; an ensemble declares none).
 
 Known limit: the forced passes read the sentence alone, so for a model that also reads
 document context the target-side attention and gates are those without the context.
@@ -13,10 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from ctxnmt.analysis.forced import target_attention
-from ctxnmt.analysis.gates import OUTPUT_WEIGHTS, encoder_gates, has_hyper_gates, output_weights
+from ctxnmt.analysis.gates import OUTPUT_WEIGHTS, encoder_gates, output_weights
 from ctxnmt.data.vocab import EOS
-from ctxnmt.models.output import AdaptiveOutput
-from ctxnmt.models.target_context import TargetContext
 
 DIGITS = 4  # enough to draw and to compare; keeps the answers small
 
@@ -31,12 +30,11 @@ class Signals:
 
     @classmethod
     def of(cls, translator) -> Signals:
-        model, single = translator.model, hasattr(translator.model, "decoder")
-        summary = model.decoder.summary if single else None
+        capabilities = translator.model.capabilities
         return cls(
-            target_attention=single and type(summary).weights is not TargetContext.weights,
-            encoder_gates=single and has_hyper_gates(model.encoder),
-            output_gates=single and isinstance(model.decoder.output, AdaptiveOutput),
+            target_attention=capabilities.target_attention,
+            encoder_gates=bool(capabilities.encoder_hyper_gates),
+            output_gates=capabilities.adaptive_output,
             # the translator's rule, not the config's: an ensemble's config is its first member's,
             # and the ensemble reads context when any member does
             document_context=bool(translator.document_sents),

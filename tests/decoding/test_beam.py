@@ -217,8 +217,8 @@ class _LongSourcesEndFirst(torch.nn.Module):
         self.model, self.long = model, long
         self.vocab_size = model.vocab_size
 
-    def encode(self, src, src_mask):
-        return self.model.encode(src, src_mask)
+    def encode(self, src, src_mask, context=None, beam=1):
+        return self.model.encode(src, src_mask, context, beam)
 
     def init_state(self, enc, beam=1):
         return self.model.init_state(enc, beam)
@@ -248,3 +248,21 @@ def test_attention_is_returned_when_the_longest_sources_finish_first(beam):
         torch.testing.assert_close(att[:, 0], torch.ones(att.size(0)))
     plain = beam_search(model, *pad(sources[1:]), beam=beam)
     assert [h[0].tokens for h in hyps[1:]] == [h[0].tokens for h in plain]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_search_step_writes_nothing_into_the_encoder_side(beam):
+    """The encoder side is what `encode` declared for the beam; steps only read it."""
+    from ctxnmt.decoding.beam import _Search
+
+    model = random_model(9)
+    with torch.no_grad():
+        model.generator.bias[EOS] = -1e4  # nobody finishes, nobody leaves
+        search = _Search(model, beam, LengthControl(), False)
+        part = search.start([0, 1, 2], *pad(SRC[:3]))
+        before = {name: (part.enc.kind(name), part.enc[name].clone()) for name in part.enc}
+        for _ in range(3):
+            part = search.advance(part)
+            assert set(part.enc) == set(before)
+            for name, (kind, value) in before.items():
+                assert part.enc.kind(name) is kind and torch.equal(part.enc[name], value)

@@ -207,8 +207,7 @@ def test_encoder_side_entries_with_a_source_axis_are_the_declared_ones(name, dec
     model = doc_model(decoder, **INTEGRATIONS[name])
     src, src_mask = (torch.nn.functional.pad(x, (0, 4)) for x in pad(SRC))  # 11 positions: no size of doc_model
     with torch.no_grad():
-        enc = model.encode(src, src_mask, pad_context(CONTEXT, 3))
-        model.step(enc, model.init_state(enc, beam=2), None)  # beams add their values at the first step
+        enc = model.encode(src, src_mask, pad_context(CONTEXT, 3), beam=2)  # beams share per-annotation values
     with_axis = {k for k, v in enc.items() if enc.kind(k) is not Kind.SHARED and v.dim() >= 2
                  and v.size(1) == src.size(1)}
     declared = {k for k in enc if enc.kind(k) is Kind.POSITIONS}

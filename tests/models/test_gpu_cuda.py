@@ -20,7 +20,8 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
 from ctxnmt.models import functional
-from ctxnmt.models.cells import GRUCell, biscan
+from ctxnmt.models.cells import GRUCell
+from ctxnmt.models.functional import biscan
 from ctxnmt.models.nmt import build_model
 
 try:

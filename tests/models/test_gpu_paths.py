@@ -1,5 +1,5 @@
 """The GPU paths of functional.py (issue 33), checked on the CPU: the bidirectional GRU through
-torch's GRU (cuDNN's on CUDA) against cells.biscan and against the whole model's default
+torch's GRU (cuDNN's on CUDA) against functional.biscan and against the whole model's default
 path, forward and gradients, on padded batches; which tensors it leaves to the fused CPU
 kernels; and the casts of bf16 autocast counted, not timed: once per forward pass, not once
 per time step.  Their CUDA side is tests/models/test_gpu_cuda.py."""
@@ -12,8 +12,8 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
 from ctxnmt.models import encoders, functional
-from ctxnmt.models.cells import GRUCell, biscan
-from ctxnmt.models.functional import bigru, gru_gates, packed_bigru
+from ctxnmt.models.cells import GRUCell
+from ctxnmt.models.functional import bigru, biscan, gru_gates, packed_bigru
 from ctxnmt.models.nmt import build_model
 from tests.models.test_gpu_cuda import WeightCasts
 
@@ -66,9 +66,12 @@ def test_packed_bigru_keeps_float32_under_bf16_autocast():
         torch.testing.assert_close(m, p)
 
 
-def test_bigru_leaves_the_cpu_to_the_fused_kernels():
+def test_bigru_on_the_cpu_is_biscan_with_the_fused_kernels():
     f, b = _cells()
-    assert bigru(torch.randn(3, 6, 5), f.stored_weights(), b.stored_weights(), None, MASK) is None
+    x = torch.randn(3, 6, 5)
+    expected = biscan(f, b, f.input_proj(x), b.input_proj(x), torch.zeros(3, 4), MASK)
+    for e, g in zip(expected, bigru(x, f.stored_weights(), b.stored_weights(), None, MASK)):
+        assert torch.equal(g, e)
 
 
 @pytest.mark.parametrize("mask, lengths", [
@@ -129,11 +132,11 @@ def test_other_cells_keep_their_own_scan(monkeypatch):
     _loss_and_grads(model)
 
 
-def test_gru_gates_without_a_kernel_for_the_tensors_leaves_them_to_the_caller():
-    """Where no fused kernel serves (here: float64 on the CPU) the caller runs the PyTorch
-    expression, as cells.GRUCell does."""
+def test_gru_gates_without_a_kernel_for_the_tensors_runs_the_pytorch_expression():
+    """Where no fused kernel serves (here: float64 on the CPU) gru_gates runs the PyTorch
+    expression itself, and so does cells.GRUCell through it."""
     xp, hp, h = torch.randn(2, 9, dtype=torch.double), torch.randn(2, 9, dtype=torch.double), torch.randn(2, 3)
-    assert gru_gates(xp, hp, h.double()) is None
+    assert torch.equal(gru_gates(xp, hp, h.double()), GRUCell.reference_combine(xp, hp, h.double()))
     cell = GRUCell(4, 3).double()
     torch.testing.assert_close(cell.combine(xp, hp, h.double()), GRUCell.reference_combine(xp, hp, h.double()))
 

@@ -131,7 +131,8 @@ def test_kernels_refuse_what_they_cannot_serve():
     with pytest.raises(RuntimeError, match="xp must be"):
         torch.ops.ctxnmt.gru_gates(torch.zeros(2, 5), torch.zeros(2, 6), torch.zeros(2, 2), None, False)
     # float64 (gradcheck) takes the PyTorch path instead of the kernel
-    assert gru_gates(*[torch.zeros(2, 6, dtype=torch.float64)] * 2, torch.zeros(2, 2, dtype=torch.float64)) is None
+    xp, h = torch.randn(2, 6, dtype=torch.float64), torch.randn(2, 2, dtype=torch.float64)
+    assert torch.equal(gru_gates(xp, xp, h), _gru_reference(xp, xp, h))
 
 
 def test_switched_off_kernels_leave_the_pytorch_path(monkeypatch):
@@ -145,10 +146,17 @@ def test_top_log_softmax_kernel_matches_log_softmax_then_topk(rows, k):
 
     torch.manual_seed(4)
     x, weight, bias = torch.randn(rows, 24), torch.randn(101, 24), torch.randn(101)
+    def plain(x):  # what top_log_softmax runs where the kernel declines
+        return torch.log_softmax(x @ weight.t() + bias, dim=-1).topk(k, dim=-1)
+
     with torch.no_grad():  # search runs without autograd; with it, the kernel declines
         values, ids = top_log_softmax(x, weight, bias, k)
-        assert top_log_softmax(x[:15], weight, bias, k) is None  # too few rows for a task
-    assert top_log_softmax(x, weight, bias, k) is None
+        few = top_log_softmax(x[:15], weight, bias, k)  # too few rows for a task
+        assert torch.equal(few.indices, plain(x[:15]).indices)
+        torch.testing.assert_close(few.values, plain(x[:15]).values)
+    with_grad = top_log_softmax(x, weight, bias, k)
+    assert torch.equal(with_grad.indices, plain(x).indices)
+    torch.testing.assert_close(with_grad.values, plain(x).values)
     expected = torch.log_softmax(x.double() @ weight.double().t() + bias.double(), dim=-1)
     ref_values, ref_ids = expected.topk(k, dim=-1)
     assert torch.equal(ids, ref_ids)

@@ -1,8 +1,12 @@
 """A new variant is one class and one registry entry, outside the package: this file
-registers a toy d_t summary and a toy decoder, as docs/new-variant.md shows, and they
-train, decode incrementally as they do under teacher forcing, join refilled batches or
-not as their state allows, and translate through the command line."""
+registers a toy d_t summary, a toy cGRU decoder and a toy decoder of its own with a
+setting of its own, as docs/new-variant.md shows, and they train, decode incrementally
+as they do under teacher forcing, join refilled batches or not as their state allows,
+and translate through the command line; the decoder of its own is also served and
+analysed as far as its capabilities go."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -12,7 +16,9 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding.beam import beam_search, search_batches
+from ctxnmt.errors import ConfigError
 from ctxnmt.models.decoders import ConditionalGRUDecoder
+from ctxnmt.models.interfaces import Decoder
 from ctxnmt.models.nmt import build_model
 from ctxnmt.models.registry import DECODERS, TARGET_CONTEXTS
 from ctxnmt.models.state import State
@@ -63,20 +69,71 @@ class RunningMaxDecoder(ConditionalGRUDecoder):
         return self.from_max(m)
 
 
+@dataclass(frozen=True)
+class SharpnessSettings:
+    toy_sharpness: float = 1.0  # κ, how sharply the toy decoder attends
+
+
+@DECODERS.register("toy-dot-gru", settings=SharpnessSettings)
+class DotAttentionGRUDecoder(Decoder):
+    """Not a cGRU: s_t = GRU(E y_{t-1}, s_{t-1}) with s_0 = tanh(W_0 mean_i h_i),
+    α_t = softmax_i(κ · s_tᵀ W_k h_i), c_t = Σ_i α_ti h_i and t_t = tanh(W_o [s_t; c_t; E y_{t-1}]).
+    κ is its own setting, model.toy_sharpness.  No target-context summary, no hyper-gates."""
+
+    def __init__(self, emb_dim: int, hidden_dim: int, ctx_dim: int, out_dim: int, sharpness: float):
+        super().__init__()
+        self.out_dim, self.sharpness = out_dim, sharpness
+        self.init = nn.Linear(ctx_dim, hidden_dim)
+        self.cell = nn.GRUCell(emb_dim, hidden_dim)
+        self.keys = nn.Linear(ctx_dim, hidden_dim, bias=False)
+        self.readout = nn.Linear(hidden_dim + ctx_dim + emb_dim, out_dim)
+
+    @classmethod
+    def from_config(cls, cfg, ctx_dim):
+        settings = cfg.settings(SharpnessSettings)
+        return cls(cfg.emb_dim, cfg.hidden_dim, ctx_dim, cfg.readout_dim, settings.toy_sharpness)
+
+    def prepare(self, annotations, src_mask, doc=None, beam=1):
+        return State().positions(annotations=annotations, src_mask=src_mask, keys=self.keys(annotations))
+
+    def init_state(self, enc, beam=1):
+        mask = enc["src_mask"].unsqueeze(-1)
+        mean = (enc["annotations"] * mask).sum(1) / mask.sum(1)
+        return State().rows(s=torch.tanh(self.init(mean)).repeat_interleave(beam, dim=0))
+
+    def step(self, enc, state, prev_emb_t, word_input_t):
+        s = self.cell(word_input_t, state["s"])
+        keys, annotations = enc["keys"], enc["annotations"]
+        N, S, H = keys.shape  # R = N·K rows read N sentences
+        e = self.sharpness * torch.bmm(s.view(N, -1, H), keys.transpose(1, 2))
+        alpha = torch.softmax(e.masked_fill(enc["src_mask"].unsqueeze(1) == 0, float("-inf")), dim=-1)
+        c = torch.bmm(alpha, annotations).view(-1, annotations.size(-1))
+        return torch.tanh(self.readout(torch.cat([s, c, prev_emb_t], -1))), State().rows(s=s), alpha.view(-1, S)
+
+    def forward(self, enc, prev_emb, tgt_mask):
+        state, readouts, alphas = self.init_state(enc), [], []
+        for emb_t in prev_emb.unbind(1):
+            readout, state, alpha = self.step(enc, state, emb_t, self.word_input(emb_t))
+            readouts.append(readout)
+            alphas.append(alpha)
+        return torch.stack(readouts, 1), torch.stack(alphas, 1)
+
+
 VARIANTS = [{"target_context": "toy-last-two"}, {"decoder": "toy-running-max"},
-            {"decoder": "toy-running-max", "target_context": "toy-last-two"}]
+            {"decoder": "toy-running-max", "target_context": "toy-last-two"},
+            {"decoder": "toy-dot-gru", "toy_sharpness": 2.0}]
 
 
 def toy_model(seed=0, **switches):
     torch.manual_seed(seed)
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch", dropout_out=0.0,
-                                    **switches), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch", dropout_out=0.0,
+                                       **switches), 16, 16)
     with torch.no_grad():
         model.generator.bias[EOS] += 1.0
     return model
 
 
-@pytest.mark.parametrize("switches", VARIANTS, ids=lambda v: "+".join(v.values()))
+@pytest.mark.parametrize("switches", VARIANTS, ids=lambda v: "+".join(map(str, v.values())))
 def test_a_registered_variant_learns_and_decodes_as_it_trains(switches):
     model = toy_model(**switches)
     src, src_mask = pad(SRC)
@@ -106,7 +163,7 @@ def test_a_registered_variant_learns_and_decodes_as_it_trains(switches):
         assert [h[0].tokens for h in hyps] == [[6, 7, 8], [9], [10, 11, 12, 13], [6, 6]]
 
 
-@pytest.mark.parametrize("switches", VARIANTS, ids=lambda v: "+".join(v.values()))
+@pytest.mark.parametrize("switches", VARIANTS, ids=lambda v: "+".join(map(str, v.values())))
 def test_a_registered_variant_searches_refilled_batches_as_batch_by_batch(switches):
     model = toy_model(3, **switches).eval()
     sources = [torch.randint(4, 16, (n,)).tolist() for n in [7, 6, 6, 5, 3, 2, 2, 1]]
@@ -129,3 +186,76 @@ def test_a_registered_variant_trains_and_translates_through_the_command_line(tmp
     src.write_text("el gato 3 .\n\nel gato 5 .\n")
     code, out, err = run(["translate", tmp_path / "m", "-i", src, "--beam", "2"], capsys)
     assert code == 0 and len(out.split("\n")) == 4 and out.split("\n")[1] == "", err
+
+
+# -- a decoder of its own, with a setting of its own ---------------------------------------------
+
+def test_a_variants_own_setting_is_a_model_key_of_its_type():
+    assert toy_model(decoder="toy-dot-gru", toy_sharpness=2.0).decoder.sharpness == 2.0
+    assert toy_model(decoder="toy-dot-gru").decoder.sharpness == 1.0  # its default
+    with pytest.raises(ConfigError, match="toy_sharpnes'.*did you mean 'toy_sharpness'"):
+        ModelConfig.of(toy_sharpnes=2.0)
+    from ctxnmt.config import from_dict
+
+    assert from_dict({"model": {"toy_sharpness": "3"}}).model.settings(SharpnessSettings).toy_sharpness == 3.0
+    with pytest.raises(ConfigError, match="model.toy_sharpness' must be of type float"):
+        from_dict({"model": {"toy_sharpness": "sharp"}})
+
+
+@pytest.fixture(scope="module")
+def toy_dir(tmp_path_factory):
+    """The decoder of its own, trained through the command line with its setting."""
+    from ctxnmt.cli import main
+    from tests.test_cli import small_corpus, write_config
+
+    tmp = tmp_path_factory.mktemp("toy-dot-gru")
+    data = small_corpus(tmp)
+    cfg = write_config(tmp / "c.yaml", data, tmp / "m")
+    assert main(["train", str(cfg), "--quiet", "--set", "training.max_updates=3", "--set", "training.threads=1",
+                 "--set", "model.decoder=toy-dot-gru", "--set", "model.toy_sharpness=0.5"]) == 0
+    return tmp / "m"
+
+
+def test_a_decoder_of_its_own_trains_and_translates_with_its_setting(toy_dir):
+    from ctxnmt.decoding.translator import Translator
+
+    assert "toy_sharpness: 0.5" in (toy_dir / "config.yaml").read_text()  # flat among the model keys
+    translator = Translator.load(toy_dir)
+    assert isinstance(translator.model.decoder, DotAttentionGRUDecoder) and translator.model.decoder.sharpness == 0.5
+    out = translator.translate(["el gato 3 .", "", "el gato 5 ."], beam=2, return_attention=True)
+    assert out[1].text == "" and out[0].attention.shape == (len(out[0].tokens) + 1, len(out[0].src_tokens))
+
+
+def test_a_decoder_without_a_summary_is_served_with_its_capabilities(toy_dir):
+    from fastapi.testclient import TestClient
+
+    from ctxnmt.decoding.translator import Translator
+    from ctxnmt.serve.app import ServeSettings, create_app
+
+    translator = Translator.load(toy_dir)
+    with TestClient(create_app(translator, [str(toy_dir)], ServeSettings(beam=2))) as client:  # starts up
+        info = client.get("/v1/models").json()
+        answer = client.post("/v1/translate", json={"text": ["el gato 3 ."], "attention": True}).json()
+    assert info["signals"] == {"target_attention": False, "encoder_gates": False, "output_gates": False,
+                               "document_context": False}
+    capabilities = info["models"][0]["capabilities"]
+    assert capabilities["encoder_recurrences"] == ["forward", "backward"] and capabilities["decoder_recurrences"] == []
+    assert info["models"][0]["architecture"]["toy_sharpness"] == 0.5
+    sentence = answer["sentences"][0]
+    assert sentence["attention"] and sentence["target_attention"] is None and sentence["gates"] is None
+
+
+def test_a_decoder_of_its_own_is_analysed_as_far_as_its_capabilities_go(toy_dir):
+    from ctxnmt.analysis.alignment import forced_word_alignments
+    from ctxnmt.analysis.gates import analyse_lines
+    from ctxnmt.analysis.target_attention import load_analysed
+    from ctxnmt.decoding.translator import Translator
+
+    translator = Translator.load(toy_dir)
+    (src_words, tgt_words, matrix), = forced_word_alignments(translator, ["el gato 3 ."], ["the cat 3 ."])
+    # source attention: every decoder has it
+    assert len(matrix) == len(tgt_words) and {len(row) for row in matrix} == {len(src_words)}
+    with pytest.raises(ConfigError, match="no adaptive gates"):
+        analyse_lines(translator, ["el gato 3 ."])
+    with pytest.raises(ConfigError, match="toy-dot-gru decoder .* has no attention over previous words"):
+        load_analysed(str(toy_dir), None)

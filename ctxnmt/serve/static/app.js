@@ -42,6 +42,18 @@ function heatmap(kind, rows, cols, matrix, causal) {
   return table;
 }
 
+// What the model declares it can show (ctxnmt.models.capabilities), in one line.
+function describeCapabilities(c) {
+  const decoder = (names) => names.map((n) => `decoder-${n}`);
+  const recurrences = [...c.encoder_recurrences, ...decoder(c.decoder_recurrences)];
+  const gated = [...c.encoder_hyper_gates, ...decoder(c.decoder_hyper_gates)];
+  const has = [];
+  if (c.target_attention) has.push("target-side attention");
+  if (gated.length) has.push(`hyper-gates in ${gated.join(", ")}`);
+  if (c.adaptive_output) has.push("adaptive output weights");
+  return `recurrences: ${recurrences.join(", ") || "none"}; beyond source attention: ${has.join(", ") || "nothing"}`;
+}
+
 function describeModel(info) {
   signals = info.signals;
   const m = info.models[0];
@@ -51,6 +63,7 @@ function describeModel(info) {
     `${(info.models.reduce((s, x) => s + x.parameters, 0) / 1e6).toFixed(2)} M parameters`];
   if (m.dev_scores && m.dev_scores.bleu !== undefined) parts.push(`dev BLEU ${m.dev_scores.bleu.toFixed(2)}`);
   if (signals.document_context) parts.push(`document context: ${a.doc_sents} previous sentences`);
+  if (!info.ensemble) parts.push(describeCapabilities(m.capabilities));
   $("#model").textContent = parts.join(" · ");
   $("#beam").value = info.server.beam;
 }

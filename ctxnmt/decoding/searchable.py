@@ -1,0 +1,50 @@
+"""What search asks of a model, declared: `Searchable` is all that beam search
+(ctxnmt.decoding.beam) and ensembles call, and `TranslationModel` adds what the
+translator's users (the server, the analyses) ask besides.  `NMTModel` and `Ensemble`
+provide both; so may any other model, without subclassing anything.
+
+Shapes: B sentences, S source positions, K hypotheses per sentence, R = B·K rows
+(sentence-major), V the target vocabulary.
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from ctxnmt.data.batching import Context
+from ctxnmt.models.capabilities import Capabilities
+from ctxnmt.models.state import State
+
+
+@runtime_checkable
+class Searchable(Protocol):
+    @property
+    def vocab_size(self) -> int:
+        """V."""
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context: Context | None = None,
+               beam: int = 1) -> State:
+        """The encoder side (B rows) of a padded batch (B, S): one row per sentence, shared by its
+        `beam` hypotheses.  `context`: each sentence's previous source sentences (None: none
+        given); a model without document context ignores it."""
+
+    def init_state(self, enc: State, beam: int = 1) -> State:
+        """The decoder state before the first step, B·beam rows."""
+
+    def step(self, enc: State, state: State,
+             prev_tokens: torch.Tensor | None) -> tuple[torch.Tensor, State, torch.Tensor]:
+        """Log-probabilities (R, V) of the next word, the new state and the source attention
+        α_t (R, S); prev_tokens (R,) are the words just chosen, None at the first step."""
+
+    def step_candidates(self, enc: State, state: State, prev_tokens: torch.Tensor | None,
+                        k: int) -> tuple[torch.Tensor, torch.Tensor, State, torch.Tensor]:
+        """As `step`, but only each row's k most probable next words: their log-probabilities
+        and ids (R, k), best first."""
+
+
+@runtime_checkable
+class TranslationModel(Searchable, Protocol):
+    @property
+    def capabilities(self) -> Capabilities:
+        """What it can show besides its translations (ctxnmt.models.capabilities)."""
