@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from ctxnmt.errors import CtxnmtError
-from ctxnmt.training.preemption import Preempted
+from ctxnmt.utils.preemption import Preempted
 
 # Modules that contribute sub-commands, in the order they appear in --help.
 COMMAND_MODULES = (

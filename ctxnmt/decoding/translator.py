@@ -26,7 +26,7 @@ from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.length import OPTIONS, LengthControl, check, decoding_options, length_control, with_options
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.models.nmt import build_model
-from ctxnmt.training.checkpoint import check_compatible, load_checkpoint, load_model_state
+from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_checkpoint, load_model_state
 
 
 @dataclass
@@ -241,11 +241,3 @@ class Translator:
                 pieces.append(chunk)
         return pieces, owners, src_tokens
 
-
-def default_checkpoint(model_dir: Path) -> Path:
-    """The checkpoint a model directory is translated with unless one is named: best.pt, else last.pt."""
-    for name in ("best.pt", "last.pt"):
-        path = model_dir / "checkpoints" / name
-        if path.is_file():
-            return path
-    raise CheckpointError(f"{model_dir}: no checkpoint in {model_dir / 'checkpoints'}")

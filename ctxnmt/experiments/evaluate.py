@@ -139,7 +139,7 @@ def _decode(runs: list[Run], test: TestSet, out: Path) -> dict[str, Any]:
     """Translate the test set with one run's model or the ensemble of several; timed."""
     from ctxnmt.decoding.translator import Translator
     from ctxnmt.models.nmt import count_parameters
-    from ctxnmt.training.trainer import setup_threads
+    from ctxnmt.utils.threads import setup_threads
 
     first = runs[0].config
     setup_threads(first.training.threads)

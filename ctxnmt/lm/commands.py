@@ -71,7 +71,7 @@ def train_and_score(config, quiet: bool = False, resume: bool = False, score_onl
 
 def cmd_train(args) -> int:
     from ctxnmt.lm.config import load_lm_config
-    from ctxnmt.training.preemption import Preempted
+    from ctxnmt.utils.preemption import Preempted
 
     overrides = list(args.overrides)
     if args.max_minutes is not None:

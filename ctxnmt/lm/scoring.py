@@ -14,8 +14,8 @@ from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig, load_lm_config
 from ctxnmt.lm.model import ResidualLM
 from ctxnmt.lm.train import stream_logprobs
-from ctxnmt.training.checkpoint import load_checkpoint, load_model_state
-from ctxnmt.training.trainer import setup_threads
+from ctxnmt.utils.checkpoint import load_checkpoint, load_model_state
+from ctxnmt.utils.threads import setup_threads
 
 LINE_SCORES = "test.logprobs"  # a finished run's per-line test log-probabilities (ctxnmt lm compare)
 

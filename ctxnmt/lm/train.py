@@ -21,11 +21,12 @@ from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig
 from ctxnmt.lm.model import ResidualLM, detach
 from ctxnmt.training.budget import budget_reached
-from ctxnmt.training.checkpoint import load_checkpoint, save_checkpoint
+from ctxnmt.utils.checkpoint import load_checkpoint, save_checkpoint
 from ctxnmt.training.distributed import rng_state, set_rng_state
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, plateau_stop, set_lr
-from ctxnmt.training.preemption import Preempted, StopSignals
-from ctxnmt.training.trainer import Logger, setup_threads
+from ctxnmt.utils.preemption import Preempted, StopSignals
+from ctxnmt.training.trainer import Logger
+from ctxnmt.utils.threads import setup_threads
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
 

@@ -39,7 +39,7 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from ctxnmt.training.preemption import Preempted
+    from ctxnmt.utils.preemption import Preempted
     from ctxnmt.training.trainer import Trainer
 
     overrides = list(args.overrides)

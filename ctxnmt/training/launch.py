@@ -18,7 +18,7 @@ import sys
 import time
 
 from ctxnmt.training.distributed import LAUNCHER_PID
-from ctxnmt.training.preemption import SIGNALS
+from ctxnmt.utils.preemption import SIGNALS
 
 GRACE = 30.0  # seconds the other ranks get to fail on their own after one rank failed
 

@@ -25,7 +25,7 @@ from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
 from ctxnmt.data.prepare import Prepared, prepare
 from ctxnmt.models.nmt import NMTModel, build_model, count_parameters
 from ctxnmt.training.budget import budget_reached
-from ctxnmt.training.checkpoint import check_compatible, load_checkpoint, load_model_state, save_checkpoint
+from ctxnmt.utils.checkpoint import check_compatible, load_checkpoint, load_model_state, save_checkpoint
 from ctxnmt.training.distributed import (
     LAUNCHER_PID,
     PeerFailure,
@@ -40,10 +40,11 @@ from ctxnmt.training.distributed import (
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, plateau_stop, set_lr
 from ctxnmt.training.precision import Precision
 from ctxnmt.utils.revision import source_revision
-from ctxnmt.training.preemption import Preempted, StopSignals, agreed_stop, stop_votes
+from ctxnmt.utils.preemption import Preempted, StopSignals, agreed_stop, stop_votes
 from ctxnmt.training.validate import document_context, validate
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
+from ctxnmt.utils.threads import setup_threads
 
 
 @dataclass
@@ -93,11 +94,6 @@ class Logger:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
-
-
-def setup_threads(threads: int, processes: int = 1) -> None:
-    """`threads` per process; 0 shares the cores among this machine's ranks."""
-    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // processes))
 
 
 class _Loss(torch.nn.Module):
