@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 
 from ctxnmt.errors import ConfigError
+from ctxnmt.length_options import check, decoding_options
+from ctxnmt.utils.io import atomic_write
 
 
 @dataclass
@@ -332,8 +334,6 @@ def validate(config: Config) -> None:
 
 
 def _validate_decoding(dec: DecodingConfig) -> None:
-    from ctxnmt.decoding.length import check, decoding_options
-
     check(decoding_options(dec), lambda key: f"decoding.{key}", ConfigError)
 
 
@@ -366,7 +366,5 @@ def config_difference(saved: dict[str, Any], current: dict[str, Any], ignore: tu
 
 def save_config(config: Any, path: str | Path) -> None:
     """Write any config dataclass as YAML, atomically."""
-    from ctxnmt.utils.io import atomic_write
-
     with atomic_write(path, "w") as fh:
         yaml.safe_dump(dataclasses.asdict(config), fh, sort_keys=False)

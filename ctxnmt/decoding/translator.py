@@ -23,8 +23,9 @@ from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
-from ctxnmt.decoding.length import OPTIONS, LengthControl, check, decoding_options, length_control, with_options
+from ctxnmt.decoding.length import LengthControl, length_control
 from ctxnmt.errors import CheckpointError, ConfigError
+from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
 from ctxnmt.models.nmt import build_model
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_checkpoint, load_model_state
 

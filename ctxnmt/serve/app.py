@@ -18,10 +18,10 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
+from ctxnmt.length_options import decoding_options, with_options
 from ctxnmt.serve.batching import DynamicBatcher, Job
 from ctxnmt.serve.decoding import BatchDecoder
 from ctxnmt.serve.models import models_info
-from ctxnmt.decoding.length import decoding_options, with_options
 from ctxnmt.serve.requests import Limits, RequestError, TranslateRequest, length_options, parse_request, sentences
 from ctxnmt.serve.responses import ErrorResponse, TranslateResponse
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ctxnmt.decoding.length import KINDS, OPTIONS, RANGES, RULES, decoding_options, problem, with_options
+from ctxnmt.length_options import KINDS, OPTIONS, RANGES, RULES, decoding_options, problem, with_options
 
 MAX_BEAM = 50
 
