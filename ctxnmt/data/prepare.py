@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ctxnmt.config import Config, DataConfig
+from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import filter_by_length, read_parallel
 from ctxnmt.data.preprocess import Preprocessor
 from ctxnmt.data.vocab import Vocab
@@ -56,8 +57,6 @@ def data_fingerprint(data: DataConfig) -> str:
 
 def ensure_corpus(data: DataConfig, log=print) -> None:
     if data.corpus == "bible":
-        from ctxnmt.data.bible import build_bible
-
         build_bible(Path(data.dir), log=log)
 
 

@@ -23,6 +23,7 @@ from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
+from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
 from ctxnmt.decoding.length import LengthControl, length_control
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
@@ -140,8 +141,6 @@ class Translator:
     @classmethod
     def load_ensemble(cls, model_dirs: list, checkpoint: str | None = None, device: str = "cpu",
                       mode: str = "logprob") -> Translator:
-        from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
-
         if len(model_dirs) > 1 and checkpoint:
             raise CheckpointError("--checkpoint names one model's file; it cannot be used with an ensemble")
         members = [cls.load(d, checkpoint, device) for d in model_dirs]

@@ -3,6 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ctxnmt.errors import ConfigError
+from ctxnmt.experiments.export import export_results, restore_results
+from ctxnmt.experiments.report import train_command
+from ctxnmt.experiments.runner import run_experiment
+from ctxnmt.experiments.runs import plan_runs, run_state
+from ctxnmt.experiments.spec import load_experiment
+
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="train and compare several systems under one budget; write a report",
@@ -33,18 +40,12 @@ def register(sub) -> None:
 
 
 def cmd_experiment(args) -> int:
-    from ctxnmt.errors import ConfigError
-    from ctxnmt.experiments.runner import run_experiment
-    from ctxnmt.experiments.spec import load_experiment
-
     experiment = load_experiment(args.experiment)
     if args.dry_run:
         return dry_run(experiment)
     if args.only and args.report:
         raise ConfigError("--only trains runs and --report trains none: give one of them")
     if args.restore:
-        from ctxnmt.experiments.export import restore_results
-
         restored = restore_results(Path(args.restore), experiment.root)
         print(f"restored {len(restored)} runs from {args.restore}")
     paths = run_experiment(experiment, quiet=args.quiet, only=args.only, train=not args.report,
@@ -52,17 +53,12 @@ def cmd_experiment(args) -> int:
     if paths is not None:
         print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())
         if args.export:
-            from ctxnmt.experiments.export import export_results
-
             copied = export_results(experiment.root, Path(args.export))
             print(f"exported {len(copied)} files to {args.export}")
     return 0
 
 
 def dry_run(experiment) -> int:
-    from ctxnmt.experiments.report import train_command
-    from ctxnmt.experiments.runs import plan_runs, run_state
-
     for run in plan_runs(experiment):
         print(f"{run.system} seed {run.seed}: {run_state(run)}, {run.model_dir}")
         print(f"  {train_command(run.config_path, run.overrides)}")

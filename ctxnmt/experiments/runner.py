@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ctxnmt.data.corpus import read_lines
 from ctxnmt.evaluation.metrics import length_buckets, mean_buckets
 from ctxnmt.experiments import report as rep
 from ctxnmt.experiments.evaluate import (
@@ -107,8 +108,6 @@ def evaluate_ensembles(experiment: Experiment, runs: list[Run], test: TestSet, l
 
 
 def _lines(path: Path) -> list[str]:
-    from ctxnmt.data.corpus import read_lines
-
     return read_lines(path, allow_empty=True)
 
 

@@ -19,8 +19,10 @@ from typing import Any
 
 from ctxnmt.analysis.curves import last_quarter_gain, read_validations
 from ctxnmt.config import Config, config_difference, load_config
+from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
+from ctxnmt.training.trainer import Trainer
 from ctxnmt.utils.selectors import select
 
 FRESH, RESUME, DONE = "fresh", "resume", "done"
@@ -104,8 +106,6 @@ def prepare_shared(experiment: Experiment, runs: list[Run], log) -> None:
     The copy is exactly what `ctxnmt prepare` would write there (preprocessing
     depends only on the data section), so training finds it up to date.
     """
-    from ctxnmt.data.prepare import prepare
-
     todo = [run for run in runs if not (run.model_dir / "prep").exists()]
     if not todo:
         return
@@ -128,8 +128,6 @@ def copy_tree_atomic(src: Path, dst: Path) -> None:
 
 
 def train(run: Run, state: str, quiet: bool = False) -> None:
-    from ctxnmt.training.trainer import Trainer
-
     Trainer(run.config, resume=state == RESUME, quiet=quiet).train()
 
 

@@ -1,11 +1,15 @@
 """`ctxnmt lm train CONFIG`, `ctxnmt lm compare CONFIG … --out DIR` and `ctxnmt lm score MODEL_DIR -i FILE`."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.errors import ConfigError
+from ctxnmt.lm.compare import compare
+from ctxnmt.lm.config import load_lm_config
+from ctxnmt.lm.run import train_and_score
+from ctxnmt.lm.scoring import score_file
+from ctxnmt.utils.preemption import Preempted
 
 
 def register(sub) -> None:
@@ -45,34 +49,7 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_score)
 
 
-def train_and_score(config, quiet: bool = False, resume: bool = False, score_only: bool = False) -> dict:
-    """Train (or go on from last.pt; with `score_only`, take the finished training's
-    done.json), then score dev and test with the best checkpoint.  test.logprobs keeps
-    each test line's log-probability for significance tests; results.json is written
-    last, so its presence says the run finished."""
-    from ctxnmt.lm.scoring import LINE_SCORES, score_file
-    from ctxnmt.lm.train import LMProgress, LMTrainer
-
-    if score_only:
-        progress = LMProgress(**json.loads((Path(config.model_dir) / "done.json").read_text(encoding="utf-8")))
-    else:
-        progress = LMTrainer(config, resume=resume, quiet=quiet).train()
-    d = config.data
-    scores = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}")
-              for split in ("dev", "test")}
-    with atomic_write(Path(config.model_dir) / LINE_SCORES, "w") as fh:
-        fh.writelines(scores["test"].per_line())
-    record = {"updates": progress.update, "minutes": progress.elapsed / 60, "stopped": progress.stopped,
-              **{f"{k}_ppl": v.perplexity for k, v in scores.items()}}
-    with atomic_write(Path(config.model_dir) / "results.json", "w") as fh:
-        json.dump(record, fh, indent=1)
-    return record
-
-
 def cmd_train(args) -> int:
-    from ctxnmt.lm.config import load_lm_config
-    from ctxnmt.utils.preemption import Preempted
-
     overrides = list(args.overrides)
     if args.max_minutes is not None:
         overrides.append(f"training.max_minutes={args.max_minutes}")
@@ -89,9 +66,6 @@ def cmd_train(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from ctxnmt.errors import ConfigError
-    from ctxnmt.lm.compare import compare
-
     if args.only and args.report:
         raise ConfigError("--only trains runs and --report trains none: give one of them")
     rows = compare(args.configs, args.overrides, args.seeds, Path(args.out), only=args.only,
@@ -103,8 +77,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_score(args) -> int:
-    from ctxnmt.lm.scoring import score_file
-
     result = score_file(args.model_dir, args.input, args.checkpoint)
     if args.per_line:
         print("".join(result.per_line()), end="")

@@ -29,6 +29,9 @@ from ctxnmt.config import config_difference
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
 from ctxnmt.evaluation.significance import SigResult
+from ctxnmt.lm.config import load_lm_config
+from ctxnmt.lm.run import train_and_score
+from ctxnmt.lm.scoring import LINE_SCORES
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.processes import check_jobs, run_side_by_side
@@ -39,8 +42,6 @@ RUN_FACTS = ("dev_ppl", "updates", "minutes")  # from each run's results.json, r
 
 
 def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
-    from ctxnmt.lm.config import load_lm_config
-
     name = load_lm_config(config_path, overrides).name
     return load_lm_config(config_path, [*overrides, f"training.seed={seed}",
                                         f"model_dir={out / name / f'seed{seed}'}"])
@@ -49,8 +50,6 @@ def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
 def run_state(config) -> str:
     """'finished', 'trained' (done.json but not yet scored), 'resume' (last.pt beside the
     same config.yaml) or 'fresh'; another config is an error."""
-    from ctxnmt.lm.config import load_lm_config
-
     directory = Path(config.model_dir)
     if not (directory / "config.yaml").is_file():
         return "fresh"
@@ -77,8 +76,6 @@ def clear_fresh(config, state: str, log) -> None:
 
 def train_runs(chosen: list[tuple[int, object, str]], jobs: int, log) -> None:
     """Train (seed, config, state) runs in order, or up to `jobs` at once in their own processes."""
-    from ctxnmt.lm.commands import train_and_score
-
     how = {"resume": "resuming from its last checkpoint", "trained": "scoring its finished training",
            "fresh": "training"}
     for seed, config, state in chosen:
@@ -95,8 +92,6 @@ def train_runs(chosen: list[tuple[int, object, str]], jobs: int, log) -> None:
 def line_statistics(directory: Path) -> np.ndarray | None:
     """(test lines, 2): each line's negative log-probability and token count; None for a
     run that finished before they were kept (it is reported, but not tested)."""
-    from ctxnmt.lm.scoring import LINE_SCORES
-
     path = directory / LINE_SCORES
     if not path.is_file():
         return None

@@ -20,6 +20,7 @@ from ctxnmt.errors import CheckpointError
 from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig
 from ctxnmt.lm.model import ResidualLM, detach
+from ctxnmt.lm.scoring import perplexity
 from ctxnmt.training.budget import budget_reached
 from ctxnmt.utils.checkpoint import load_checkpoint, save_checkpoint
 from ctxnmt.training.distributed import rng_state, set_rng_state
@@ -30,8 +31,6 @@ from ctxnmt.utils.threads import setup_threads
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
 
-EVAL_CHUNK = 512  # tokens per forward pass when evaluating (one stream; the state carries over)
-
 
 @dataclass
 class LMProgress:
@@ -41,23 +40,6 @@ class LMProgress:
     best_ppl: float | None = None
     stopped: str = ""
     segment: int = 0  # segments of the current epoch already trained on
-
-
-@torch.no_grad()
-def stream_logprobs(model: ResidualLM, ids: torch.Tensor) -> torch.Tensor:
-    """log p(w_k | w_<k) for every token of a stream after the first, as one stream."""
-    model.eval()
-    data = ids.view(1, -1)
-    state = model.initial_state(1)
-    out = []
-    for tokens, targets in lm_data.segments(data, EVAL_CHUNK):
-        logp, state = model.token_logprobs(tokens, targets, state)
-        out.append(logp[0])
-    return torch.cat(out)
-
-
-def perplexity(model: ResidualLM, ids: torch.Tensor) -> float:
-    return math.exp(-float(stream_logprobs(model, ids).mean()))
 
 
 class LMTrainer:

@@ -7,7 +7,10 @@ import sys
 import time
 
 from ctxnmt.decoding import length
+from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, CtxnmtError
+from ctxnmt.serve.app import ServeSettings, create_app
+from ctxnmt.serve.requests import MAX_BEAM, Limits
 
 
 def register(sub) -> None:
@@ -43,11 +46,8 @@ def _check(args) -> None:
 
 
 def cmd_serve(args) -> int:
-    import uvicorn
+    import uvicorn  # only a running server needs it (the app and its tests do not): imported here
 
-    from ctxnmt.decoding.translator import Translator
-    from ctxnmt.serve.app import ServeSettings, create_app
-    from ctxnmt.serve.requests import MAX_BEAM, Limits
 
     _check(args)
     options = length.from_arguments(args)

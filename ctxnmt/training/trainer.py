@@ -19,13 +19,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
 
 from ctxnmt.config import Config, save_config
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
 from ctxnmt.data.prepare import Prepared, prepare
 from ctxnmt.models.nmt import NMTModel, build_model, count_parameters
 from ctxnmt.training.budget import budget_reached
-from ctxnmt.utils.checkpoint import check_compatible, load_checkpoint, load_model_state, save_checkpoint
 from ctxnmt.training.distributed import (
     LAUNCHER_PID,
     PeerFailure,
@@ -39,11 +40,12 @@ from ctxnmt.training.distributed import (
 )
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, plateau_stop, set_lr
 from ctxnmt.training.precision import Precision
-from ctxnmt.utils.revision import source_revision
-from ctxnmt.utils.preemption import Preempted, StopSignals, agreed_stop, stop_votes
 from ctxnmt.training.validate import document_context, validate
+from ctxnmt.utils.checkpoint import check_compatible, load_checkpoint, load_model_state, save_checkpoint
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
+from ctxnmt.utils.preemption import Preempted, StopSignals, agreed_stop, stop_votes
+from ctxnmt.utils.revision import source_revision
 from ctxnmt.utils.threads import setup_threads
 
 
@@ -71,7 +73,7 @@ class Logger:
         self.tb = None
         if tensorboard and enabled:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # optional, and slow to import
 
                 self.tb = SummaryWriter(str(model_dir / "tensorboard"))
             except ImportError:  # tensorboard is optional at run time
@@ -83,8 +85,6 @@ class Logger:
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(time.strftime("%Y-%m-%d %H:%M:%S ") + message + "\n")
         if not self.quiet:
-            from tqdm import tqdm
-
             tqdm.write(message, file=sys.stderr)  # keeps a running progress bar intact
 
     def scalar(self, name: str, value: float, step: int) -> None:
@@ -165,8 +165,6 @@ class Trainer:
         configs/), so DDP need not search the graph for unused ones."""
         if not self.world.distributed:
             return loss
-        from torch.nn.parallel import DistributedDataParallel
-
         with collective("wrapping the model in DistributedDataParallel"):
             return DistributedDataParallel(loss, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
@@ -400,8 +398,6 @@ class Trainer:
     def _make_bar(self):
         if not self.progress_bar:
             return None
-        from tqdm import tqdm
-
         t = self.config.training
         if t.max_minutes:
             return tqdm(total=int(60 * t.max_minutes), initial=self._bar_position(), unit="s", desc="training",
