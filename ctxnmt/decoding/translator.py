@@ -9,7 +9,6 @@ warning naming the line) rather than crashing or exhausting memory.
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
 from ctxnmt.models.nmt import build_model
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_checkpoint, load_model_state
+from ctxnmt.utils.messages import Log, warn
 
 
 @dataclass
@@ -59,7 +59,7 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     document-context model; it travels with sentence i through the length sorting.
     `length`: the length settings (default: `dec`'s, with `max_len_rule: data` unresolved)."""
     model.eval()
-    length = length if length is not None else length_control(dec, None, _warn)
+    length = length if length is not None else length_control(dec, None, warn)
     size = batch_size or dec.batch_size
     todo = [i for i, s in enumerate(src_ids) if s]
 
@@ -76,10 +76,6 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     found = search_batches(model, batches(), beam, nbest, length, return_attention=return_attention,
                            refill_below=refill)
     return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
-
-
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
 
 
 def translate_ids(model, src_ids, preprocessor, tgt_vocab: Vocab, dec: DecodingConfig, beam: int, device="cpu",
@@ -114,7 +110,7 @@ class Translator:
         self.document_sents = (cfg.doc_sents if cfg.uses_document else 0) if document_sents is None else document_sents
         self.preprocessor, self.src_vocab, self.tgt_vocab = preprocessor, src_vocab, tgt_vocab
         self.device = device
-        self.warn = lambda msg: print(f"warning: {msg}", file=sys.stderr)
+        self.warn: Log = warn  # where warnings go (a server sends them to its log)
         self._warned: set[str] = set()
 
     @classmethod

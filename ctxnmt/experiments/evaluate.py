@@ -25,6 +25,7 @@ from ctxnmt.experiments.spec import SignificanceSpec
 from ctxnmt.models.nmt import count_parameters
 from ctxnmt.utils.checkpoint import default_checkpoint
 from ctxnmt.utils.io import atomic_write, file_sha256
+from ctxnmt.utils.messages import Log, to_stderr
 from ctxnmt.utils.threads import setup_threads
 
 SCORE_KEYS = ("bleu_tok", "bleu", "chrf", "ter")
@@ -53,7 +54,7 @@ class Output:
     training: dict[str, Any] | None = None  # trained systems: what done.json recorded
 
 
-def load_test_set(run: Run, log=print) -> TestSet:
+def load_test_set(run: Run, log: Log = to_stderr) -> TestSet:
     data = run.config.data
     ensure_corpus(data, log)
     src_path, ref_path, doc_path = split_paths(data, "test")
@@ -100,7 +101,7 @@ def has_checkpoint(run: Run) -> bool:
     return True
 
 
-def restored_translation(record: Path, out: Path, test: TestSet, what: str, log=print) -> dict[str, Any]:
+def restored_translation(record: Path, out: Path, test: TestSet, what: str, log: Log = to_stderr) -> dict[str, Any]:
     """The recorded translation of a run restored from an export (`ctxnmt experiment --restore`),
     whose checkpoints were not kept: it stands as long as its output and input are the recorded ones."""
     if not record.is_file():
@@ -120,7 +121,7 @@ def hyp_path(run: Run, test: TestSet) -> Path:
     return run.model_dir / f"test.hyp.{test.lang}"
 
 
-def translate_run(run: Run, test: TestSet, log=print) -> dict[str, Any]:
+def translate_run(run: Run, test: TestSet, log: Log = to_stderr) -> dict[str, Any]:
     """Translate the test set with the run's selected checkpoint and beam; timed."""
     out = hyp_path(run, test)
     if not has_checkpoint(run):
@@ -174,7 +175,7 @@ def undecodable_members(name: str, seed: int, members: list[Run], root: Path) ->
 
 
 def translate_ensemble(name: str, seed: int, members: list[Run], test: TestSet, root: Path,
-                       log=print) -> tuple[Path, dict[str, Any]]:
+                       log: Log = to_stderr) -> tuple[Path, dict[str, Any]]:
     """The test set decoded by the members' same-seed runs together (average of log-probabilities,
     the first member's beam); cached on every member's checkpoint."""
     directory = ensemble_dir(root, name, seed)

@@ -7,7 +7,6 @@ directory is checked against its effective config before anything is trained.
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,11 +41,8 @@ from ctxnmt.experiments.runs import (
     training_record,
 )
 from ctxnmt.experiments.spec import Experiment
+from ctxnmt.utils.messages import Log, stderr_log
 from ctxnmt.utils.processes import check_jobs, run_side_by_side
-
-
-def stderr_log(message: str) -> None:
-    print(f"experiment: {message}", file=sys.stderr)
 
 
 def check_runs(runs: list[Run]) -> dict[int, str]:
@@ -182,7 +178,7 @@ def run_details(outputs: dict[str, list[Output]], tests: dict[str, list[dict[str
     return details
 
 
-def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
+def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: "), quiet: bool = False,
                    only: list[str] | None = None, train: bool = True,
                    reload: Callable[[], Experiment] | None = None, jobs: int = 1) -> dict[str, Path] | None:
     """Everything `ctxnmt experiment` does; returns the paths of the report files.

@@ -1,7 +1,6 @@
 """`ctxnmt lm train CONFIG`, `ctxnmt lm compare CONFIG … --out DIR` and `ctxnmt lm score MODEL_DIR -i FILE`."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ctxnmt.errors import ConfigError
@@ -9,6 +8,7 @@ from ctxnmt.lm.compare import compare
 from ctxnmt.lm.config import load_lm_config
 from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import score_file
+from ctxnmt.utils.messages import stderr_log, to_stderr
 from ctxnmt.utils.preemption import Preempted
 
 
@@ -57,8 +57,7 @@ def cmd_train(args) -> int:
     try:
         record = train_and_score(config, quiet=args.quiet, resume=args.resume)
     except Preempted as err:
-        print(f"ctxnmt lm train: {err}; resume with: ctxnmt lm train {config.model_dir}/config.yaml --resume",
-              file=sys.stderr)
+        to_stderr(f"ctxnmt lm train: {err}; resume with: ctxnmt lm train {config.model_dir}/config.yaml --resume")
         return err.exit_code
     print(f"{config.model_dir}: {record['updates']} updates, stopped because {record['stopped']}; "
           f"best checkpoint: dev ppl {record['dev_ppl']:.2f}, test ppl {record['test_ppl']:.2f}")
@@ -69,7 +68,7 @@ def cmd_compare(args) -> int:
     if args.only and args.report:
         raise ConfigError("--only trains runs and --report trains none: give one of them")
     rows = compare(args.configs, args.overrides, args.seeds, Path(args.out), only=args.only,
-                   log=lambda message: print(f"lm compare: {message}", file=sys.stderr), train=not args.report,
+                   log=stderr_log("lm compare: "), train=not args.report,
                    jobs=args.jobs)
     if rows is not None:
         print((Path(args.out) / "report.md").read_text(encoding="utf-8").rstrip())

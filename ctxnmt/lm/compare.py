@@ -34,6 +34,7 @@ from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import LINE_SCORES
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
+from ctxnmt.utils.messages import Log, stderr_log
 from ctxnmt.utils.processes import check_jobs, run_side_by_side
 from ctxnmt.utils.selectors import select
 
@@ -207,7 +208,7 @@ def shell_command(configs: list[str], overrides: list[str], seeds: list[int], ou
     return " ".join(shlex.quote(a) for a in args)
 
 
-def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path, log=print,
+def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path, log: Log = stderr_log("lm compare: "),
             only: list[str] | None = None, train: bool = True, jobs: int = 1) -> list[dict] | None:
     """Train what is missing (of `only`'s runs, if given; nothing unless `train`; up to
     `jobs` at once), then report the finished runs; None, and no report, while none has

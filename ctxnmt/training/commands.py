@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import torch
 
@@ -12,6 +11,7 @@ from ctxnmt.errors import ConfigError
 from ctxnmt.training.distributed import LAUNCHER_PID
 from ctxnmt.training.launch import launch
 from ctxnmt.training.trainer import Trainer
+from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
 
 
@@ -39,7 +39,7 @@ def register(sub) -> None:
 
 def cmd_prepare(args) -> int:
     config = load_config(args.config, args.overrides)
-    data = prepare(config, log=lambda message: print(message, file=sys.stderr), force=args.force)
+    data = prepare(config, log=to_stderr, force=args.force)
     print(f"prepared {len(data.train.src)} training and {len(data.dev.src)} dev pairs in {config.model_dir}/prep; "
           f"vocabulary {len(data.src_vocab)} source / {len(data.tgt_vocab)} target symbols")
     return 0
@@ -56,7 +56,7 @@ def cmd_train(args) -> int:
     try:
         progress = trainer.train()
     except Preempted as err:
-        print(f"ctxnmt train{_rank_tag(trainer)}: {err}; resume with: {_resume_command(config)}", file=sys.stderr)
+        to_stderr(f"ctxnmt train{_rank_tag(trainer)}: {err}; resume with: {_resume_command(config)}")
         return err.exit_code
     if trainer.world.is_main:
         print(f"{config.model_dir}: {progress.update} updates, stopped because {progress.stopped}; "
@@ -86,7 +86,7 @@ def _launch(args, config) -> int:
     if config.training.device.startswith("cuda"):
         if args.nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {args.nproc} needs as many GPUs; {torch.cuda.device_count()} visible")
-    prepare(config, log=lambda message: print(message, file=sys.stderr))
+    prepare(config, log=to_stderr)
     child = [args.config, *[a for o in args.overrides for a in ("--set", o)]]
     if args.max_minutes is not None:
         child += ["--max-minutes", str(args.max_minutes)]
