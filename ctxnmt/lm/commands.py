@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ctxnmt.errors import ConfigError
 from ctxnmt.lm.compare import compare
 from ctxnmt.lm.config import load_lm_config
 from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import score_file
+from ctxnmt.training import runs
 from ctxnmt.utils.messages import stderr_log, to_stderr
 from ctxnmt.utils.preemption import Preempted
 
@@ -31,13 +31,7 @@ def register(sub) -> None:
     c.add_argument("--out", required=True, help="directory for the runs ({out}/{name}/seed{s}) and report.md/.json")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="an override for every config (repeatable), e.g. --set training.max_epochs=20")
-    c.add_argument("--only", action="append", metavar="NAME[:SEED]",
-                   help="train only these runs (repeatable), then report the finished ones: lets two "
-                        "processes share one comparison")
-    c.add_argument("--report", action="store_true",
-                   help="train nothing: report the runs under --out that have finished (e.g. committed ones)")
-    c.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="train up to N runs at once, each in its own process (default 1)")
+    runs.add_arguments(c, "NAME[:SEED]", "report the runs under --out that have finished (e.g. committed ones)")
     c.set_defaults(func=cmd_compare)
 
     s = inner.add_parser("score", help="perplexity of a text (and per-line log-probabilities)")
@@ -65,8 +59,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    if args.only and args.report:
-        raise ConfigError("--only trains runs and --report trains none: give one of them")
+    runs.check_arguments(args)
     rows = compare(args.configs, args.overrides, args.seeds, Path(args.out), only=args.only,
                    log=stderr_log("lm compare: "), train=not args.report,
                    jobs=args.jobs)

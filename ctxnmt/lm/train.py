@@ -19,7 +19,7 @@ from ctxnmt.lm.config import LMConfig
 from ctxnmt.lm.model import ResidualLM, detach
 from ctxnmt.lm.scoring import perplexity
 from ctxnmt.training.distributed import World, rng_state, set_rng_state
-from ctxnmt.training.loop import TrainingLoop, Window
+from ctxnmt.training.loop import TrainingLoop, Window, position_in
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.utils.checkpoint import load_checkpoint, save_checkpoint
 
@@ -34,14 +34,7 @@ class LMProgress:
     segment: int = 0  # segments of the current epoch already trained on
     tokens: int = 0
     validation_due: bool = False  # stopped by a signal where a validation was due: it runs first on resume
-
-    @property
-    def position(self) -> int:
-        return self.segment
-
-    @position.setter
-    def position(self, value: int) -> None:
-        self.segment = value
+    position = position_in("segment")
 
 
 class LMTrainer(TrainingLoop):

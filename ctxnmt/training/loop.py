@@ -74,6 +74,11 @@ class ProgressRecord(Protocol):
     position: int  # units of the current epoch already trained on
 
 
+def position_in(name: str) -> property:
+    """A progress record's `position`, kept in its field `name` (the name its files have)."""
+    return property(lambda record: getattr(record, name), lambda record, value: setattr(record, name, value))
+
+
 @dataclass
 class Update:
     """One update's figures, summed over the ranks."""

@@ -22,7 +22,7 @@ from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
 from ctxnmt.data.prepare import Prepared, prepare
 from ctxnmt.models.nmt import NMTModel, build_model, count_parameters
 from ctxnmt.training.distributed import collective, device_for, init_world, rank_seed, rng_state, set_rng_state
-from ctxnmt.training.loop import TrainingLoop, Window
+from ctxnmt.training.loop import TrainingLoop, Window, position_in
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.training.precision import Precision
 from ctxnmt.training.validate import document_context, validate
@@ -41,14 +41,7 @@ class Progress:
     best_scores: dict[str, float] | None = None  # every dev score of the best checkpoint
     stopped: str = ""
     validation_due: bool = False  # stopped by a signal where a validation was due: it runs first on resume
-
-    @property
-    def position(self) -> int:
-        return self.batch_in_epoch
-
-    @position.setter
-    def position(self, value: int) -> None:
-        self.batch_in_epoch = value
+    position = position_in("batch_in_epoch")
 
 
 class _Loss(torch.nn.Module):
