@@ -30,7 +30,7 @@ def bench_model(cfg, data, checkpoint: str | None = None, strict: bool = False):
     initial values and otherwise decodes with a trained baseline's weights, so output
     lengths are alike; those left initialised are reported on stderr."""
     from ctxnmt.models.nmt import build_model
-    from ctxnmt.training.checkpoint import load_checkpoint
+    from ctxnmt.utils.checkpoint import load_checkpoint
 
     model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
     if checkpoint:

@@ -95,7 +95,8 @@ def main() -> None:
     from ctxnmt.data.batching import make_batch
     from ctxnmt.data.documents import previous_sentences
     from ctxnmt.data.prepare import read_split
-    from ctxnmt.decoding.translator import default_checkpoint, search_ids
+    from ctxnmt.decoding.translator import search_ids
+    from ctxnmt.utils.checkpoint import default_checkpoint
     from ctxnmt.models.nmt import count_parameters
 
     torch.set_num_threads(args.threads or os.cpu_count())

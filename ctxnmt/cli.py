@@ -11,7 +11,8 @@ import importlib
 import sys
 
 from ctxnmt.errors import CtxnmtError
-from ctxnmt.training.preemption import Preempted
+from ctxnmt.utils.messages import to_stderr
+from ctxnmt.utils.preemption import Preempted
 
 # Modules that contribute sub-commands, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -48,19 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
     except CommandImportError as err:
-        print(f"ctxnmt: error: {err}", file=sys.stderr)
+        to_stderr(f"ctxnmt: error: {err}")
         return 2
     args = parser.parse_args(argv)
     try:
         result = args.func(args)
     except Preempted as err:  # not an error: `ctxnmt experiment` and `lm compare` resume where they stopped
-        print(f"ctxnmt {args.command}: {err}; the same command resumes", file=sys.stderr)
+        to_stderr(f"ctxnmt {args.command}: {err}; the same command resumes")
         return err.exit_code
     except CtxnmtError as err:
-        print(f"ctxnmt {args.command}: error: {err}", file=sys.stderr)
+        to_stderr(f"ctxnmt {args.command}: error: {err}")
         return 2
     except KeyboardInterrupt:
-        print(f"ctxnmt {args.command}: interrupted", file=sys.stderr)
+        to_stderr(f"ctxnmt {args.command}: interrupted")
         return 130
     return int(result or 0)
 

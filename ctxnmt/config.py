@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 import yaml
 
 from ctxnmt.errors import ConfigError
+from ctxnmt.length_options import check, decoding_options
+from ctxnmt.utils.io import atomic_write
 
 
 @dataclass
@@ -403,8 +405,6 @@ def validate(config: Config) -> None:
 
 
 def _validate_decoding(dec: DecodingConfig) -> None:
-    from ctxnmt.decoding.length import check, decoding_options
-
     check(decoding_options(dec), lambda key: f"decoding.{key}", ConfigError)
 
 
@@ -437,8 +437,6 @@ def config_difference(saved: dict[str, Any], current: dict[str, Any], ignore: tu
 
 def save_config(config: Any, path: str | Path) -> None:
     """Write any config dataclass as YAML, atomically."""
-    from ctxnmt.utils.io import atomic_write
-
     tree = config.to_dict() if isinstance(config, Config) else dataclasses.asdict(config)
     with atomic_write(path, "w") as fh:
         yaml.safe_dump(tree, fh, sort_keys=False)

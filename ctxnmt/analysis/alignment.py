@@ -42,6 +42,10 @@ from ctxnmt.analysis.aer import (
     saer,
 )
 from ctxnmt.analysis.forced import join_word, source_attention, word_groups
+from ctxnmt.analysis.silver import SILVER_LABEL, silver_alignment
+from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.prepare import split_paths
+from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write
 
@@ -118,9 +122,6 @@ def register(sub) -> None:
 
 
 def cmd_alignment(args) -> int:
-    from ctxnmt.data.corpus import read_lines
-    from ctxnmt.decoding.translator import Translator
-
     src = read_lines(args.input)
     ref = read_lines(args.reference)
     if len(src) != len(ref):
@@ -146,8 +147,6 @@ def cmd_alignment(args) -> int:
     result.update(model=str(args.model_dir), input=args.input, reference=args.reference, alignment=label,
                   alignment_file=args.write_silver if args.silver else args.gold)
     if args.silver:
-        from ctxnmt.analysis.silver import SILVER_LABEL
-
         result["alignment_label"] = SILVER_LABEL
     if args.output:
         with atomic_write(args.output, "w") as fh:
@@ -174,10 +173,6 @@ def read_gold(args, sentences: int) -> list[GoldAlignment]:
 
 def silver_gold(translator, args, forced: list, keep: list[int]) -> list[GoldAlignment]:
     """Silver links of the kept lines; --write-silver gets one line per input line (empty where skipped)."""
-    from ctxnmt.analysis.silver import silver_alignment
-    from ctxnmt.data.corpus import read_lines
-    from ctxnmt.data.prepare import split_paths
-
     if args.silver_train:
         train_src, train_tgt = args.silver_train
     else:

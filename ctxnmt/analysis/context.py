@@ -19,8 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxnmt.data.corpus import read_lines
 from ctxnmt.data.documents import other_document_sentences
+from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
+from ctxnmt.evaluation.metrics import score_all
+from ctxnmt.evaluation.significance import compare
+from ctxnmt.utils.io import atomic_write
 
 
 @dataclass
@@ -56,9 +61,6 @@ def translate_condition(translator, given: ContextInput, beam: int | None) -> li
 def context_table(src: list[str], doc_ids: list[str], refs: list[str], translator, lang: str,
                   seed: int = 1, beam: int | None = None) -> tuple[list[dict], dict[str, list[str]]]:
     """One row per condition (BLEU, chrF, Δ BLEU and bootstrap p against 'own'), and the outputs."""
-    from ctxnmt.evaluation.metrics import score_all
-    from ctxnmt.evaluation.significance import compare
-
     k = translator.document_sents
     if not k:
         raise DataError("this model reads no document context: there is nothing to take away")
@@ -104,10 +106,6 @@ def register(sub) -> None:
 
 
 def cmd_context(args) -> int:
-    from ctxnmt.data.corpus import read_lines
-    from ctxnmt.decoding.translator import Translator
-    from ctxnmt.utils.io import atomic_write
-
     src, doc_ids, refs = read_lines(args.input), read_lines(args.doc_ids), read_lines(args.ref)
     for path, lines in ((args.doc_ids, doc_ids), (args.ref, refs)):
         if len(lines) != len(src):

@@ -85,7 +85,7 @@ def write_csv(curves: dict[str, list[Validation]], path: Path) -> None:
 
 
 def plot(curves: dict[str, list[Validation]], path: Path, metric: str = "bleu") -> None:
-    import matplotlib
+    import matplotlib  # heavy to import, and only the plot needs it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

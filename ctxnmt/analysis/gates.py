@@ -28,8 +28,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ctxnmt.analysis.tagger import apertium_tags
 from ctxnmt.data.batching import pad
+from ctxnmt.data.corpus import read_lines
 from ctxnmt.data.vocab import EOS
+from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.models.cells import AdaptiveGRUCell
 from ctxnmt.utils.io import atomic_write
@@ -214,8 +217,6 @@ def _add_source(agg: Aggregate, gates: dict[str, list[torch.Tensor]], spans: lis
 
 def _add_output(agg: Aggregate, translator, ids: list[list[int]], beam: int | None, adaptive_output: bool,
                 output_tagger=None) -> None:
-    from ctxnmt.decoding.translator import search_ids
-
     dec = translator.config.decoding
     model = translator.model
     hyps = search_ids(model, ids, dec, beam or dec.beam, device=translator.device, length=translator.length_control())
@@ -290,8 +291,6 @@ def source_words(translator, lines: list[str]) -> list[list[str]]:
 
 def tag_lines(translator, lines: list[str]) -> list[str]:
     """Universal POS tags of the source words, one line of tags per input line."""
-    from ctxnmt.analysis.tagger import apertium_tags
-
     return [" ".join(t) for t in apertium_tags(source_words(translator, lines), translator.config.data.src_lang)]
 
 
@@ -313,9 +312,6 @@ def register(sub) -> None:
 
 
 def cmd_gates(args) -> int:
-    from ctxnmt.data.corpus import read_lines
-    from ctxnmt.decoding.translator import Translator
-
     lines = read_lines(args.input, allow_empty=True)
     tags = read_lines(args.tags, allow_empty=True) if args.tags else None
     translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
@@ -326,8 +322,6 @@ def cmd_gates(args) -> int:
                 fh.writelines(t + "\n" for t in tags)
     output_tagger = None
     if args.tagger:
-        from ctxnmt.analysis.tagger import apertium_tags
-
         def output_tagger(words):
             return apertium_tags(words, translator.config.data.tgt_lang)
     rows = analyse_lines(translator, lines, tags, beam=args.beam, tags_path=args.tags or "tags",

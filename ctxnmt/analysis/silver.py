@@ -65,7 +65,7 @@ def read_links(path: str, lines: int) -> list[set[Link]]:
 
 def eflomal_links(src: list[list[str]], tgt: list[list[str]], samplers: int = 2) -> tuple[list, list]:
     """(forward, reverse) links of every sentence pair, both as (source, target)."""
-    from eflomal import Aligner
+    from eflomal import Aligner  # an optional heavy dependency: only silver alignments need it
 
     if any(not s or not t for s, t in zip(src, tgt)):
         raise DataError("eflomal needs a word on both sides of every sentence pair")

@@ -19,11 +19,13 @@ import io
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ctxnmt.analysis.forced import join_word, target_attention, word_attention, word_groups
 from ctxnmt.analysis.trees import ParsEval, attention_tree, brackets, parse_ptb, right_branching, tree_spans
 from ctxnmt.data.corpus import read_lines
+from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.utils.io import atomic_write
 
@@ -56,8 +58,7 @@ def write_png(fig, path: Path) -> None:
 
 def plot_heatmap(alpha: torch.Tensor, tokens: list[str], path: Path) -> None:
     """Rows y_1 … y_n (the words predicted), columns y_0 … y_{n-1} (the words attended)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
+    import matplotlib.pyplot as plt  # heavy to import, and only the plots need it
 
     n = len(tokens)
     matrix = np.ma.masked_array(alpha[:n, :n].numpy(), mask=~np.tri(n, dtype=bool))
@@ -73,7 +74,7 @@ def plot_heatmap(alpha: torch.Tensor, tokens: list[str], path: Path) -> None:
 
 
 def plot_histogram(hist: list[tuple[float, float, int]], path: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy to import, and only the plots need it
 
     total = sum(c for _, _, c in hist) or 1
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -89,8 +90,6 @@ def plot_histogram(hist: list[tuple[float, float, int]], path: Path) -> None:
 # -- shared by the commands ---------------------------------------------------------------
 
 def load_analysed(model_dir: str, checkpoint: str | None):
-    from ctxnmt.decoding.translator import Translator
-
     translator = Translator.load(model_dir, checkpoint=checkpoint)
     if not translator.model.capabilities.target_attention:
         cfg = translator.config.model
@@ -107,8 +106,6 @@ def source_ids(translator, lines: list[str]) -> list[list[int]]:
 # -- target-attention -----------------------------------------------------------------
 
 def cmd_target_attention(args) -> int:
-    from ctxnmt.decoding.translator import search_ids
-
     translator = load_analysed(args.model_dir, args.checkpoint)
     src_lines = read_lines(args.input)
     refs = read_lines(args.ref) if args.ref else None

@@ -17,12 +17,13 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from ctxnmt.data.corpus import write_lines_atomic
 from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write, file_sha256
+from ctxnmt.utils.messages import Log, to_stderr
 
 SOURCE_MODULE = "spaRV1909eb"
 TARGET_MODULE = "engKJV2006eb"
@@ -201,7 +202,7 @@ def _format_key(key: VerseKey) -> str:
 # --- building the corpus -------------------------------------------------------------
 
 
-def build_bible(out_dir: str | os.PathLike, log: Callable[[str], None] = print) -> dict:
+def build_bible(out_dir: str | os.PathLike, log: Log = to_stderr) -> dict:
     """Write ``{train,dev,test}.{es,en,doc}`` and ``stats.json`` under ``out_dir``; return the stats.
 
     Reuses an existing build when ``stats.json`` and every file it lists match,

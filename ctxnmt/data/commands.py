@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ctxnmt.data.bible import build_bible
+from ctxnmt.utils.messages import to_stderr
 
 
 def register(subparsers) -> None:
@@ -23,7 +23,7 @@ def register(subparsers) -> None:
 
 def run_bible(args: argparse.Namespace) -> int:
     """Build (or reuse) the corpus and print its size."""
-    stats = build_bible(args.out, log=lambda message: print(message, file=sys.stderr))
+    stats = build_bible(args.out, log=to_stderr)
     for name, split in stats["splits"].items():
         print(f"{name}: {split['lines']} verse pairs in {split['documents']} chapters")
     print(f"dropped: {stats['dropped']} verses empty or missing on one side")

@@ -17,11 +17,13 @@ from pathlib import Path
 import torch
 
 from ctxnmt.config import Config, DataConfig
+from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import filter_by_length, read_parallel
 from ctxnmt.data.preprocess import Preprocessor
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.messages import Log, to_stderr
 
 
 @dataclass
@@ -54,10 +56,8 @@ def data_fingerprint(data: DataConfig) -> str:
     return hashlib.sha256(json.dumps(dataclasses.asdict(data), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def ensure_corpus(data: DataConfig, log=print) -> None:
+def ensure_corpus(data: DataConfig, log: Log = to_stderr) -> None:
     if data.corpus == "bible":
-        from ctxnmt.data.bible import build_bible
-
         build_bible(Path(data.dir), log=log)
 
 
@@ -66,7 +66,7 @@ def read_split(data: DataConfig, split: str):
     return read_parallel(src, tgt, doc if doc.is_file() else None)
 
 
-def prepare(config: Config, log=print, force: bool = False) -> Prepared:
+def prepare(config: Config, log: Log = to_stderr, force: bool = False) -> Prepared:
     prep_dir = Path(config.model_dir) / "prep"
     stamp = prep_dir / "fingerprint.json"
     fingerprint = data_fingerprint(config.data)

@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 import sys
 
-from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.corpus import decode_lines, read_lines
 from ctxnmt.data.documents import blank_line_documents, check_document_ids
 from ctxnmt.decoding import length
+from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
 from ctxnmt.utils.io import atomic_write
 
@@ -39,14 +40,11 @@ def _read_input(path: str | None) -> list[str]:
     if path:
         return read_lines(path, allow_empty=True)
     data = sys.stdin.buffer.read()
-    from ctxnmt.data.corpus import decode_lines
 
     return decode_lines(data, "<stdin>")
 
 
 def cmd_translate(args) -> int:
-    from ctxnmt.decoding.translator import Translator
-
     if args.doc_ids and args.doc_blank_lines:
         raise ConfigError("--doc-ids and --doc-blank-lines are two ways of giving documents; use one")
     options = length.from_arguments(args)

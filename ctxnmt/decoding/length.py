@@ -24,32 +24,21 @@ b = `decoding.max_len_b`.  With `decoding.max_len_rule: data`, a is instead the 
 percentile of the target/source subword ratios of the model's training pairs
 (prep/lengths.json, see ctxnmt.data.prepare.length_ratios).
 
-The options, their ranges and their one-line errors are defined here once, for the
-config, the command line and the server alike.
+The options, their ranges and their one-line errors are defined once, for the config, the
+command line and the server alike, in ctxnmt.length_options (below the config, which checks them).
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-KINDS = ("power", "wu", "none")
-RULES = ("fixed", "data")
-DATA_QUANTILE = "0.99"  # the ratio quantile `max_len_rule: data` takes as a (a key of prep/lengths.json)
+from ctxnmt.errors import ConfigError
+from ctxnmt.length_options import OPTIONS, check, fixed_if_a_given
 
-# Inclusive ranges of the numeric options; beyond them the penalties are degenerate (powers
-# that overflow) or the output limit lets one request keep the server busy for minutes.
-RANGES: dict[str, tuple[float, float]] = {
-    "length_penalty": (0.0, 10.0),
-    "coverage_penalty": (0.0, 10.0),
-    "max_len_a": (0.0, 10.0),
-    "max_len_b": (0, 1000),
-}
-CHOICES: dict[str, tuple[str, ...]] = {"length_penalty_kind": KINDS, "max_len_rule": RULES}
-OPTIONS = ("length_penalty", "length_penalty_kind", "coverage_penalty", "max_len_a", "max_len_b", "max_len_rule")
+DATA_QUANTILE = "0.99"  # the ratio quantile `max_len_rule: data` takes as a (a key of prep/lengths.json)
 
 # A coverage that underflowed to 0 would make log −inf, and every hypothesis of the
 # sentence −inf: ranking would then be arbitrary.
@@ -100,50 +89,6 @@ def coverage_penalty(coverage: torch.Tensor, src_lens: torch.Tensor, beta: float
     return beta * torch.where(real, logs, torch.zeros_like(logs)).sum(1)
 
 
-def problem(values: Mapping[str, Any], name: Callable[[str], str] = str) -> tuple[str, str] | None:
-    """(option, what is wrong with it) for the first option of `values` out of range, or None;
-    another option the text mentions is called `name(option)`."""
-    for key in OPTIONS:
-        if key not in values:
-            continue
-        value = values[key]
-        if key in CHOICES and value not in CHOICES[key]:
-            return key, f"must be one of {', '.join(CHOICES[key])}, not {value!r}"
-        if key in RANGES:
-            low, high = RANGES[key]
-            if not low <= value <= high:  # NaN fails this too
-                return key, f"must be between {low:g} and {high:g}, not {value!r}"
-    if values.get("max_len_a", 1) == 0 and values.get("max_len_b", 1) == 0:
-        return "max_len_b", f"must be at least 1 when {name('max_len_a')} is 0 (every output would be one subword)"
-    return None
-
-
-def check(values: Mapping[str, Any], name: Callable[[str], str], error: type[Exception]) -> None:
-    """Raise `error` with one line naming the option as `name(option)` calls it."""
-    found = problem(values, name)
-    if found is not None:
-        raise error(f"{name(found[0])} {found[1]}")
-
-
-def decoding_options(dec) -> dict[str, Any]:
-    """The length options of a DecodingConfig."""
-    return {key: getattr(dec, key) for key in OPTIONS}
-
-
-def fixed_if_a_given(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options given (None: not given), where an a without a rule means a fixed limit:
-    whoever passes fairseq's --max-len-a expects it to bind, whatever rule the config has."""
-    given = {k: v for k, v in options.items() if v is not None}
-    if "max_len_a" in given and "max_len_rule" not in given:
-        given["max_len_rule"] = "fixed"
-    return given
-
-
-def with_options(dec, overrides: Mapping[str, Any]):
-    """A DecodingConfig with the given length options replaced."""
-    return dataclasses.replace(dec, **fixed_if_a_given(overrides))
-
-
 def length_control(dec, ratios: Mapping[str, float] | None, warn: Callable[[str], None] | None = None) -> LengthControl:
     """The search's settings from a DecodingConfig; `ratios`: the training data's target/source
     ratio quantiles, read by `max_len_rule: data` (None: not known, and a model directory from
@@ -181,8 +126,6 @@ def add_arguments(parser, default: str = "the config's") -> None:
 
 def from_arguments(args) -> dict[str, Any]:
     """The length options given on the command line, checked (one line naming the flag)."""
-    from ctxnmt.errors import ConfigError
-
     given = {key: getattr(args, key) for key in OPTIONS if getattr(args, key) is not None}
     check(given, lambda key: "--" + key.replace("_", "-"), ConfigError)
     if given.get("max_len_rule") == "data" and "max_len_a" in given:

@@ -9,7 +9,6 @@ warning naming the line) rather than crashing or exhausting memory.
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +22,14 @@ from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
-from ctxnmt.decoding.length import OPTIONS, LengthControl, check, decoding_options, length_control, with_options
+from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
+from ctxnmt.decoding.length import LengthControl, length_control
 from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError
+from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
 from ctxnmt.models.nmt import build_model
-from ctxnmt.training.checkpoint import check_compatible, load_checkpoint, load_model_state
+from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_checkpoint, load_model_state
+from ctxnmt.utils.messages import Log, warn
 
 
 @dataclass
@@ -58,7 +60,7 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     document-context model; it travels with sentence i through the length sorting.
     `length`: the length settings (default: `dec`'s, with `max_len_rule: data` unresolved)."""
     model.eval()
-    length = length if length is not None else length_control(dec, None, _warn)
+    length = length if length is not None else length_control(dec, None, warn)
     size = batch_size or dec.batch_size
     todo = [i for i, s in enumerate(src_ids) if s]
 
@@ -75,10 +77,6 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     found = search_batches(model, batches(), beam, nbest, length, return_attention=return_attention,
                            refill_below=refill)
     return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
-
-
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
 
 
 def translate_ids(model, src_ids, preprocessor, tgt_vocab: Vocab, dec: DecodingConfig, beam: int, device="cpu",
@@ -116,7 +114,7 @@ class Translator:
         self.document_sents = (cfg.doc_sents if cfg.uses_document else 0) if document_sents is None else document_sents
         self.preprocessor, self.src_vocab, self.tgt_vocab = preprocessor, src_vocab, tgt_vocab
         self.device = device
-        self.warn = lambda msg: print(f"warning: {msg}", file=sys.stderr)
+        self.warn: Log = warn  # where warnings go (a server sends them to its log)
         self._warned: set[str] = set()
 
     @classmethod
@@ -143,8 +141,6 @@ class Translator:
     @classmethod
     def load_ensemble(cls, model_dirs: list, checkpoint: str | None = None, device: str = "cpu",
                       mode: str = "logprob") -> Translator:
-        from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
-
         if len(model_dirs) > 1 and checkpoint:
             raise CheckpointError("--checkpoint names one model's file; it cannot be used with an ensemble")
         members = [cls.load(d, checkpoint, device) for d in model_dirs]
@@ -246,11 +242,3 @@ class Translator:
                 pieces.append(chunk)
         return pieces, owners, src_tokens
 
-
-def default_checkpoint(model_dir: Path) -> Path:
-    """The checkpoint a model directory is translated with unless one is named: best.pt, else last.pt."""
-    for name in ("best.pt", "last.pt"):
-        path = model_dir / "checkpoints" / name
-        if path.is_file():
-            return path
-    raise CheckpointError(f"{model_dir}: no checkpoint in {model_dir / 'checkpoints'}")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sacrebleu.metrics import BLEU, CHRF, TER
+from sacremoses import MosesTokenizer
 
 from ctxnmt.errors import ConfigError, DataError
 
@@ -138,8 +139,6 @@ def ter(hyps: Sequence[str], refs: Sequence[str]) -> Score:
 
 def moses_tokenize(lines: Iterable[str], lang: str = "en") -> list[str]:
     """Moses-tokenise detokenised lines without XML escaping."""
-    from sacremoses import MosesTokenizer
-
     tokenizer = MosesTokenizer(lang=lang)
     return [tokenizer.tokenize(line, escape=False, return_str=True) for line in lines]
 
@@ -267,6 +266,7 @@ def plot_length_buckets(buckets_by_system: dict[str, list[Bucket]], path) -> Non
     Drawn with matplotlib's Agg canvas directly so that importing this module
     never switches the process-wide pyplot backend.
     """
+    # matplotlib is heavy to import and only the plots need it: imported here, not with the module
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

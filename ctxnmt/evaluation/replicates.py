@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from sacrebleu.metrics import BLEU, CHRF, TER
 from scipy import stats
 
 from ctxnmt.errors import ConfigError, DataError
@@ -35,8 +36,6 @@ _CHUNK = 500  # trials whose statistic sums are formed as one matrix product
 
 
 def _scorer(metric: str):
-    from sacrebleu.metrics import BLEU, CHRF, TER
-
     return {"bleu": BLEU, "chrf": CHRF, "ter": TER}[metric]()
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 from scipy import stats
 
@@ -114,7 +115,6 @@ def _resampling_test(test_type: str, baseline_hyps, system_hyps, refs, metric: s
 def _corpus_metric(metric: str):
     # Same metric objects as corpus scoring, except BLEU must not use
     # effective order at corpus level.
-    from sacrebleu.metrics import BLEU
 
     return BLEU() if metric == "bleu" else sentence_metric(metric)
 

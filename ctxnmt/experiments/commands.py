@@ -3,6 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ctxnmt.experiments.export import export_results, restore_results
+from ctxnmt.experiments.report import train_command
+from ctxnmt.experiments.runner import run_experiment
+from ctxnmt.experiments.runs import plan_runs, run_state
+from ctxnmt.experiments.spec import load_experiment
+from ctxnmt.training import runs
+
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="train and compare several systems under one budget; write a report",
@@ -14,14 +21,7 @@ def register(sub) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="check the file and every system's config, print each run's state and training command, "
                         "and stop")
-    p.add_argument("--only", action="append", metavar="SYSTEM[:SEED]",
-                   help="train only these runs (repeatable), then report every finished run: lets two processes "
-                        "train different runs of one experiment side by side")
-    p.add_argument("--report", action="store_true",
-                   help="train nothing; evaluate and report the runs finished so far")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="train up to N runs at once, each in its own process with the config's training.threads "
-                        "(default 1: one after the other)")
+    runs.add_arguments(p, "SYSTEM[:SEED]", "evaluate and report the runs finished so far")
     p.add_argument("--export", metavar="DIR",
                    help="after the report, copy its small text results to DIR (report, test outputs, scores, "
                         "configs, training logs, significance tests; never checkpoints), e.g. to commit them")
@@ -33,18 +33,11 @@ def register(sub) -> None:
 
 
 def cmd_experiment(args) -> int:
-    from ctxnmt.errors import ConfigError
-    from ctxnmt.experiments.runner import run_experiment
-    from ctxnmt.experiments.spec import load_experiment
-
     experiment = load_experiment(args.experiment)
     if args.dry_run:
         return dry_run(experiment)
-    if args.only and args.report:
-        raise ConfigError("--only trains runs and --report trains none: give one of them")
+    runs.check_arguments(args)
     if args.restore:
-        from ctxnmt.experiments.export import restore_results
-
         restored = restore_results(Path(args.restore), experiment.root)
         print(f"restored {len(restored)} runs from {args.restore}")
     paths = run_experiment(experiment, quiet=args.quiet, only=args.only, train=not args.report,
@@ -52,19 +45,14 @@ def cmd_experiment(args) -> int:
     if paths is not None:
         print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())
         if args.export:
-            from ctxnmt.experiments.export import export_results
-
             copied = export_results(experiment.root, Path(args.export))
             print(f"exported {len(copied)} files to {args.export}")
     return 0
 
 
 def dry_run(experiment) -> int:
-    from ctxnmt.experiments.report import train_command
-    from ctxnmt.experiments.runs import plan_runs, run_state
-
     for run in plan_runs(experiment):
-        print(f"{run.system} seed {run.seed}: {run_state(run)}, {run.model_dir}")
+        print(f"{run.system} seed {run.seed}: {run_state(run).value}, {run.model_dir}")
         print(f"  {train_command(run.config_path, run.overrides)}")
     for spec in experiment.systems:
         if spec.external:

@@ -15,10 +15,18 @@ from typing import Any
 
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.data.prepare import ensure_corpus, split_paths
+from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import CheckpointError, DataError
+from ctxnmt.evaluation.metrics import score_all
+from ctxnmt.evaluation.replicates import stratified_ar
+from ctxnmt.evaluation.significance import compare
 from ctxnmt.experiments.runs import Run
 from ctxnmt.experiments.spec import SignificanceSpec
+from ctxnmt.models.nmt import count_parameters
+from ctxnmt.utils.checkpoint import default_checkpoint
 from ctxnmt.utils.io import atomic_write, file_sha256
+from ctxnmt.utils.messages import Log, to_stderr
+from ctxnmt.utils.threads import setup_threads
 
 SCORE_KEYS = ("bleu_tok", "bleu", "chrf", "ter")
 
@@ -46,7 +54,7 @@ class Output:
     training: dict[str, Any] | None = None  # trained systems: what done.json recorded
 
 
-def load_test_set(run: Run, log=print) -> TestSet:
+def load_test_set(run: Run, log: Log = to_stderr) -> TestSet:
     data = run.config.data
     ensure_corpus(data, log)
     src_path, ref_path, doc_path = split_paths(data, "test")
@@ -82,8 +90,6 @@ def cached(path: Path, key: dict[str, Any], compute: Callable[[], dict[str, Any]
 
 def checkpoint_path(run: Run) -> Path:
     """The checkpoint `ctxnmt translate` uses by default: best.pt, else last.pt."""
-    from ctxnmt.decoding.translator import default_checkpoint
-
     return default_checkpoint(run.model_dir)
 
 
@@ -95,7 +101,7 @@ def has_checkpoint(run: Run) -> bool:
     return True
 
 
-def restored_translation(record: Path, out: Path, test: TestSet, what: str, log=print) -> dict[str, Any]:
+def restored_translation(record: Path, out: Path, test: TestSet, what: str, log: Log = to_stderr) -> dict[str, Any]:
     """The recorded translation of a run restored from an export (`ctxnmt experiment --restore`),
     whose checkpoints were not kept: it stands as long as its output and input are the recorded ones."""
     if not record.is_file():
@@ -115,7 +121,7 @@ def hyp_path(run: Run, test: TestSet) -> Path:
     return run.model_dir / f"test.hyp.{test.lang}"
 
 
-def translate_run(run: Run, test: TestSet, log=print) -> dict[str, Any]:
+def translate_run(run: Run, test: TestSet, log: Log = to_stderr) -> dict[str, Any]:
     """Translate the test set with the run's selected checkpoint and beam; timed."""
     out = hyp_path(run, test)
     if not has_checkpoint(run):
@@ -137,10 +143,6 @@ def _translate(run: Run, test: TestSet, out: Path) -> dict[str, Any]:
 
 def _decode(runs: list[Run], test: TestSet, out: Path) -> dict[str, Any]:
     """Translate the test set with one run's model or the ensemble of several; timed."""
-    from ctxnmt.decoding.translator import Translator
-    from ctxnmt.models.nmt import count_parameters
-    from ctxnmt.training.trainer import setup_threads
-
     first = runs[0].config
     setup_threads(first.training.threads)
     dirs = [run.model_dir for run in runs]
@@ -173,7 +175,7 @@ def undecodable_members(name: str, seed: int, members: list[Run], root: Path) ->
 
 
 def translate_ensemble(name: str, seed: int, members: list[Run], test: TestSet, root: Path,
-                       log=print) -> tuple[Path, dict[str, Any]]:
+                       log: Log = to_stderr) -> tuple[Path, dict[str, Any]]:
     """The test set decoded by the members' same-seed runs together (average of log-probabilities,
     the first member's beam); cached on every member's checkpoint."""
     directory = ensemble_dir(root, name, seed)
@@ -195,8 +197,6 @@ def translate_ensemble(name: str, seed: int, members: list[Run], test: TestSet, 
 
 def score_output(hyp: Path, test: TestSet, cache: Path) -> dict[str, Any]:
     """Tokenised BLEU, sacreBLEU, chrF and TER of one output file, with signatures."""
-    from ctxnmt.evaluation.metrics import score_all
-
     def compute() -> dict[str, Any]:
         lines = read_lines(hyp, allow_empty=True)
         _check_aligned(hyp, lines, test)
@@ -216,8 +216,6 @@ def _check_aligned(path: Path, lines: list[str], test: TestSet) -> None:
 def significance(baseline: Output, system: Output, test: TestSet, spec: SignificanceSpec,
                  cache: Path) -> dict[str, Any]:
     """The paired test of one system output against one baseline output."""
-    from ctxnmt.evaluation.significance import compare
-
     def compute() -> dict[str, Any]:
         result = compare(baseline.lines, system.lines, test.refs, test=spec.test, metric=spec.metric,
                          n=spec.samples or None, seed=spec.seed)
@@ -231,8 +229,6 @@ def significance(baseline: Output, system: Output, test: TestSet, spec: Signific
 def replicate_significance(pairs: list[tuple[Output, Output]], test: TestSet, spec: SignificanceSpec,
                            cache: Path) -> dict[str, Any]:
     """Clark et al.'s stratified approximate randomisation over every seed pair at once."""
-    from ctxnmt.evaluation.replicates import stratified_ar
-
     def compute() -> dict[str, Any]:
         return stratified_ar([b.lines for b, _ in pairs], [s.lines for _, s in pairs], test.refs, spec.metric,
                              spec.samples or 10000, spec.seed).to_dict()

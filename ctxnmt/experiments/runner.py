@@ -7,11 +7,11 @@ directory is checked against its effective config before anything is trained.
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ctxnmt.data.corpus import read_lines
 from ctxnmt.evaluation.metrics import length_buckets, mean_buckets
 from ctxnmt.experiments import report as rep
 from ctxnmt.experiments.evaluate import (
@@ -29,8 +29,6 @@ from ctxnmt.experiments.evaluate import (
     undecodable_members,
 )
 from ctxnmt.experiments.runs import (
-    DONE,
-    RESUME,
     Run,
     plan_runs,
     prepare_shared,
@@ -41,36 +39,28 @@ from ctxnmt.experiments.runs import (
     training_record,
 )
 from ctxnmt.experiments.spec import Experiment
-from ctxnmt.utils.processes import check_jobs, run_side_by_side
+from ctxnmt.training.runs import PlannedRun, RunState, train_unfinished
+from ctxnmt.utils.messages import Log, stderr_log
 
 
-def stderr_log(message: str) -> None:
-    print(f"experiment: {message}", file=sys.stderr)
-
-
-def check_runs(runs: list[Run]) -> dict[int, str]:
+def check_runs(runs: list[Run]) -> dict[int, RunState]:
     """The state of every run, checked before anything is trained: a mismatch stops the experiment."""
     return {id(run): run_state(run) for run in runs}
 
 
-def train_all(experiment: Experiment, runs: list[Run], states: dict[int, str], log, quiet: bool,
+def train_all(experiment: Experiment, runs: list[Run], states: dict[int, RunState], log: Log, quiet: bool,
               jobs: int = 1) -> None:
     """Train the runs not finished yet, in order, or up to `jobs` of them at once (each in
     its own process, quiet: its log is its train.log)."""
-    todo = [run for run in runs if states[id(run)] != DONE]
-    for run in runs:
-        if states[id(run)] == DONE:
-            log(f"{run.system} seed {run.seed}: already trained in {run.model_dir}")
-    if todo and shared_data(runs):
-        prepare_shared(experiment, todo, log)
-    for run in todo:
-        how = "resuming from its last checkpoint" if states[id(run)] == RESUME else "training"
-        log(f"{run.system} seed {run.seed}: {how} in {run.model_dir}")
-        if jobs == 1:
-            train(run, states[id(run)], quiet)
-    if jobs > 1 and todo:
-        run_side_by_side([(f"{run.system} seed {run.seed}", train, (run, states[id(run)], True)) for run in todo],
-                         jobs, log)
+    todo = [run for run in runs if states[id(run)] is not RunState.DONE]
+
+    def prepare_data() -> None:
+        if shared_data(runs):
+            prepare_shared(experiment, todo, log)
+
+    train_unfinished([PlannedRun(f"{run.system} seed {run.seed}", run.model_dir, states[id(run)],
+                                 run.config.training.threads, train, (run, states[id(run)], quiet or jobs > 1))
+                      for run in runs], jobs, log, before=prepare_data)
 
 
 def evaluate_runs(runs: list[Run], test: TestSet, log) -> dict[str, list[Output]]:
@@ -107,8 +97,6 @@ def evaluate_ensembles(experiment: Experiment, runs: list[Run], test: TestSet, l
 
 
 def _lines(path: Path) -> list[str]:
-    from ctxnmt.data.corpus import read_lines
-
     return read_lines(path, allow_empty=True)
 
 
@@ -183,7 +171,7 @@ def run_details(outputs: dict[str, list[Output]], tests: dict[str, list[dict[str
     return details
 
 
-def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
+def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: "), quiet: bool = False,
                    only: list[str] | None = None, train: bool = True,
                    reload: Callable[[], Experiment] | None = None, jobs: int = 1) -> dict[str, Path] | None:
     """Everything `ctxnmt experiment` does; returns the paths of the report files.
@@ -201,11 +189,10 @@ def run_experiment(experiment: Experiment, log=stderr_log, quiet: bool = False,
     runs = plan_runs(experiment)
     states = check_runs(runs)
     if train:
-        check_jobs(jobs, max(run.config.training.threads for run in runs) if runs else 1, log)
         train_all(experiment, select_runs(runs, only) if only else runs, states, log, quiet, jobs)
         if reload is not None:
             experiment, runs = _reread(experiment, runs, reload, log)
-    finished = [run for run in runs if run_state(run) == DONE]
+    finished = [run for run in runs if run_state(run) is RunState.DONE]
     waiting = [f"{run.system}:{run.seed}" for run in runs if run not in finished]
     if waiting:
         log(f"not finished yet, left out of the report: {', '.join(waiting)}")

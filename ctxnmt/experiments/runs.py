@@ -19,11 +19,13 @@ from typing import Any
 
 from ctxnmt.analysis.curves import last_quarter_gain, read_validations
 from ctxnmt.config import Config, config_difference, load_config
+from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
+from ctxnmt.training.runs import RunState, directory_state
+from ctxnmt.training.trainer import Trainer
 from ctxnmt.utils.selectors import select
 
-FRESH, RESUME, DONE = "fresh", "resume", "done"
 # Settings that change only speed or logging, not what a run learns: a finished run
 # stays valid when they differ (e.g. it was trained with one thread beside another run).
 SPEED_ONLY = ("training.threads", "training.log_every")
@@ -70,27 +72,17 @@ def select_runs(runs: list[Run], selectors: list[str]) -> list[Run]:
     return select(runs, selectors, lambda run: (run.system, run.seed), "experiment")
 
 
-def run_state(run: Run) -> str:
+def run_state(run: Run) -> RunState:
     """DONE, RESUME or FRESH; a directory trained under another config is an error."""
-    directory = run.model_dir
-    saved_path = directory / "config.yaml"
-    done = (directory / "done.json").is_file()
-    last = (directory / "checkpoints" / "last.pt").is_file()
-    if not saved_path.is_file():
-        if done or last:
-            raise ConfigError(f"{directory}: has checkpoints but no config.yaml; cannot tell how it was trained")
-        return FRESH
-    try:
-        saved = load_config(saved_path).to_dict()
-    except ConfigError as err:
-        raise ConfigError(f"{directory}: its config.yaml no longer loads ({err})") from None
-    difference = config_difference(saved, run.config.to_dict(), ignore=NOT_COMPARED)
-    if difference:
-        raise ConfigError(f"{directory} was trained with a different config: {difference} in this "
-                          f"experiment; use another out_dir or delete that directory")
-    if done:
-        return DONE
-    return RESUME if last else FRESH
+
+    def difference(saved_path: Path) -> str:
+        try:
+            saved = load_config(saved_path).to_dict()
+        except ConfigError as err:
+            raise ConfigError(f"{run.model_dir}: its config.yaml no longer loads ({err})") from None
+        return config_difference(saved, run.config.to_dict(), ignore=NOT_COMPARED)
+
+    return directory_state(run.model_dir, difference, "this experiment; use another out_dir or delete that directory")
 
 
 def shared_data(runs: list[Run]) -> bool:
@@ -104,8 +96,6 @@ def prepare_shared(experiment: Experiment, runs: list[Run], log) -> None:
     The copy is exactly what `ctxnmt prepare` would write there (preprocessing
     depends only on the data section), so training finds it up to date.
     """
-    from ctxnmt.data.prepare import prepare
-
     todo = [run for run in runs if not (run.model_dir / "prep").exists()]
     if not todo:
         return
@@ -127,10 +117,8 @@ def copy_tree_atomic(src: Path, dst: Path) -> None:
         raise
 
 
-def train(run: Run, state: str, quiet: bool = False) -> None:
-    from ctxnmt.training.trainer import Trainer
-
-    Trainer(run.config, resume=state == RESUME, quiet=quiet).train()
+def train(run: Run, state: RunState, quiet: bool = False) -> None:
+    Trainer(run.config, resume=state is RunState.RESUME, quiet=quiet).train()
 
 
 def training_record(run: Run) -> dict[str, Any]:

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import sys
 
+from ctxnmt.data.corpus import read_lines
+from ctxnmt.judge.report import format_csv, format_markdown, overall_agreement, report_rows
+from ctxnmt.judge.server import make_server
+from ctxnmt.judge.study import System, create_study, meta, open_study, parse_system
 from ctxnmt.utils.io import atomic_write
 
 
@@ -34,9 +38,6 @@ def register(sub) -> None:
 
 
 def cmd_create(args) -> int:
-    from ctxnmt.data.corpus import read_lines
-    from ctxnmt.judge.study import System, create_study, parse_system
-
     src = read_lines(args.src)
     ref = read_lines(args.ref) if args.ref else None
     systems = []
@@ -50,8 +51,6 @@ def cmd_create(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from ctxnmt.judge.server import make_server
-
     server = make_server(args.study, args.host, args.port)
     host, port = server.server_address[:2]
     print(f"judging {args.study} at http://{host}:{port}/ (Ctrl-C stops; answers are saved as given)", flush=True)
@@ -63,9 +62,6 @@ def cmd_serve(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from ctxnmt.judge.report import format_csv, format_markdown, overall_agreement, report_rows
-    from ctxnmt.judge.study import meta, open_study
-
     with open_study(args.study) as db:
         rows = report_rows(db)
         text = format_csv(rows) if args.format == "csv" else format_markdown(rows, meta(db), overall_agreement(db))

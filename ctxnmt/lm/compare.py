@@ -29,9 +29,13 @@ from ctxnmt.config import config_difference
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
 from ctxnmt.evaluation.significance import SigResult
+from ctxnmt.lm.config import load_lm_config
+from ctxnmt.lm.run import train_and_score
+from ctxnmt.lm.scoring import LINE_SCORES
+from ctxnmt.training.runs import PlannedRun, RunState, directory_state, train_unfinished
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
-from ctxnmt.utils.processes import check_jobs, run_side_by_side
+from ctxnmt.utils.messages import Log, stderr_log
 from ctxnmt.utils.selectors import select
 
 TRIALS = 10000
@@ -39,64 +43,46 @@ RUN_FACTS = ("dev_ppl", "updates", "minutes")  # from each run's results.json, r
 
 
 def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
-    from ctxnmt.lm.config import load_lm_config
-
     name = load_lm_config(config_path, overrides).name
     return load_lm_config(config_path, [*overrides, f"training.seed={seed}",
                                         f"model_dir={out / name / f'seed{seed}'}"])
 
 
-def run_state(config) -> str:
-    """'finished', 'trained' (done.json but not yet scored), 'resume' (last.pt beside the
-    same config.yaml) or 'fresh'; another config is an error."""
-    from ctxnmt.lm.config import load_lm_config
+def run_state(config) -> RunState:
+    """DONE (results.json), TRAINED (done.json but not yet scored), RESUME (last.pt beside the
+    same config.yaml) or FRESH; another config is an error."""
 
-    directory = Path(config.model_dir)
-    if not (directory / "config.yaml").is_file():
-        return "fresh"
-    difference = config_difference(asdict(load_lm_config(directory / "config.yaml")), asdict(config),
-                                   ignore=("model_dir",))  # a run is the same run wherever it was copied
-    if difference:
-        raise ConfigError(f"{directory} was trained with a different config: {difference} in this comparison; "
-                          "use another --out or delete it")
-    if (directory / "results.json").is_file():
-        return "finished"
-    if (directory / "done.json").is_file():  # stopped where an uninterrupted run stops: only its scoring is missing
-        return "trained"
-    return "resume" if (directory / "checkpoints" / "last.pt").is_file() else "fresh"
+    def difference(saved: Path) -> str:  # a run is the same run wherever it was copied: model_dir aside
+        return config_difference(asdict(load_lm_config(saved)), asdict(config), ignore=("model_dir",))
+
+    return directory_state(Path(config.model_dir), difference, "this comparison; use another --out or delete it",
+                           finished="results.json")
 
 
-def clear_fresh(config, state: str, log) -> None:
+def clear_fresh(config, state: RunState, log: Log) -> None:
     """An unfinished run without a checkpoint starts again from an empty directory."""
     directory = Path(config.model_dir)
-    if state == "fresh" and directory.exists():
+    if state is RunState.FRESH and directory.exists():
         TrainingLock(directory).acquire().release()  # never delete a run another process is training
         log(f"{directory}: unfinished and without a checkpoint, training again from the start")
         shutil.rmtree(directory)
 
 
-def train_runs(chosen: list[tuple[int, object, str]], jobs: int, log) -> None:
+def train_runs(chosen: list[tuple[int, object, RunState]], jobs: int, log: Log) -> None:
     """Train (seed, config, state) runs in order, or up to `jobs` at once in their own processes."""
-    from ctxnmt.lm.commands import train_and_score
 
-    how = {"resume": "resuming from its last checkpoint", "trained": "scoring its finished training",
-           "fresh": "training"}
-    for seed, config, state in chosen:
-        log(f"{config.name} seed {seed}: {how[state]} in {config.model_dir}")
-        clear_fresh(config, state, log)
-        if jobs == 1:
-            train_and_score(config, True, state == "resume", state == "trained")
-    if jobs > 1 and chosen:
-        run_side_by_side([(f"{config.name} seed {seed}", train_and_score,
-                           (config, True, state == "resume", state == "trained"))
-                          for seed, config, state in chosen], jobs, log)
+    def clear() -> None:
+        for _, config, state in chosen:
+            clear_fresh(config, state, log)
+
+    train_unfinished([PlannedRun(f"{config.name} seed {seed}", Path(config.model_dir), state, config.training.threads,
+                                 train_and_score, (config, True, state is RunState.RESUME, state is RunState.TRAINED))
+                      for seed, config, state in chosen], jobs, log, before=clear)
 
 
 def line_statistics(directory: Path) -> np.ndarray | None:
     """(test lines, 2): each line's negative log-probability and token count; None for a
     run that finished before they were kept (it is reported, but not tested)."""
-    from ctxnmt.lm.scoring import LINE_SCORES
-
     path = directory / LINE_SCORES
     if not path.is_file():
         return None
@@ -212,8 +198,8 @@ def shell_command(configs: list[str], overrides: list[str], seeds: list[int], ou
     return " ".join(shlex.quote(a) for a in args)
 
 
-def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path, log=print,
-            only: list[str] | None = None, train: bool = True, jobs: int = 1) -> list[dict] | None:
+def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path,
+            log: Log = stderr_log("lm compare: "), only: list[str] | None = None, train: bool = True, jobs: int = 1) -> list[dict] | None:
     """Train what is missing (of `only`'s runs, if given; nothing unless `train`; up to
     `jobs` at once), then report the finished runs; None, and no report, while none has
     finished."""
@@ -225,18 +211,13 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
         raise ConfigError("two configs have the same name; each system needs its own (set it with name: in the file)")
     states = {id(config): run_state(config) for _, _, config in runs}  # every directory checked first
     chosen = select(runs, only, lambda run: (run[2].name, run[1]), "comparison") if only else runs
-    for _, seed, config in chosen if train else []:
-        if states[id(config)] == "finished":
-            log(f"{config.name} seed {seed}: already trained")
     if train:
-        check_jobs(jobs, max(config.training.threads for _, _, config in runs), log)
-        train_runs([(seed, config, states[id(config)]) for _, seed, config in chosen
-                    if states[id(config)] != "finished"], jobs, log)
+        train_runs([(seed, config, states[id(config)]) for _, seed, config in chosen], jobs, log)
     results: dict[str, dict[int, dict]] = {}
     waiting = []
     for _, seed, config in runs:
         directory = Path(config.model_dir)
-        if run_state(config) != "finished":
+        if run_state(config) is not RunState.DONE:
             waiting.append(f"{config.name}:{seed}")
             continue
         stored = json.loads((directory / "results.json").read_text(encoding="utf-8"))

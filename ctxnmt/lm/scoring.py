@@ -13,11 +13,28 @@ from ctxnmt.errors import CheckpointError
 from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig, load_lm_config
 from ctxnmt.lm.model import ResidualLM
-from ctxnmt.lm.train import stream_logprobs
-from ctxnmt.training.checkpoint import load_checkpoint, load_model_state
-from ctxnmt.training.trainer import setup_threads
+from ctxnmt.utils.checkpoint import load_checkpoint, load_model_state
+from ctxnmt.utils.threads import setup_threads
 
 LINE_SCORES = "test.logprobs"  # a finished run's per-line test log-probabilities (ctxnmt lm compare)
+EVAL_CHUNK = 512  # tokens per forward pass when evaluating (one stream; the state carries over)
+
+
+@torch.no_grad()
+def stream_logprobs(model: ResidualLM, ids: torch.Tensor) -> torch.Tensor:
+    """log p(w_k | w_<k) for every token of a stream after the first, as one stream."""
+    model.eval()
+    data = ids.view(1, -1)
+    state = model.initial_state(1)
+    out = []
+    for tokens, targets in lm_data.segments(data, EVAL_CHUNK):
+        logp, state = model.token_logprobs(tokens, targets, state)
+        out.append(logp[0])
+    return torch.cat(out)
+
+
+def perplexity(model: ResidualLM, ids: torch.Tensor) -> float:
+    return math.exp(-float(stream_logprobs(model, ids).mean()))
 
 
 @dataclass

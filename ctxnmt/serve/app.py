@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import logging
 import time
+import traceback
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -18,31 +17,24 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
+from ctxnmt.length_options import decoding_options, with_options
 from ctxnmt.serve.batching import DynamicBatcher, Job
 from ctxnmt.serve.decoding import BatchDecoder
 from ctxnmt.serve.models import models_info
-from ctxnmt.decoding.length import decoding_options, with_options
-from ctxnmt.serve.requests import Limits, RequestError, TranslateRequest, length_options, parse_request, sentences
+from ctxnmt.serve.requests import RequestError, TranslateRequest, length_options, parse_request, sentences
 from ctxnmt.serve.responses import ErrorResponse, TranslateResponse
+from ctxnmt.serve.settings import ServeSettings
+from ctxnmt.utils.messages import Log, stderr_log
 
 STATIC = Path(__file__).parent / "static"
-log = logging.getLogger("ctxnmt.serve")
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    beam: int
-    max_batch_sents: int = 32
-    max_wait_ms: float = 10.0
-    limits: Limits = field(default_factory=Limits)
-    length: dict = field(default_factory=dict)  # length options (--length-penalty, …) replacing the config's
+SERVER_LOG = stderr_log("ctxnmt.serve: ", dated=True)  # requests, start-up, warnings, failures
 
 
 def error(status: int, field_name: str, message: str) -> JSONResponse:
     return JSONResponse({"error": message, "field": field_name}, status_code=status)
 
 
-def create_app(translator, model_dirs: list[str], settings: ServeSettings) -> FastAPI:
+def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: Log = SERVER_LOG) -> FastAPI:
     batcher = DynamicBatcher(BatchDecoder(translator), settings.max_batch_sents, settings.max_wait_ms)
     info = models_info(model_dirs, translator)
     info["server"] = {"beam": settings.beam, "max_batch_sents": settings.max_batch_sents,
@@ -58,7 +50,7 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings) -> Fa
     app = FastAPI(title="ctxnmt", summary="Context-aware recurrent NMT: translation with what the model attends to",
                   version="1", lifespan=lifespan)
     app.state.batcher = batcher
-    _add_request_log(app)
+    _add_request_log(app, log)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
@@ -87,7 +79,7 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings) -> Fa
         try:
             result = await asyncio.wrap_future(batcher.submit(job))
         except Exception as err:  # decoding failed: this batch's clients learn why, the server goes on
-            log.exception("decoding failed")
+            log("decoding failed\n" + traceback.format_exc().rstrip())
             return error(500, "text", f"decoding failed: {type(err).__name__}: {err}".splitlines()[0])
         return {"sentences": result["sentences"], "beam": beam, "batch": result["batch"]}
 
@@ -115,7 +107,7 @@ def _request_body() -> dict:
         "example": {"text": "Y dijo Dios: Sea la luz.\nY fue la luz.", "beam": 5, "attention": True}}}}}
 
 
-def _add_request_log(app: FastAPI) -> None:
+def _add_request_log(app: FastAPI, log: Log) -> None:
     """One line per request: its id, method and path, status, sentences and latency."""
     ids = itertools.count(1)
 
@@ -125,7 +117,7 @@ def _add_request_log(app: FastAPI) -> None:
         start = time.perf_counter()
         response = await call_next(request)
         latency = 1000 * (time.perf_counter() - start)
-        log.info("request %d %s %s %d sentences=%d latency=%.1fms", request.state.id, request.method,
-                 request.url.path, response.status_code, request.state.sentences, latency)
+        log(f"request {request.state.id} {request.method} {request.url.path} {response.status_code} "
+            f"sentences={request.state.sentences} latency={latency:.1f}ms")
         response.headers["X-Request-Id"] = str(request.state.id)
         return response

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from ctxnmt.serve.settings import MAX_BATCH_SENTS, MAX_WAIT_MS
+
 _STOP = object()
 RECENT_BATCHES = 1000  # sizes of the latest decoded batches kept for inspection
 
@@ -48,7 +50,8 @@ class Batch:
 
 
 class DynamicBatcher:
-    def __init__(self, decode: Callable[[Batch], list[list]], max_batch_sents: int = 32, max_wait_ms: float = 10.0):
+    def __init__(self, decode: Callable[[Batch], list[list]], max_batch_sents: int = MAX_BATCH_SENTS,
+                 max_wait_ms: float = MAX_WAIT_MS):
         """`decode(batch)` returns one list of results per job of the batch, in order."""
         if max_batch_sents < 1:
             raise ValueError(f"max_batch_sents must be at least 1, not {max_batch_sents}")

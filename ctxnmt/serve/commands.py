@@ -1,13 +1,15 @@
 """`ctxnmt serve`."""
 from __future__ import annotations
 
-import logging
 import signal
-import sys
 import time
 
 from ctxnmt.decoding import length
+from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, CtxnmtError
+from ctxnmt.serve import settings
+from ctxnmt.serve.app import SERVER_LOG, create_app
+from ctxnmt.serve.settings import Limits, ServeSettings
 
 
 def register(sub) -> None:
@@ -16,16 +18,18 @@ def register(sub) -> None:
     p.add_argument("ensemble", nargs="*", metavar="MODEL_DIR",
                    help="more model directories: serve the ensemble (same preprocessing and vocabularies)")
     p.add_argument("--ensemble-mode", choices=("logprob", "prob"), default="logprob")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    p.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    p.add_argument("--host", default=settings.HOST, help="address to listen on (default: %(default)s)")
+    p.add_argument("--port", type=int, default=settings.PORT, help="port (default: %(default)s)")
     p.add_argument("--beam", type=int, help="beam size when a request gives none (default: the config's)")
-    p.add_argument("--max-batch-sents", type=int, default=32,
+    p.add_argument("--max-batch-sents", type=int, default=settings.MAX_BATCH_SENTS,
                    help="close a batch at this many sentences (default: %(default)s; 1 turns batching off)")
-    p.add_argument("--max-wait-ms", type=float, default=10.0,
+    p.add_argument("--max-wait-ms", type=float, default=settings.MAX_WAIT_MS,
                    help="close a batch this long after its first request (default: %(default)s)")
-    p.add_argument("--max-request-sents", type=int, default=64, help="sentences per request (default: %(default)s)")
-    p.add_argument("--max-chars", type=int, default=20000, help="characters per request (default: %(default)s)")
-    p.add_argument("--max-line-words", type=int, default=250,
+    p.add_argument("--max-request-sents", type=int, default=settings.MAX_REQUEST_SENTS,
+                   help="sentences per request (default: %(default)s)")
+    p.add_argument("--max-chars", type=int, default=settings.MAX_CHARS,
+                   help="characters per request (default: %(default)s)")
+    p.add_argument("--max-line-words", type=int, default=settings.MAX_LINE_WORDS,
                    help="words per sentence (default: %(default)s)")
     length.add_arguments(p, default="the config's; a request may set its own")
     p.set_defaults(func=cmd_serve)
@@ -43,30 +47,25 @@ def _check(args) -> None:
 
 
 def cmd_serve(args) -> int:
-    import uvicorn
-
-    from ctxnmt.decoding.translator import Translator
-    from ctxnmt.serve.app import ServeSettings, create_app
-    from ctxnmt.serve.requests import MAX_BEAM, Limits
+    import uvicorn  # only a running server needs it (the app and its tests do not): imported here
 
     _check(args)
     options = length.from_arguments(args)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
-    log = logging.getLogger("ctxnmt.serve")
+    log = SERVER_LOG
     start = time.perf_counter()
     model_dirs = [args.model_dir, *args.ensemble]
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir,
                                  ensemble_mode=args.ensemble_mode)
-    translator.warn = log.warning
+    translator.warn = log
     translator.length_control(options)  # a bad combination with the model's config: refused at start
     beam = args.beam or translator.config.decoding.beam
-    if beam > MAX_BEAM:
-        raise ConfigError(f"--beam must be at most {MAX_BEAM}, not {beam}")
+    if beam > settings.MAX_BEAM:
+        raise ConfigError(f"--beam must be at most {settings.MAX_BEAM}, not {beam}")
     limits = Limits(args.max_request_sents, args.max_chars, args.max_line_words)
     app = create_app(translator, model_dirs, ServeSettings(beam, args.max_batch_sents, args.max_wait_ms, limits,
-                                                           options))
-    log.info("%d model(s) loaded in %.1f s; serving on http://%s:%d", len(model_dirs),
-             time.perf_counter() - start, args.host, args.port)
+                                                           options), log)
+    log(f"{len(model_dirs)} model(s) loaded in {time.perf_counter() - start:.1f} s; serving on "
+        f"http://{args.host}:{args.port}")
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, access_log=False,
                                            log_level="info", lifespan="on"))
     # uvicorn finishes the in-flight requests on SIGTERM, then raises the signal again under the

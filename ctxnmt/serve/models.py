@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ctxnmt.config import load_config
-from ctxnmt.decoding.translator import default_checkpoint
+from ctxnmt.utils.checkpoint import default_checkpoint
 from ctxnmt.serve.signals import Signals
 
 

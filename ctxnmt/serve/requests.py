@@ -7,14 +7,12 @@ empty or over a limit) gets its own one-line error naming the field, with a 4xx 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ctxnmt.decoding.length import KINDS, OPTIONS, RANGES, RULES, decoding_options, fixed_if_a_given, problem, with_options
-
-MAX_BEAM = 50
+from ctxnmt.length_options import KINDS, OPTIONS, RANGES, RULES, decoding_options, fixed_if_a_given, problem, with_options
+from ctxnmt.serve.settings import MAX_BEAM, Limits
 
 
 class TranslateRequest(BaseModel):
@@ -42,19 +40,6 @@ class TranslateRequest(BaseModel):
     max_len_b: int | None = Field(None, ge=RANGES["max_len_b"][0], le=RANGES["max_len_b"][1])
     max_len_rule: Literal[RULES] | None = Field(  # type: ignore[valid-type]
         None, description="fixed: max_len_a as given; data: the training pairs' 99th-percentile target/source ratio")
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_request_sents: int = 64
-    max_chars: int = 20000
-    max_line_words: int = 250
-
-    @property
-    def max_body_bytes(self) -> int:
-        """Generous for JSON escapes (\\uXXXX is 6 bytes a character) and the other fields, and at
-        least 1 MiB, so that the text's own limits name what is wrong with a big request."""
-        return max(6 * self.max_chars + 4096, 1 << 20)
 
 
 class RequestError(Exception):

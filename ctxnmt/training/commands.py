@@ -1,9 +1,18 @@
 """`ctxnmt prepare` and `ctxnmt train`."""
 from __future__ import annotations
 
-import sys
+import os
+
+import torch
 
 from ctxnmt.config import load_config
+from ctxnmt.data.prepare import prepare
+from ctxnmt.errors import ConfigError
+from ctxnmt.training.distributed import LAUNCHER_PID
+from ctxnmt.training.launch import launch
+from ctxnmt.training.trainer import Trainer
+from ctxnmt.utils.messages import to_stderr
+from ctxnmt.utils.preemption import Preempted
 
 
 def _add_config_args(p) -> None:
@@ -29,19 +38,14 @@ def register(sub) -> None:
 
 
 def cmd_prepare(args) -> int:
-    from ctxnmt.data.prepare import prepare
-
     config = load_config(args.config, args.overrides)
-    data = prepare(config, log=lambda message: print(message, file=sys.stderr), force=args.force)
+    data = prepare(config, log=to_stderr, force=args.force)
     print(f"prepared {len(data.train.src)} training and {len(data.dev.src)} dev pairs in {config.model_dir}/prep; "
           f"vocabulary {len(data.src_vocab)} source / {len(data.tgt_vocab)} target symbols")
     return 0
 
 
 def cmd_train(args) -> int:
-    from ctxnmt.training.preemption import Preempted
-    from ctxnmt.training.trainer import Trainer
-
     overrides = list(args.overrides)
     if args.max_minutes is not None:
         overrides.append(f"training.max_minutes={args.max_minutes}")
@@ -52,7 +56,7 @@ def cmd_train(args) -> int:
     try:
         progress = trainer.train()
     except Preempted as err:
-        print(f"ctxnmt train{_rank_tag(trainer)}: {err}; resume with: {_resume_command(config)}", file=sys.stderr)
+        to_stderr(f"ctxnmt train{_rank_tag(trainer)}: {err}; resume with: {_resume_command(config)}")
         return err.exit_code
     if trainer.world.is_main:
         print(f"{config.model_dir}: {progress.update} updates, stopped because {progress.stopped}; "
@@ -66,10 +70,6 @@ def _rank_tag(trainer) -> str:
 
 def _resume_command(config) -> str:
     """The command that continues this run (its config.yaml holds every --set)."""
-    import os
-
-    from ctxnmt.training.distributed import LAUNCHER_PID
-
     command = f"ctxnmt train {config.model_dir}/config.yaml --resume"
     world = os.environ.get("WORLD_SIZE", "1")
     if os.environ.get(LAUNCHER_PID):
@@ -81,18 +81,12 @@ def _resume_command(config) -> str:
 
 def _launch(args, config) -> int:
     """Prepare once, then run the ranks (ctxnmt.training.launch)."""
-    from ctxnmt.data.prepare import prepare
-    from ctxnmt.errors import ConfigError
-    from ctxnmt.training.launch import launch
-
     if args.nproc < 1:
         raise ConfigError(f"--nproc must be at least 1, got {args.nproc}")
     if config.training.device.startswith("cuda"):
-        import torch
-
         if args.nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {args.nproc} needs as many GPUs; {torch.cuda.device_count()} visible")
-    prepare(config, log=lambda message: print(message, file=sys.stderr))
+    prepare(config, log=to_stderr)
     child = [args.config, *[a for o in args.overrides for a in ("--set", o)]]
     if args.max_minutes is not None:
         child += ["--max-minutes", str(args.max_minutes)]

@@ -18,7 +18,8 @@ import sys
 import time
 
 from ctxnmt.training.distributed import LAUNCHER_PID
-from ctxnmt.training.preemption import SIGNALS
+from ctxnmt.utils.messages import to_stderr
+from ctxnmt.utils.preemption import SIGNALS
 
 GRACE = 30.0  # seconds the other ranks get to fail on their own after one rank failed
 
@@ -76,14 +77,14 @@ def _watch(procs: list[subprocess.Popen]) -> int:
                 first_failure = (rank, exit_status(code))
                 deadline = time.monotonic() + GRACE
                 if code < 0:  # it could not say so itself
-                    print(f"ctxnmt train: rank {rank} was killed by {signal.Signals(-code).name}", file=sys.stderr)
+                    to_stderr(f"ctxnmt train: rank {rank} was killed by {signal.Signals(-code).name}")
         if all(code is not None for code in codes):
             return first_failure[1] if first_failure else 0
         if deadline is not None and time.monotonic() > deadline:
             rank, status = first_failure
-            print(f"ctxnmt train: rank {rank} failed (exit status {status}) and ranks "
-                  f"{[r for r, c in enumerate(codes) if c is None]} were still running {GRACE:.0f} s later: "
-                  f"killing them", file=sys.stderr)
+            to_stderr(f"ctxnmt train: rank {rank} failed (exit status {status}) and ranks "
+                      f"{[r for r, c in enumerate(codes) if c is None]} were still running {GRACE:.0f} s later: "
+                      f"killing them")
             _pass_on(procs, signal.SIGKILL)
             for proc in procs:
                 proc.wait()

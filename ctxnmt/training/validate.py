@@ -8,8 +8,11 @@ import torch
 from ctxnmt.config import Config
 from ctxnmt.data.batching import epoch_batches, make_batch
 from ctxnmt.data.documents import check_document_ids, other_document_sentences, previous_sentences
-from ctxnmt.data.prepare import split_paths
+from ctxnmt.data.prepare import length_ratios, split_paths
+from ctxnmt.decoding.length import length_control
+from ctxnmt.decoding.translator import translate_ids
 from ctxnmt.errors import DataError
+from ctxnmt.evaluation.metrics import bleu
 
 
 def document_context(split, config: Config, name: str, whose: str = "own") -> list[list[int]] | None:
@@ -53,9 +56,6 @@ def dev_perplexity(model, src: list[list[int]], tgt: list[list[int]], batch_toke
 
 def _length(config: Config, data):
     """The length settings `translate` will use, the training data's length ratios included."""
-    from ctxnmt.data.prepare import length_ratios
-    from ctxnmt.decoding.length import length_control
-
     dec = config.decoding
     return length_control(dec, length_ratios(data.train) if dec.max_len_rule == "data" else None)
 
@@ -71,9 +71,6 @@ def validate(model, data, config: Config, device) -> dict[str, float]:
     result = {"ppl": dev_perplexity(model, dev.src[:n], dev.tgt[:n], t.batch_tokens, t.batch_sents, device,
                                     context, k)}
     if t.valid_bleu:
-        from ctxnmt.decoding.translator import translate_ids
-        from ctxnmt.evaluation.metrics import bleu
-
         sentences = None if context is None else [[dev.src[j] for j in c] for c in context]
         hyps = translate_ids(model, dev.src[:n], data.preprocessor, data.tgt_vocab, config.decoding,
                              beam=t.valid_beam, device=device, context=sentences, length=_length(config, data))

@@ -1,1 +1,2 @@
-"""Small helpers shared by the data, training and decoding code."""
+"""The layer every other part of ctxnmt may use, and which uses none of them (only
+ctxnmt.errors): files, checkpoints, locks, stop signals, processes, threads and messages."""

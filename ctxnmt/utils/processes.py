@@ -19,7 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ctxnmt.errors import ConfigError, CtxnmtError
-from ctxnmt.training.preemption import Preempted, StopSignals
+from ctxnmt.utils.preemption import Preempted, StopSignals
 
 
 def check_jobs(jobs: int, threads: int, log) -> None:

@@ -251,7 +251,7 @@ def test_resumed_lm_run_takes_the_same_updates_as_an_uninterrupted_one(tiny_corp
     """Stopped mid-epoch between validations, with dropout, and resumed with a larger budget:
     the updates after the stop, their logged losses and the final weights are the
     uninterrupted run's; the epoch boundary in between is crossed as it was."""
-    from ctxnmt.training.checkpoint import load_checkpoint
+    from ctxnmt.utils.checkpoint import load_checkpoint
 
     cfg, whole, parts = whole_run(tmp_path, tiny_corpus, "self-attentive", 40, capsys)
     assert run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={parts}",
@@ -279,7 +279,7 @@ def test_a_signalled_lm_run_saves_and_resumes_as_if_never_stopped(during, tiny_c
     import signal
 
     from ctxnmt.lm.train import LMTrainer
-    from ctxnmt.training.checkpoint import load_checkpoint
+    from ctxnmt.utils.checkpoint import load_checkpoint
 
     cfg, whole, parts = whole_run(tmp_path, tiny_corpus, "mean", 30, capsys)
     update = LMTrainer._update

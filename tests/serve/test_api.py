@@ -14,8 +14,8 @@ from ctxnmt.config import DecodingConfig
 from ctxnmt.analysis.gates import encoder_gates, output_weights
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding.translator import Translator
-from ctxnmt.serve.app import ServeSettings, create_app
-from ctxnmt.serve.requests import Limits
+from ctxnmt.serve.app import create_app
+from ctxnmt.serve.settings import Limits, ServeSettings
 
 
 def as_tensor(values) -> torch.Tensor:

@@ -11,8 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ctxnmt.decoding.translator import Translator
-from ctxnmt.serve.app import ServeSettings, create_app
+from ctxnmt.serve.app import create_app
 from ctxnmt.serve.batching import DynamicBatcher, Job
+from ctxnmt.serve.settings import ServeSettings
 
 
 class Recorder:

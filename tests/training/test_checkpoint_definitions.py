@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ctxnmt.errors import CheckpointError
-from ctxnmt.training.checkpoint import FORMAT_VERSION, check_compatible, load_checkpoint, save_checkpoint
+from ctxnmt.utils.checkpoint import FORMAT_VERSION, check_compatible, load_checkpoint, save_checkpoint
 
 
 def _old_checkpoint(path, **model_config):

@@ -17,7 +17,7 @@ import torch
 from ctxnmt.data.batching import make_batch
 from ctxnmt.data.documents import previous_sentences
 from ctxnmt.data.vocab import EOS, PAD
-from ctxnmt.training.checkpoint import load_checkpoint
+from ctxnmt.utils.checkpoint import load_checkpoint
 from ctxnmt.training.distributed import World
 from tests.training.conftest import tiny_config
 

@@ -13,7 +13,7 @@ from ctxnmt.data.batching import make_batch
 from ctxnmt.data.documents import previous_sentences
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.nmt import build_model
-from ctxnmt.training.checkpoint import load_checkpoint
+from ctxnmt.utils.checkpoint import load_checkpoint
 from ctxnmt.training.trainer import Trainer
 from tests.training.conftest import tiny_config
 from tests.training.test_overfit import synthetic_pairs

@@ -12,8 +12,8 @@ import torch
 
 from ctxnmt.config import load_config
 from ctxnmt.training import trainer as trainer_module
-from ctxnmt.training.checkpoint import load_checkpoint
-from ctxnmt.training.preemption import Preempted
+from ctxnmt.utils.checkpoint import load_checkpoint
+from ctxnmt.utils.preemption import Preempted
 from ctxnmt.training.trainer import Trainer
 from tests.training.conftest import tiny_config
 
@@ -102,7 +102,7 @@ def test_checkpoint_every_writes_last_between_validations(cfg, tmp_path, monkeyp
 
 def test_ranks_agree_on_the_cause_whichever_rank_had_the_signal():
     """Votes are summed over ranks: rank 0 without a signal of its own still names the other's."""
-    from ctxnmt.training.preemption import LAUNCHER_EXIT, agreed_stop, stop_votes
+    from ctxnmt.utils.preemption import LAUNCHER_EXIT, agreed_stop, stop_votes
 
     def summed(*ranks):
         return [sum(column) for column in zip(*(stop_votes(*rank) for rank in ranks))]

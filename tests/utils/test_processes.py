@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ctxnmt.errors import ConfigError, CtxnmtError
-from ctxnmt.training.preemption import Preempted
+from ctxnmt.utils.preemption import Preempted
 from ctxnmt.utils.processes import check_jobs, run_side_by_side
 
 

@@ -9,10 +9,10 @@ that already had it from the terminal); SIGKILL still ends a process at once.
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 
 from ctxnmt.errors import CtxnmtError
+from ctxnmt.utils.messages import to_stderr
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -51,8 +51,8 @@ class StopSignals:
         self.signum = signum
         if self.announce:
             try:  # a handler can interrupt a write to stderr; the message is then lost, not the signal
-                print(f"\n{signal.Signals(signum).name}: saving last.pt at the end of this update "
-                      f"(SIGKILL aborts without saving)", file=sys.stderr, flush=True)
+                to_stderr(f"\n{signal.Signals(signum).name}: saving last.pt at the end of this update "
+                          f"(SIGKILL aborts without saving)")
             except (RuntimeError, OSError, ValueError):
                 pass
 

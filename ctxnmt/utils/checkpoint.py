@@ -85,3 +85,12 @@ def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: str 
     except RuntimeError as err:
         first = str(err).splitlines()[0]
         raise CheckpointError(f"{path}: parameters do not fit this model ({first[:160]})") from None
+
+
+def default_checkpoint(model_dir: Path) -> Path:
+    """The checkpoint a model directory is translated with unless one is named: best.pt, else last.pt."""
+    for name in ("best.pt", "last.pt"):
+        path = model_dir / "checkpoints" / name
+        if path.is_file():
+            return path
+    raise CheckpointError(f"{model_dir}: no checkpoint in {model_dir / 'checkpoints'}")

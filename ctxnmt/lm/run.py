@@ -1,0 +1,31 @@
+"""One LM run, as `lm train` and `lm compare` make it: train (or go on training), then score
+dev and test with the best checkpoint."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ctxnmt.lm.scoring import LINE_SCORES, score_file
+from ctxnmt.lm.train import LMProgress, LMTrainer
+from ctxnmt.utils.io import atomic_write
+
+
+def train_and_score(config, quiet: bool = False, resume: bool = False, score_only: bool = False) -> dict:
+    """Train (or go on from last.pt; with `score_only`, take the finished training's
+    done.json), then score dev and test with the best checkpoint.  test.logprobs keeps
+    each test line's log-probability for significance tests; results.json is written
+    last, so its presence says the run finished."""
+    if score_only:
+        progress = LMProgress(**json.loads((Path(config.model_dir) / "done.json").read_text(encoding="utf-8")))
+    else:
+        progress = LMTrainer(config, resume=resume, quiet=quiet).train()
+    d = config.data
+    scores = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}")
+              for split in ("dev", "test")}
+    with atomic_write(Path(config.model_dir) / LINE_SCORES, "w") as fh:
+        fh.writelines(scores["test"].per_line())
+    record = {"updates": progress.update, "minutes": progress.elapsed / 60, "stopped": progress.stopped,
+              **{f"{k}_ppl": v.perplexity for k, v in scores.items()}}
+    with atomic_write(Path(config.model_dir) / "results.json", "w") as fh:
+        json.dump(record, fh, indent=1)
+    return record

@@ -1,0 +1,97 @@
+"""Training several runs, as `ctxnmt experiment` and `ctxnmt lm compare` do: the state of
+each run's model directory, and training the unfinished runs one after the other or up to
+`jobs` at once, each in a process of its own (ctxnmt.utils.processes).
+
+A model directory is trusted only if the config saved in it is the run's: a run is never
+mixed with one trained under other settings, and a finished run is never trained again.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxnmt.errors import ConfigError
+from ctxnmt.utils.messages import Log
+from ctxnmt.utils.processes import check_jobs, run_side_by_side
+
+
+class RunState(enum.Enum):
+    FRESH = "fresh"  # nothing to go on from: training starts
+    RESUME = "resume"  # last.pt beside the run's config: training goes on from it
+    TRAINED = "trained"  # training finished (done.json), but not what follows it (a language model's scores)
+    DONE = "done"
+
+    @property
+    def doing(self) -> str:
+        return {RunState.FRESH: "training", RunState.RESUME: "resuming from its last checkpoint",
+                RunState.TRAINED: "scoring its finished training", RunState.DONE: "already trained"}[self]
+
+
+def directory_state(directory: Path, difference: Callable[[Path], str], where: str, finished: str = "done.json"
+              ) -> RunState:
+    """The state of a run's model directory; `difference(config.yaml)` says how the config saved
+    there differs from the run's ("": it does not), which is an error naming `where` the run's
+    config comes from.  The run is DONE when the file `finished` is there."""
+    saved = directory / "config.yaml"
+    done = (directory / "done.json").is_file()
+    last = (directory / "checkpoints" / "last.pt").is_file()
+    if not saved.is_file():
+        if done or last:
+            raise ConfigError(f"{directory}: has checkpoints but no config.yaml; cannot tell how it was trained")
+        return RunState.FRESH
+    differs = difference(saved)
+    if differs:
+        raise ConfigError(f"{directory} was trained with a different config: {differs} in {where}")
+    if (directory / finished).is_file():
+        return RunState.DONE
+    if done:  # stopped where an uninterrupted run stops: only what follows training is missing
+        return RunState.TRAINED
+    return RunState.RESUME if last else RunState.FRESH
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    label: str  # "SYSTEM seed N", as the log names it
+    directory: Path
+    state: RunState
+    threads: int  # its training.threads (0: every core)
+    train: Callable[..., Any]  # a module-level function: it may run in a process of its own
+    args: tuple
+
+
+def train_unfinished(runs: list[PlannedRun], jobs: int, log: Log, before: Callable[[], None] | None = None) -> None:
+    """Train the runs that are not DONE, in order, or up to `jobs` at once (each in its own
+    process); `before()` runs first when there is any to train."""
+    check_jobs(jobs, max((run.threads for run in runs), default=1), log)
+    for run in runs:
+        if run.state is RunState.DONE:
+            log(f"{run.label}: already trained in {run.directory}")
+    todo = [run for run in runs if run.state is not RunState.DONE]
+    if todo and before is not None:
+        before()
+    for run in todo:
+        log(f"{run.label}: {run.state.doing} in {run.directory}")
+        if jobs == 1:
+            run.train(*run.args)
+    if jobs > 1 and todo:
+        run_side_by_side([(run.label, run.train, run.args) for run in todo], jobs, log)
+
+
+def add_arguments(parser, run: str, report: str) -> None:
+    """--only, --report and --jobs of a command that trains several runs; `run` is how a run is
+    named (SYSTEM[:SEED]), `report` what --report reports."""
+    parser.add_argument("--only", action="append", metavar=run,
+                        help="train only these runs (repeatable), then report every finished run: lets two "
+                             "processes train different runs side by side")
+    parser.add_argument("--report", action="store_true", help=f"train nothing: {report}")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="train up to N runs at once, each in its own process with the config's "
+                             "training.threads (default 1: one after the other)")
+
+
+def check_arguments(args) -> None:
+    if args.only and args.report:
+        raise ConfigError("--only trains runs and --report trains none: give one of them")
