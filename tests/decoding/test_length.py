@@ -269,7 +269,7 @@ def test_validation_decodes_with_the_config_s_length_settings(tiny, capsys, monk
 
 def test_a_given_a_binds_whatever_rule_the_config_has():
     """The shipped rule is data; fairseq's users pass --max-len-a and expect it to bind."""
-    from ctxnmt.decoding.length import with_options
+    from ctxnmt.length_options import with_options
 
     assert DecodingConfig().max_len_rule == "data"
     given = with_options(DecodingConfig(), {"max_len_a": 1.0, "max_len_b": None})
