@@ -35,9 +35,6 @@ OPTIONAL = {
     "uvicorn": "a running server (ctxnmt serve)",
 }
 
-# Left to the change of issue 32 that rewrites models/functional.py (its section 1).
-NOT_YET = {("models/functional.py", "ctxnmt.models.state")}
-
 
 def modules() -> dict[str, Path]:
     """Dotted module name → file, for every module of the package."""
@@ -153,7 +150,7 @@ def test_only_optional_heavy_dependencies_are_imported_inside_functions():
         where = str(path.relative_to(PACKAGE))
         for node, target, in_function in imports(path):
             optional = any(target == name or target.startswith(name + ".") for name in OPTIONAL)
-            if in_function and not optional and (where, target) not in NOT_YET:
+            if in_function and not optional:
                 wrong.append(f"{where}:{node.lineno} imports {target} inside a function")
     assert not wrong, "move these to the top of their modules:\n" + "\n".join(dict.fromkeys(wrong))
 

@@ -37,6 +37,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ctxnmt.models import kernels
+from ctxnmt.models.state import Kind
 
 # The GPU paths of issue 33 (cast_once, the fused CUDA GRU gates, bigru through cuDNN).
 # CTXNMT_GPU_FAST=0 switches them off, so that a benchmark can measure the code before
@@ -176,8 +177,6 @@ def read_every_step(values: torch.Tensor) -> torch.Tensor:
 def read_each_every_step(state):
     """`read_every_step` for every entry of an encoder side (ctxnmt.models.state) that is
     not per row: the per-position values and the matrices that the steps share."""
-    from ctxnmt.models.state import Kind
-
     return state.replace(**{name: read_every_step(state[name]) for name in state if state.kind(name) is not Kind.ROW})
 
 
