@@ -8,11 +8,13 @@
 #   1. the machine: GPU, torch, cuDNN, and the packages the steps import       gpu.txt
 #   2. the GPU paths against the plain path on CUDA (tests/models/test_gpu_cuda.py)  checks.txt
 #   3. the speed table at the papers' size and batch (configs/rnnsearch.yaml, 80
-#      sentences): fp32 and bf16 training, beam 5, before the GPU paths
-#      (CTXNMT_GPU_FAST=0) and with them, in one benchmarks/speed.py run        speed.txt
-#   4. a plain one-file PyTorch RNNsearch beside ctxnmt (benchmarks/gpu_reference.py)  reference.txt
-#   5. `ctxnmt train configs/rnnsearch-gpu.yaml` for about 4 minutes, then the
-#      test set translated with beam 5 and scored                               train.txt, test.txt, test.hyp.en
+#      sentences): fp32 and bf16 training, beam 5, without and with CUDA graphs of the
+#      training step (training.cuda_graphs), in one benchmarks/speed.py run;
+#      GPU_CHECK_BEFORE=1 adds each row without the GPU paths (CTXNMT_GPU_FAST=0)  speed.txt
+#   4. a plain one-file PyTorch RNNsearch beside ctxnmt, eager and with CUDA graphs
+#      (benchmarks/gpu_reference.py --graphs)                                   reference.txt
+#   5. `ctxnmt train configs/rnnsearch-gpu.yaml` (with training.cuda_graphs) for about
+#      4 minutes, then the test set translated with beam 5 and scored           train.txt, test.txt, test.hyp.en
 #   and the time and exit status of every step                                  summary.txt
 #
 # The machine has no network and no package index: sacremoses and subword-nmt come as wheels
@@ -48,6 +50,7 @@ if [ "$DRY" = 1 ]; then  # tiny sizes, the CPU, a few batches: does every step r
   TINY="model.emb_dim=16,model.hidden_dim=32,model.att_dim=32,training.batch_sents=8"
   SPEED_ARGS=(--device cpu --train-batches 2 --warmup 1 --decode-sents 2 --decode-batch 2)
   REFERENCE_ARGS=(--device cpu --tiny --cgru)
+  GRAPHS=""  # CUDA graphs need CUDA
   TRAIN_SETS=(--set model.emb_dim=16 --set model.hidden_dim=32 --set model.att_dim=32 --set training.device=cpu
               --set training.max_updates=3 --set training.valid_every=2 --set training.valid_max_sents=4)
   TEST_LINES=4
@@ -56,8 +59,9 @@ else
   SCALE=1
   TINY=""
   SPEED_ARGS=(--device cuda --train-batches 12 --warmup 3 --decode-sents 200 --decode-batch 100)
-  REFERENCE_ARGS=(--device cuda --batches 8 --rounds 3 --cgru)
-  TRAIN_SETS=()
+  REFERENCE_ARGS=(--device cuda --batches 8 --rounds 3 --cgru --graphs)
+  GRAPHS="training.cuda_graphs=true"
+  TRAIN_SETS=(--set "$GRAPHS")
   TEST_LINES=0
 fi
 
@@ -117,11 +121,19 @@ PREP_GPU=$!
 # 2. The GPU paths against the plain path, on CUDA (without pytest, which the machine may lack).
 step checks 90 "$OUT/checks.txt" "$PY" -m tests.models.test_gpu_cuda
 
-# 3. The speed table: before the GPU paths and with them, fp32 and bf16, in one run.
+# 3. The speed table: fp32 and bf16, without and with CUDA graphs (and before the GPU paths), in one run.
 wait $PREP_BENCH || { echo "preparing $BENCH_CONFIG failed:"; tail -n 15 "$WORK/prep-bench.log"; } | tee -a "$SUMMARY"
-SETS=${TINY:+::$TINY}
-step speed 200 "$OUT/speed.txt" "$PY" benchmarks/speed.py "$BENCH_CONFIG$SETS" \
-  "$BENCH_CONFIG${SETS:-::}${SETS:+,}training.precision=bf16" --before --beams 5 --decode-repeats 1 "${SPEED_ARGS[@]}"
+ROWS=()
+for precision in fp32 bf16; do
+  for graphs in "" $GRAPHS; do
+    sets=$(IFS=,; echo "${TINY:+$TINY,}training.precision=$precision${graphs:+,$graphs}")
+    ROWS+=("$BENCH_CONFIG::$sets")
+  done
+done
+BEFORE=()
+[ "${GPU_CHECK_BEFORE:-0}" = 1 ] && BEFORE=(--before)
+step speed 200 "$OUT/speed.txt" "$PY" benchmarks/speed.py "${ROWS[@]}" "${BEFORE[@]}" --beams 5 --decode-repeats 1 \
+  "${SPEED_ARGS[@]}"
 
 # 4. The plain one-file RNNsearch beside ctxnmt, 80 sentences a batch.
 step reference 150 "$OUT/reference.txt" "$PY" benchmarks/gpu_reference.py --config "$BENCH_CONFIG" \

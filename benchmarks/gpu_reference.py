@@ -91,17 +91,25 @@ class PlainRNNsearch(nn.Module):
 class Trained:
     """One model and precision: how it takes a training step, and its rounds' tokens/s."""
 
-    def __init__(self, name: str, model: nn.Module, precision: str, device: torch.device):
+    def __init__(self, name: str, model: nn.Module, precision: str, device: torch.device, graphs: bool = False):
+        from ctxnmt.training.graphs import GraphedSteps
         from ctxnmt.training.precision import Precision
 
         self.name, self.model, self.precision_name = name, model.to(device), precision
         self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
         self.ctxnmt = not isinstance(model, PlainRNNsearch)
         self.precision = Precision(precision, device)  # ctxnmt: its trainer's mixed precision
+        # training.cuda_graphs: the batch goes in from the host, as the trainer hands it over
+        self.graphs = GraphedSteps(self.model, 0.0, lambda: self.precision.autocast(cache=False)) if graphs else None
         self.rates: list[float] = []
 
-    def step(self, batch) -> int:
+    def step(self, host, batch) -> int:
         self.model.train()
+        if self.graphs is not None:
+            self.graphs.zero_grad()
+            self.graphs.forward_backward(host, 1.0 / host.n_sents)
+            self.precision.step(self.optimizer, self.model.parameters(), 1.0)
+            return int(host.tgt_mask.sum())
         self.optimizer.zero_grad(set_to_none=True)
         if self.ctxnmt:
             with self.precision.autocast():
@@ -126,13 +134,13 @@ def sync(device: torch.device) -> None:
 def run_round(entry: Trained, batches, device) -> float:
     sync(device)
     start, tokens = time.perf_counter(), 0
-    for batch in batches:
-        tokens += entry.step(batch)
+    for host, batch in batches:
+        tokens += entry.step(host, batch)
     sync(device)
     return tokens / (time.perf_counter() - start)
 
 
-def build(cfg, data, precisions: list[str], cgru: bool) -> list[Trained]:
+def build(cfg, data, precisions: list[str], cgru: bool, graphs: bool) -> list[Trained]:
     from ctxnmt.models.nmt import build_model, count_parameters
 
     m, device = cfg.model, torch.device(cfg.training.device)
@@ -143,21 +151,24 @@ def build(cfg, data, precisions: list[str], cgru: bool) -> list[Trained]:
         for name, cond in [("plain", False)] + ([("plain cGRU", True)] if cgru else []):
             models.append((name, PlainRNNsearch(len(data.src_vocab), len(data.tgt_vocab), m.emb_dim, m.hidden_dim,
                                                 m.att_dim, m.out_dim or m.emb_dim, m.dropout_out, cond)))
+        if graphs and device.type == "cuda":
+            torch.manual_seed(0)
+            models.insert(1, ("ctxnmt graphs", build_model(m, len(data.src_vocab), len(data.tgt_vocab))))
         for name, model in models:
-            entries.append(Trained(name, model, precision, device))
+            entries.append(Trained(name, model, precision, device, graphs=name == "ctxnmt graphs"))
             print(f"{name} ({precision}): {count_parameters(model) / 1e6:.1f}M parameters", file=sys.stderr)
     return entries
 
 
 def print_table(entries: list[Trained], tokens_per_batch: float, sents_per_batch: float) -> None:
     plain = {e.precision_name: statistics.median(e.rates) for e in entries if e.name == "plain"}
-    head = f"{'model':<12} {'precision':<9} {'train tok/s':>12} {'ratio to plain':>15}  rounds"
+    head = f"{'model':<13} {'precision':<9} {'train tok/s':>12} {'ratio to plain':>15}  rounds"
     print(head)
     print("-" * len(head))
     for e in entries:
         rate = statistics.median(e.rates)
         runs = ", ".join(f"{r:.0f}" for r in e.rates)
-        print(f"{e.name:<12} {e.precision_name:<9} {rate:>12.0f} {rate / plain[e.precision_name]:>15.2f}  {runs}")
+        print(f"{e.name:<13} {e.precision_name:<9} {rate:>12.0f} {rate / plain[e.precision_name]:>15.2f}  {runs}")
     print(f"\n{sents_per_batch:.0f} sentences ≈ {tokens_per_batch:.0f} target tokens per batch; median of "
           f"{len(entries[0].rates)} interleaved rounds; ctxnmt's GPU paths "
           f"{'off (CTXNMT_GPU_FAST=0)' if not _gpu_paths() else 'on'}")
@@ -178,6 +189,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3, help="untimed batches per model first")
     parser.add_argument("--cgru", action="store_true", help="also a plain model with dl4mt's conditional GRU")
+    parser.add_argument("--graphs", action="store_true",
+                        help="also ctxnmt with training.cuda_graphs (CUDA only; each timed shape captured first)")
     parser.add_argument("--tiny", action="store_true",
                         help="embeddings 16, hidden 32, 8 sentences a batch, 2 batches × 2 rounds: a smoke test on any device")
     args = parser.parse_args()
@@ -191,19 +204,20 @@ def main() -> None:
     device = torch.device(args.device)
     data = prepared_data(cfg)
     index = first_batches(cfg, data.train, args.warmup + args.batches)
-    batches = [make_batch(i, data.train.src, data.train.tgt).to(device) for i in index]
+    hosts = [make_batch(i, data.train.src, data.train.tgt) for i in index]
+    batches = [(host, host.to(device)) for host in hosts]
     warmup, timed = batches[: args.warmup], batches[args.warmup:]
-    entries = build(cfg, data, args.precisions.split(","), args.cgru)
+    entries = build(cfg, data, args.precisions.split(","), args.cgru, args.graphs)
     for entry in entries:
-        for batch in warmup:
-            entry.step(batch)
+        for host, batch in warmup + (timed if entry.graphs is not None else []):
+            entry.step(host, batch)
     for r in range(args.rounds):
         for entry in entries:
             entry.rates.append(run_round(entry, timed, device))
         print(f"round {r + 1}: " + ", ".join(f"{e.name} {e.precision_name} {e.rates[-1]:.0f}" for e in entries),
               file=sys.stderr)
-    tokens = sum(int(b.tgt_mask.sum()) for b in timed) / len(timed)
-    print_table(entries, tokens, sum(b.n_sents for b in timed) / len(timed))
+    tokens = sum(int(b.tgt_mask.sum()) for b, _ in timed) / len(timed)
+    print_table(entries, tokens, sum(b.n_sents for b, _ in timed) / len(timed))
 
 
 if __name__ == "__main__":

@@ -139,6 +139,7 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     from ctxnmt.data.batching import make_batch, padding_ratio
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.models.nmt import count_parameters
+    from ctxnmt.training.graphs import GraphedSteps
     from ctxnmt.training.precision import Precision
 
     torch.set_num_threads(args.threads or os.cpu_count())
@@ -156,23 +157,36 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     model.train()
     tokens, elapsed = 0, 0.0
     probe = MatmulProbe(device)
+    graphs = None
+    warmup = args.warmup
+    if cfg.training.cuda_graphs:  # as the trainer runs them; every timed batch's shape captured first
+        graphs = GraphedSteps(model, 0.0, lambda: precision.autocast(cache=False), log=print)
+        batches = batches[:warmup] + batches[warmup:] + batches[warmup:]
+        warmup = len(batches) - args.train_batches
     for i, index in enumerate(batches):
-        batch = make_batch(index, train.src, train.tgt).to(device)
-        if i >= args.warmup:
+        batch = make_batch(index, train.src, train.tgt)
+        if graphs is None:
+            batch = batch.to(device)
+        if i >= warmup:
             probe.sample()
         sync(device)
         start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        with precision.autocast():
-            nll, n = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
-        precision.backward(nll / batch.n_sents)
+        if graphs is None:
+            optimizer.zero_grad(set_to_none=True)
+            with precision.autocast():
+                nll, n = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
+            precision.backward(nll / batch.n_sents)
+        else:
+            graphs.zero_grad()
+            graphs.forward_backward(batch, 1.0 / batch.n_sents)
+            n = int(batch.tgt_mask.sum())
         precision.step(optimizer, model.parameters(), 1.0)
         sync(device)
-        if i >= args.warmup:
+        if i >= warmup:
             elapsed += time.perf_counter() - start
             tokens += n
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    timed = batches[args.warmup:]
+    timed = batches[warmup:]
     mean_src = sum(src_lens[i] for b in timed for i in b) / sum(len(b) for b in timed)
     mean_tgt = sum(tgt_lens[i] for b in timed for i in b) / sum(len(b) for b in timed)
     flops = 3 * forward_flops_per_target_token(cfg, len(data.tgt_vocab), mean_src, mean_tgt)
@@ -183,6 +197,7 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
         "config": config_path, "overrides": overrides, "device": str(device), "threads": torch.get_num_threads(),
         "bf16": args.bf16, "precision": precision.name, "gpu_paths": os.environ.get("CTXNMT_GPU_FAST", "1") != "0",
         "parameters": count_parameters(model), "train_tok_s": tokens / elapsed,
+        "graphs_captured": graphs.captured if graphs is not None else 0,
         "train_sents_per_batch": sum(len(b) for b in timed) / len(timed), "train_tokens_per_batch": tokens / len(timed),
         "padding_src_tgt": padding_ratio(timed, src_lens, tgt_lens),
         "peak_rss_mb": peak_rss, "rss_before_training_mb": rss_before,

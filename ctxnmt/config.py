@@ -175,6 +175,9 @@ class TrainingConfig:
     log_every: int = 50
     device: str = "cpu"  # cpu | cuda; a distributed run on cuda gives each local rank its own GPU
     precision: str = "fp32"  # fp32 | bf16 | fp16: autocast for the training forward pass (docs/distributed.md)
+    # Ours (issue 33): each training step's forward and backward pass replayed from a CUDA
+    # graph, one per padded batch shape (ctxnmt/training/graphs.py, docs/speed.md).
+    cuda_graphs: bool = False
     checkpoint_every: int = 0  # updates between writes of last.pt, independent of validation; 0 = at validation only
     # Whose previous sentences a document model trains on: its own document's, or (a control
     # that keeps the amount of context and removes its information) another document's,
@@ -386,6 +389,9 @@ def validate(config: Config) -> None:
     if t.cooldown_updates and not 0 < t.cooldown_updates <= t.max_updates:
         raise ConfigError(f"training.cooldown_updates needs training.max_updates of at least as many updates, "
                           f"got {t.cooldown_updates} with max_updates {t.max_updates}")
+    if t.cuda_graphs and (not t.device.startswith("cuda") or t.precision == "fp16" or m.uses_document):
+        raise ConfigError(f"training.cuda_graphs needs training.device cuda (got '{t.device}'), precision fp32 "
+                          f"or bf16 (got '{t.precision}') and a sentence-level model")
     if t.early_stop_metric not in ("bleu", "ppl"):
         raise ConfigError(f"training.early_stop_metric must be 'bleu' or 'ppl', got '{t.early_stop_metric}'")
     for name in ("dropout_emb", "dropout_hidden", "dropout_out"):

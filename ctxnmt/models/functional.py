@@ -231,7 +231,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     @functools.partial(torch.amp.custom_fwd, device_type="cuda", cast_inputs=torch.float32)  # softmax in fp32
-    def forward(ctx, x, weight, bias, target, smoothing, chunk):
+    def forward(ctx, x, weight, bias, target, smoothing, chunk, rows_kept):
         total = x.new_zeros(())
         grad_x = torch.empty_like(x)
         grad_w = torch.zeros_like(weight)
@@ -239,7 +239,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         chunk_step = _xent_chunk_fused if _fusable(x, weight, bias) else _xent_chunk
         for start in range(0, x.size(0), chunk):
             rows = slice(start, start + chunk)
-            total += chunk_step(x[rows], target[rows], weight, bias, smoothing, grad_x[rows], grad_w, grad_b)
+            kept = None if rows_kept is None else rows_kept[rows]
+            total += chunk_step(x[rows], target[rows], weight, bias, smoothing, grad_x[rows], grad_w, grad_b, kept)
         ctx.save_for_backward(grad_x, grad_w, grad_b)
         return total
 
@@ -247,33 +248,46 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @_custom_bwd
     def backward(ctx, grad_out):
         grad_x, grad_w, grad_b = ctx.saved_tensors
-        return grad_x * grad_out, grad_w * grad_out, grad_b * grad_out, None, None, None
+        return grad_x * grad_out, grad_w * grad_out, grad_b * grad_out, None, None, None, None
 
 
-def _xent_chunk(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b) -> torch.Tensor:
-    """One chunk's loss; writes its ∂x into grad_xs and adds its ∂W, ∂b."""
+def _xent_chunk(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b, kept=None) -> torch.Tensor:
+    """One chunk's loss; writes its ∂x into grad_xs and adds its ∂W, ∂b.  `kept`: each
+    row's weight (1 for a real token, 0 for padding), or None for all rows."""
     logp = torch.log_softmax(F.linear(xs, weight, bias), dim=-1)
     rows = torch.arange(ts.size(0), device=ts.device)
     # loss = −(1 − ε) log p_target − ε/V Σ_v log p_v  (F.cross_entropy's label smoothing)
-    loss = -logp[rows, ts].sum() * (1.0 - eps)
-    if eps:
-        loss -= logp.sum() * (eps / weight.size(0))
+    if kept is None:
+        loss = -logp[rows, ts].sum() * (1.0 - eps)
+        if eps:
+            loss -= logp.sum() * (eps / weight.size(0))
+    else:
+        per_row = logp[rows, ts] * (1.0 - eps)
+        if eps:
+            per_row = per_row + logp.sum(1) * (eps / weight.size(0))
+        loss = -(per_row * kept).sum()
     # ∂loss/∂logits = softmax − ((1 − ε)·onehot + ε/V)
     g = logp.exp_()
     if eps:
         g -= eps / weight.size(0)
     g[rows, ts] -= 1.0 - eps
+    if kept is not None:
+        g *= kept.unsqueeze(1)
     torch.mm(g, weight, out=grad_xs)
     grad_w.addmm_(g.t(), xs)
     grad_b += g.sum(0)
     return loss
 
 
-def _xent_chunk_fused(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b) -> torch.Tensor:
+def _xent_chunk_fused(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b, kept=None) -> torch.Tensor:
     """_xent_chunk with the logits vocabulary-major, W xᵀ (the faster product order on
     CPU), and bias, softmax, loss and ∂logits in one kernel (kernels.cpp, softmax_xent_columns)."""
     g_t = torch.mm(weight, xs.t())  # the kernel adds the bias as it reads
-    loss = torch.ops.ctxnmt.softmax_xent_columns(g_t, bias, ts, eps).sum()  # g_t now holds ∂loss/∂logitsᵀ
+    per_row = torch.ops.ctxnmt.softmax_xent_columns(g_t, bias, ts, eps)  # g_t now holds ∂loss/∂logitsᵀ
+    if kept is not None:
+        per_row = per_row * kept
+        g_t *= kept
+    loss = per_row.sum()
     torch.mm(g_t.t(), weight, out=grad_xs)
     grad_w.addmm_(g_t, xs)
     grad_b += g_t.sum(1)
@@ -281,13 +295,22 @@ def _xent_chunk_fused(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b) -> tor
 
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor,
-                         label_smoothing: float = 0.0, chunk: int = 512) -> torch.Tensor:
+                         label_smoothing: float = 0.0, chunk: int = 512,
+                         rows_kept: torch.Tensor | None = None) -> torch.Tensor:
+    """Σ_rows cross_entropy(x Wᵀ + b, target), each row weighted by `rows_kept` (N,) where
+    given: 0 leaves out a padding row without changing the tensors' shapes (a CUDA graph
+    needs fixed shapes, where indexing out the real rows would not have them)."""
     if _cpu_autocast(x):  # the loss and its softmax in float32 (CUDA: the forward's cast_inputs)
         with torch.autocast(x.device.type, enabled=False):
-            return linear_cross_entropy(x.float(), weight.float(), bias.float(), target, label_smoothing, chunk)
+            return linear_cross_entropy(x.float(), weight.float(), bias.float(), target, label_smoothing, chunk,
+                                        rows_kept)
     if not torch.is_grad_enabled():
-        return F.cross_entropy(F.linear(x, weight, bias), target, reduction="sum", label_smoothing=label_smoothing)
-    return _LinearCrossEntropy.apply(x, weight, bias, target, label_smoothing, chunk)
+        if rows_kept is None:
+            return F.cross_entropy(F.linear(x, weight, bias), target, reduction="sum",
+                                   label_smoothing=label_smoothing)
+        return (F.cross_entropy(F.linear(x, weight, bias), target, reduction="none", label_smoothing=label_smoothing)
+                * rows_kept).sum()
+    return _LinearCrossEntropy.apply(x, weight, bias, target, label_smoothing, chunk, rows_kept)
 
 
 class _AdditiveEnergy(torch.autograd.Function):
@@ -572,7 +595,10 @@ def bigru(x: torch.Tensor, forward: tuple, backward: tuple, h0: torch.Tensor | N
     zero.  Elsewhere (the fused CPU kernels serve the CPU), with the fast paths off, or for
     a mask that is not a prefix of real tokens (at least one) per row: `biscan` with
     `gru_gates`.  The lengths come to the host once per batch (one synchronisation)."""
-    lengths = _prefix_lengths(mask) if GPU_PATHS and x.device.type == "cuda" else None
+    capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    if GPU_PATHS and capturing and _CUDNN_IN_GRAPHS[0]:
+        return padded_bigru(x, forward, backward, h0, mask)  # a CUDA graph can hold no host transfer
+    lengths = _prefix_lengths(mask) if GPU_PATHS and x.device.type == "cuda" and not capturing else None
     if lengths is not None:
         return packed_bigru(x, forward, backward, h0, mask, lengths)
     (W_f, b_f, U_f), (W_b, b_b, U_b) = forward, backward
@@ -580,6 +606,15 @@ def bigru(x: torch.Tensor, forward: tuple, backward: tuple, h0: torch.Tensor | N
         h0 = x.new_zeros(x.size(0), U_f.size(1))
     return _stacked_scan(gru_gates, torch.stack([U_f.t(), U_b.t()]), F.linear(x, W_f, b_f), F.linear(x, W_b, b_b),
                          h0, mask)
+
+
+_CUDNN_IN_GRAPHS = [True]
+
+
+def cudnn_in_graphs(on: bool) -> None:
+    """Whether a CUDA graph captures the encoder's bi-GRU through cuDNN (padded_bigru) or as
+    biscan's loop: ctxnmt.training.graphs switches to the loop if a capture with cuDNN fails."""
+    _CUDNN_IN_GRAPHS[0] = on
 
 
 def _prefix_lengths(mask: torch.Tensor) -> torch.Tensor | None:
@@ -590,6 +625,49 @@ def _prefix_lengths(mask: torch.Tensor) -> torch.Tensor | None:
     host = torch.cat([lengths, prefix.all().long().view(1)]).cpu()
     lengths, ok = host[:-1], bool(host[-1])
     return lengths if ok and bool((lengths > 0).all()) else None
+
+
+def _recurrence_dtype(x: torch.Tensor) -> torch.dtype:
+    """The precision of the encoder's cuDNN recurrence (see packed_bigru)."""
+    kind = x.device.type
+    fp16 = torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.float16
+    return torch.float16 if fp16 else x.dtype
+
+
+def _torch_gru_params(direction: tuple, dtype: torch.dtype) -> list[torch.Tensor]:
+    """A GRUCell's stored (W, b, U) in torch's order: w_ih, w_hh, b_ih, b_hh (zero: dl4mt has no U bias)."""
+    W, b, U = direction
+    return [W.to(dtype), U.to(dtype), b.to(dtype), b.new_zeros(b.shape, dtype=dtype)]
+
+
+def padded_bigru(x, forward, backward, h0, mask):
+    """bigru's computation for a prefix mask with at least one real token per row, with
+    nothing sent to the host, so that a CUDA graph can hold it (ctxnmt.training.graphs).
+    The forward direction runs over the padded rows: padding follows each row's tokens and
+    changes none of their states.  The backward direction runs over each row's tokens
+    reversed in place (padding still last) and is reversed back.  Padding reads as in
+    biscan: the forward direction's final state, the backward direction's h0."""
+    B, S, _ = x.shape
+    dtype = _recurrence_dtype(x)
+    if h0 is None:
+        h0 = x.new_zeros(B, forward[2].size(1))
+    lengths = mask.sum(1).long().unsqueeze(1)  # (B, 1)
+    positions = torch.arange(S, device=x.device).unsqueeze(0)
+    real = positions < lengths  # (B, S)
+    # Position t of a row's reversed tokens reads position length − 1 − t; padding stays in place.
+    reverse = torch.where(real, lengths - 1 - positions, positions)
+    hx = h0.to(dtype).unsqueeze(0).contiguous()
+    runs = []
+    for direction, inputs in ((forward, x), (backward, x.gather(1, reverse.unsqueeze(-1).expand_as(x)))):
+        with torch.autocast(x.device.type, enabled=False):
+            out, _ = torch._VF.gru(inputs.to(dtype), hx, _torch_gru_params(direction, dtype), True, 1, 0.0,
+                                   torch.is_grad_enabled(), False, True)
+        runs.append(out)
+    states_f, reversed_b = runs
+    states_b = reversed_b.gather(1, reverse.unsqueeze(-1).expand_as(reversed_b))
+    last = states_f.gather(1, (lengths - 1).unsqueeze(-1).expand(B, 1, states_f.size(-1)))
+    real = real.unsqueeze(-1)
+    return torch.where(real, states_f, last), torch.where(real, states_b, h0.to(dtype).unsqueeze(1))
 
 
 def packed_bigru(x, forward, backward, h0, mask, lengths):
@@ -603,13 +681,10 @@ def packed_bigru(x, forward, backward, h0, mask, lengths):
     whether bfloat16 reaches it or a per-step loop; the encoder's products are a small
     share of a training step, and its annotations are cast once where the decoder reads them."""
     kind = x.device.type
-    fp16 = torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.float16
-    dtype = torch.float16 if fp16 else x.dtype
+    dtype = _recurrence_dtype(x)
     if h0 is None:
         h0 = x.new_zeros(x.size(0), forward[2].size(1))
-    params = []
-    for W, b, U in (forward, backward):  # torch's order: w_ih, w_hh, b_ih, b_hh (zero: dl4mt has no U bias)
-        params += [W.to(dtype), U.to(dtype), b.to(dtype), b.new_zeros(b.shape, dtype=dtype)]
+    params = _torch_gru_params(forward, dtype) + _torch_gru_params(backward, dtype)
     packed = pack_padded_sequence(x.to(dtype), lengths, batch_first=True, enforce_sorted=False)
     hx = h0.to(dtype).unsqueeze(0).expand(2, *h0.shape).index_select(1, packed.sorted_indices)
     with torch.autocast(kind, enabled=False):  # the precision chosen above, not autocast's

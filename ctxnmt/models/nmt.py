@@ -119,6 +119,16 @@ class NMTModel(nn.Module):
                                    tgt[keep], label_smoothing)
         return nll, int(keep.sum())
 
+    def padded_loss(self, src, src_mask, tgt, tgt_mask, label_smoothing: float = 0.0) -> torch.Tensor:
+        """`loss`'s summed cross-entropy, every tensor's shape set by the batch's padded shape
+        alone: the softmax runs on padding too, weighted 0.  What a CUDA graph of the training
+        step holds (ctxnmt.training.graphs), where `loss` indexes out the real positions and
+        counts them on the host.  For sentence-level models."""
+        readout, _ = self(src, src_mask, tgt, tgt_mask)
+        rows = self.dropout_out(readout.reshape(-1, readout.size(-1)))
+        return linear_cross_entropy(rows, self.generator.weight, self.generator.bias, tgt.reshape(-1),
+                                    label_smoothing, rows_kept=tgt_mask.reshape(-1))
+
     # -- incremental decoding ----------------------------------------------------
     def init_state(self, enc, beam: int = 1):
         return self.decoder.init_state(enc, beam)

@@ -83,6 +83,8 @@ def _launch(args, config) -> int:
     """Prepare once, then run the ranks (ctxnmt.training.launch)."""
     if args.nproc < 1:
         raise ConfigError(f"--nproc must be at least 1, got {args.nproc}")
+    if args.nproc > 1 and config.training.cuda_graphs:
+        raise ConfigError("training.cuda_graphs runs on one device; it cannot be used with --nproc above 1")
     if config.training.device.startswith("cuda"):
         if args.nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {args.nproc} needs as many GPUs; {torch.cuda.device_count()} visible")

@@ -21,8 +21,10 @@ class Precision:
         self.device_type = device.type
         self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
 
-    def autocast(self):
-        return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.dtype is not None)
+    def autocast(self, cache: bool = True):
+        """The forward pass's context; `cache` False for a CUDA graph, which must not keep
+        autocast's casts of the parameters from one capture to the next."""
+        return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.dtype is not None, cache_enabled=cache)
 
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()

@@ -20,8 +20,10 @@ from torch.nn.parallel import DistributedDataParallel
 from ctxnmt.config import Config, save_config
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
 from ctxnmt.data.prepare import Prepared, prepare
+from ctxnmt.errors import ConfigError
 from ctxnmt.models.nmt import NMTModel, build_model, count_parameters
 from ctxnmt.training.distributed import collective, device_for, init_world, rank_seed, rng_state, set_rng_state
+from ctxnmt.training.graphs import GraphedSteps
 from ctxnmt.training.loop import TrainingLoop, Window, position_in
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.training.precision import Precision
@@ -83,6 +85,7 @@ class Trainer(TrainingLoop):
         if resume:
             self._restore(self.ckpt_dir / "last.pt")
         self.loss_fn = self._wrap(_Loss(self.model))
+        self.graphs = self._graphs()
         self.log(f"model: {count_parameters(self.model):,} parameters "
                  f"({config.model.encoder} encoder, {config.model.decoder} decoder, {config.model.cell} cell, "
                  f"{config.model.target_context} target context)"
@@ -98,6 +101,14 @@ class Trainer(TrainingLoop):
         if self.world.local_rank == 0:
             self.world.barrier()
         return data
+
+    def _graphs(self) -> GraphedSteps | None:
+        t = self.config.training
+        if not t.cuda_graphs:
+            return None
+        if self.world.distributed:  # ctxnmt train refuses this combination before it starts ranks
+            raise ConfigError("training.cuda_graphs runs on one device; it cannot be used with several ranks")
+        return GraphedSteps(self.model, t.label_smoothing, lambda: self.precision.autocast(cache=False), self.log)
 
     def _wrap(self, loss: _Loss) -> torch.nn.Module:
         """DistributedDataParallel on several ranks (after any restore: it starts from rank 0's parameters).
@@ -122,6 +133,8 @@ class Trainer(TrainingLoop):
         share, weight = self.world.share(index)
         train = self.data.train
         batch = make_batch(share, train.src, train.tgt, self.train_context, self.config.model.doc_sents)
+        if self.graphs is not None:
+            return self.graphed_step(batch, len(index))
         return self.train_step(batch.to(self.device), len(index), weight)
 
     def train_step(self, batch, update_sents: int | None = None, weight: float = 1.0) -> tuple[float, int]:
@@ -140,6 +153,17 @@ class Trainer(TrainingLoop):
             self.precision.backward(nll * (weight * self.world.size) / (update_sents or batch.n_sents))
         self.precision.step(self.optimizer, self.model.parameters(), t.clip_norm)
         return float(nll.detach()) * weight, n_tokens if weight else 0
+
+    def graphed_step(self, batch, update_sents: int) -> tuple[float, int]:
+        """`train_step` through CUDA graphs (ctxnmt.training.graphs) for a `batch` still on the
+        host: one device, the batch the whole update."""
+        t = self.config.training
+        self.model.train()
+        set_lr(self.optimizer, self.schedule.lr(self.progress.update))
+        self.graphs.zero_grad()
+        nll = self.graphs.forward_backward(batch, 1.0 / update_sents)
+        self.precision.step(self.optimizer, self.model.parameters(), t.clip_norm)
+        return float(nll), int(batch.tgt_mask.sum())
 
     def log_window(self, window: Window) -> None:
         p = self.progress

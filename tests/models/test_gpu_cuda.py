@@ -208,6 +208,58 @@ def test_bf16_casts_the_recurrent_matrices_once_per_forward_pass():
         assert casts(9) > casts(3)
 
 
+def _sentences(rows: int, length: int, offset: int) -> list[list[int]]:
+    return [[4 + (offset + 3 * r + i) % 11 for i in range(length - r % 3)] for r in range(rows)]
+
+
+@needs_cuda
+def test_graphed_steps_equal_eager_steps():
+    """training.cuda_graphs (ctxnmt.training.graphs): batches of two padded shapes, each shape
+    replayed with other sentences and another scale, give the eager step's loss and gradients;
+    a parameter's `.grad` set to None meanwhile is given its graph's tensor back."""
+    from ctxnmt.data.batching import make_batch
+    from ctxnmt.training.graphs import GraphedSteps
+
+    model = _model(hidden_dim=20)
+    graphs = GraphedSteps(model, 0.1, lambda: torch.autocast("cuda", enabled=False), log=print)
+    cases = [(5, 7, 0, 0.5), (5, 7, 1, 0.25), (3, 21, 2, 1.0), (6, 20, 3, 0.5), (4, 9, 4, 1.0)]
+    with ieee_float32():
+        for rows, length, offset, scale in cases:
+            src = _sentences(rows, length, offset)
+            tgt = [s[::-1][: max(1, len(s) - 2)] + [EOS] for s in src]
+            batch = make_batch(list(range(rows)), src, tgt)
+            model.zero_grad(set_to_none=True)
+            nll, _ = model.loss(*[x.cuda() for x in (batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)], 0.1)
+            (nll * scale).backward()
+            expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+            graphs.zero_grad()
+            got = graphs.forward_backward(batch, scale)
+            torch.cuda.synchronize()
+            _close(got, nll.detach(), 1e-4, f"loss of {rows}×{length}")
+            for n, p in model.named_parameters():
+                if n in expected:
+                    _close(p.grad, expected[n], 1e-4, f"∂{n} of {rows}×{length}")
+    assert graphs.captured == 2, graphs.graphs
+
+
+@needs_cuda
+def test_graphed_steps_under_bf16_stay_close_to_float32():
+    from ctxnmt.data.batching import make_batch
+    from ctxnmt.training.graphs import GraphedSteps
+
+    model = _model(hidden_dim=20)
+    src = _sentences(5, 8, 0)
+    batch = make_batch(list(range(5)), src, [s[:-1] + [EOS] for s in src])
+    losses = []
+    for bf16 in (False, True):
+        graphs = GraphedSteps(model, 0.0, lambda: torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16,
+                                                                   cache_enabled=False))
+        graphs.zero_grad()
+        losses.append(float(graphs.forward_backward(batch, 1.0)))
+        assert graphs.captured == 1
+    assert abs(losses[1] - losses[0]) <= 0.01 * abs(losses[0]), losses
+
+
 def main() -> int:
     """Every test_ function of this module; the number that failed as exit status."""
     if not torch.cuda.is_available():

@@ -13,7 +13,7 @@ from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
 from ctxnmt.models import encoders, functional
 from ctxnmt.models.cells import GRUCell
-from ctxnmt.models.functional import bigru, biscan, gru_gates, packed_bigru
+from ctxnmt.models.functional import bigru, biscan, gru_gates, packed_bigru, padded_bigru
 from ctxnmt.models.nmt import build_model
 from tests.models.test_gpu_cuda import WeightCasts
 
@@ -35,14 +35,20 @@ def _cells(n_in=5, hidden=4):
     return f, b
 
 
+def _packed(x, forward, backward, h0, mask):
+    return packed_bigru(x, forward, backward, h0, mask, _lengths(mask))
+
+
 @pytest.mark.parametrize("with_h0", [False, True])
-def test_packed_bigru_equals_biscan_with_gradients(with_h0):
+@pytest.mark.parametrize("through", [_packed, padded_bigru], ids=["packed", "padded"])
+def test_torch_gru_bigru_equals_biscan_with_gradients(with_h0, through):
+    """Both cuDNN forms (packed: eager; padded, rows reversed in place: inside a CUDA graph)."""
     f, b = _cells()
     x = torch.randn(3, 6, 5, requires_grad=True)
     h0 = torch.randn(3, 4, requires_grad=True) if with_h0 else None
     start = h0 if with_h0 else torch.zeros(3, 4)
     expected = biscan(f, b, f.input_proj(x), b.input_proj(x), start, MASK)
-    got = packed_bigru(x, f.stored_weights(), b.stored_weights(), h0, MASK, _lengths(MASK))
+    got = through(x, f.stored_weights(), b.stored_weights(), h0, MASK)
     for e, g in zip(expected, got):  # padding included: held states, as biscan holds them
         torch.testing.assert_close(g, e, atol=1e-6, rtol=0)
     weights = torch.randn(3, 6, 8)  # a loss that reads every position of both directions
