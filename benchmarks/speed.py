@@ -144,7 +144,7 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
 
     torch.set_num_threads(args.threads or os.cpu_count())
     torch.manual_seed(0)
-    cfg = load_config(config_path, overrides)
+    cfg = load_config(config_path, overrides + args.decoding)
     device = torch.device(args.device)
     precision = Precision("bf16" if args.bf16 else cfg.training.precision, device)
     data = prepared_data(cfg)
@@ -197,7 +197,7 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
         "config": config_path, "overrides": overrides, "device": str(device), "threads": torch.get_num_threads(),
         "bf16": args.bf16, "precision": precision.name, "gpu_paths": os.environ.get("CTXNMT_GPU_FAST", "1") != "0",
         "parameters": count_parameters(model), "train_tok_s": tokens / elapsed,
-        "graphs_captured": graphs.captured if graphs is not None else 0,
+        "graphs_captured": graphs.captured if graphs is not None else 0, "decoding": args.decoding,
         "train_sents_per_batch": sum(len(b) for b in timed) / len(timed), "train_tokens_per_batch": tokens / len(timed),
         "padding_src_tgt": padding_ratio(timed, src_lens, tgt_lens),
         "peak_rss_mb": peak_rss, "rss_before_training_mb": rss_before,
@@ -258,7 +258,8 @@ def print_table(results: list[dict]) -> None:
           f"training ≈ {r['train_flops_per_token'] / 1e6:.0f} MFLOP per target token; "
           f"{r['train_sents_per_batch']:.0f} sentences ≈ {r['train_tokens_per_batch']:.0f} target tokens per batch, "
           f"padding {r['padding_src_tgt'][0]:.1%} source / {r['padding_src_tgt'][1]:.1%} target; "
-          f"decoding {r['decode_sents']} test sentences (median of {r.get('decode_repeats', 1)} runs)")
+          f"decoding {r['decode_sents']} test sentences (median of {r.get('decode_repeats', 1)} runs)"
+          + (f" with {', '.join(r['decoding'])}" if r.get("decoding") else ""))
 
 
 def main() -> None:
@@ -278,6 +279,9 @@ def main() -> None:
                         help="beam sizes to decode with, e.g. 5 or 1,5,10 (1 = greedy; default 1,5,10)")
     parser.add_argument("--before", action="store_true",
                         help="also measure every config with CTXNMT_GPU_FAST=0 (without the GPU paths)")
+    parser.add_argument("--decoding", type=lambda text: [s for s in text.split(",") if s], default=[],
+                        help="decoding.* settings for every row, e.g. the fixed lengths an untrained model needs "
+                             "to write outputs of a realistic length; named under the table")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one config, print JSON
     args = parser.parse_args()
@@ -292,7 +296,8 @@ def main() -> None:
     for spec, env in runs:
         cmd = [sys.executable, __file__, spec, "--one", spec] + [
             f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-            if k not in ("configs", "one", "json", "bf16", "beams", "before") and v is not None]
+            if k not in ("configs", "one", "json", "bf16", "beams", "before", "decoding") and v is not None]
+        cmd += ["--decoding", ",".join(args.decoding)] if args.decoding else []
         cmd += ["--beams", ",".join(map(str, args.beams))] + (["--bf16"] if args.bf16 else [])
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
         result = next((line for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)

@@ -8,7 +8,6 @@ from ctxnmt.decoding import length
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, CtxnmtError
 from ctxnmt.serve import settings
-from ctxnmt.serve.app import SERVER_LOG, create_app
 from ctxnmt.serve.settings import Limits, ServeSettings
 
 
@@ -47,7 +46,11 @@ def _check(args) -> None:
 
 
 def cmd_serve(args) -> int:
-    import uvicorn  # only a running server needs it (the app and its tests do not): imported here
+    # The web stack is an optional dependency of the server alone: every other command (on
+    # a GPU machine without fastapi, say) loads without it.
+    import uvicorn
+
+    from ctxnmt.serve.app import SERVER_LOG, create_app
 
     _check(args)
     options = length.from_arguments(args)

@@ -149,6 +149,7 @@ class GraphedSteps:
                          f"{attempt} failed ({type(err).__name__}: {message})")
                 torch.cuda.synchronize(self.device)
                 self.zero_grad()
+                self.pool = None  # a failed capture can leave its pool marked as still recording
                 functional.cudnn_in_graphs(False)
         self.failed = True
         self.log("CUDA graphs: training goes on without graphs")

@@ -231,11 +231,12 @@ def test_graphed_steps_equal_eager_steps():
             model.zero_grad(set_to_none=True)
             nll, _ = model.loss(*[x.cuda() for x in (batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)], 0.1)
             (nll * scale).backward()
+            nll = nll.detach()  # no autograd graph of the eager step may outlive it into a capture
             expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
             graphs.zero_grad()
             got = graphs.forward_backward(batch, scale)
             torch.cuda.synchronize()
-            _close(got, nll.detach(), 1e-4, f"loss of {rows}×{length}")
+            _close(got, nll, 1e-4, f"loss of {rows}×{length}")
             for n, p in model.named_parameters():
                 if n in expected:
                     _close(p.grad, expected[n], 1e-4, f"∂{n} of {rows}×{length}")
