@@ -206,3 +206,17 @@ def test_a_command_module_that_fails_to_import_is_an_error_not_a_missing_command
     sys.modules.pop("ctxnmt_broken_commands", None)
     code, _, err = run(["score", "--help"], capsys)
     assert code == 2 and "cannot load the commands of ctxnmt_missing_commands" in err
+
+
+def test_every_command_but_serve_loads_without_the_web_stack():
+    """A GPU machine may lack fastapi and uvicorn: the CLI still trains and translates, and
+    `serve` alone needs them (it imports them when it serves)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['fastapi'] = None; sys.modules['uvicorn'] = None\n"
+            "from ctxnmt.cli import main\n"
+            "raise SystemExit(main(['train', '--help']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage: ctxnmt train" in done.stdout
