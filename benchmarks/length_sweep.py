@@ -4,7 +4,7 @@ hypothesis/reference length) and the share of outputs more than twice as long as
 reference in words: the runaway outputs a length limit is there to stop.
 
     python benchmarks/length_sweep.py runs/demo --src data/bible/dev.es --ref data/bible/dev.en \\
-        --kinds power,wu --alphas 0.6,1.0,1.4 --betas 0,0.2 --max-len 2:10,1.5:5,data:5 [--beam 5] \\
+        --kinds power,wu --alphas 0.6,1.0,1.4 --betas 0,0.2 --max-len 2:10,1.5:5,data:5 [--block 0,3] [--beam 5] \\
         [--lines 1:1500] [--detokenise es:en] [--config-only] [--csv sweep.csv]
 
 The model is loaded once; every setting is one `Translator.translate` call with the
@@ -52,10 +52,11 @@ def max_lens(text: str) -> list[dict]:
 def grid(args) -> list[dict]:
     """Every combination of the options; kind none takes no α, so it appears once per β and limit."""
     settings = []
-    for kind, alpha, beta, limit in itertools.product(args.kinds.split(","), floats(args.alphas),
-                                                      floats(args.betas), max_lens(args.max_len)):
+    for kind, alpha, beta, limit, block in itertools.product(args.kinds.split(","), floats(args.alphas),
+                                                             floats(args.betas), max_lens(args.max_len),
+                                                             [int(n) for n in args.block.split(",") if n]):
         options = {"length_penalty_kind": kind, "length_penalty": 0.0 if kind == "none" else alpha,
-                   "coverage_penalty": beta, **limit}
+                   "coverage_penalty": beta, **limit, "block_ngram_repeat": block}
         if options not in settings:
             settings.append(options)
     return settings
@@ -92,8 +93,9 @@ def label(options: dict | None) -> dict:
     if options is None:
         return {"setting": "config"}
     a = "data" if options["max_len_rule"] == "data" else f"{options['max_len_a']:g}"
+    block = f" block={options['block_ngram_repeat']}" if options.get("block_ngram_repeat") else ""
     return {"setting": f"{options['length_penalty_kind']} α={options['length_penalty']:g} "
-                       f"β={options['coverage_penalty']:g} max={a}·|x|+{options['max_len_b']}"}
+                       f"β={options['coverage_penalty']:g} max={a}·|x|+{options['max_len_b']}{block}"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alphas", default="0.6,1.0", help="α values (default: %(default)s)")
     parser.add_argument("--betas", default="0,0.2", help="coverage penalty β values (default: %(default)s)")
     parser.add_argument("--max-len", default="2:10,data:5", help="A:B limits, A may be 'data' (default: %(default)s)")
+    parser.add_argument("--block", default="0",
+                        help="block_ngram_repeat values, n > 0 blocks repeated n-grams (default: %(default)s)")
     parser.add_argument("--beam", type=int, help="beam size (default: the model's config)")
     parser.add_argument("--max-sents", type=int, default=0, help="only the first N sentences (0: all)")
     parser.add_argument("--lines", help="only lines FIRST:LAST (1-based, inclusive)")

@@ -204,6 +204,7 @@ class DecodingConfig:
     max_len_a: float = 2.0  # an output has at most a·|x| + b subwords (fairseq's --max-len-a/-b)
     max_len_b: int = 5
     max_len_rule: str = "data"  # fixed: a as above | data: a = the training pairs' 99th-percentile ratio
+    block_ngram_repeat: int = 0  # n > 0: no hypothesis repeats an n-gram of its own (OpenNMT-py's); 0 = off
     max_src_len: int = 200  # longer inputs are translated in pieces
 
 

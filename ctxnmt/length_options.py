@@ -18,9 +18,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "coverage_penalty": (0.0, 10.0),
     "max_len_a": (0.0, 10.0),
     "max_len_b": (0, 1000),
+    "block_ngram_repeat": (0, 10),
 }
 CHOICES: dict[str, tuple[str, ...]] = {"length_penalty_kind": KINDS, "max_len_rule": RULES}
-OPTIONS = ("length_penalty", "length_penalty_kind", "coverage_penalty", "max_len_a", "max_len_b", "max_len_rule")
+OPTIONS = ("length_penalty", "length_penalty_kind", "coverage_penalty", "max_len_a", "max_len_b", "max_len_rule",
+           "block_ngram_repeat")
 
 
 def problem(values: Mapping[str, Any], name: Callable[[str], str] = str) -> tuple[str, str] | None:

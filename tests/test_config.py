@@ -58,6 +58,7 @@ BAD_DECODING = [
     ("coverage_penalty=10.5", "decoding.coverage_penalty must be between 0 and 10, not 10.5"),
     ("max_len_a=-0.1", "decoding.max_len_a must be between 0 and 10, not -0.1"),
     ("max_len_b=-1", "decoding.max_len_b must be between 0 and 1000, not -1"),
+    ("block_ngram_repeat=11", "decoding.block_ngram_repeat must be between 0 and 10, not 11"),
     ("max_len_b=1.5", "config key 'decoding.max_len_b' must be of type int"),
     ("max_len_rule=auto", "decoding.max_len_rule must be one of fixed, data, not 'auto'"),
 ]

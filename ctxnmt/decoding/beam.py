@@ -70,6 +70,9 @@ NO_LENGTH_CONTROL = LengthControl()
 
 # Finished sentences leave the search once they are this share of its sentences (or rows).
 DROP_SHARE = Fraction(1, 8)
+# The log-probability of a word that would repeat an n-gram (block_ngram_repeat): finite, as
+# OpenNMT-py's, so that a row whose every proposal is blocked still ends with an output.
+BLOCKED = -1e9
 # The encoder side is trimmed once its longest source is at most this share of its padded width.
 TRIM_SHARE = Fraction(3, 4)
 
@@ -162,6 +165,10 @@ class _Search:
         # so each row proposes only those (never a (rows × vocabulary) score matrix).
         row_logp, row_tok, state, alpha = self.model.step_candidates(
             part.enc, part.state, part.prev, min(2 * K, self.model.vocab_size))
+        if self.length.block_ngram_repeat:
+            steps = torch.tensor(part.steps, device=row_tok.device).repeat_interleave(K)
+            row_logp = row_logp.masked_fill(
+                repeats_an_ngram(part.history, steps, row_tok, self.length.block_ngram_repeat), BLOCKED)
         att_history = self._attention_history(part, alpha)
         coverage, row_cp = self._coverage(part, alpha)
         candidates = self._candidates(part, row_logp, row_tok, row_cp)
@@ -281,6 +288,20 @@ class _Search:
             att_history = att_history[..., :width] if att_history is not None else None
             coverage = coverage[:, :width] if coverage is not None else None
         return enc, width, src_lens, att_history, coverage
+
+
+def repeats_an_ngram(history: torch.Tensor, steps: torch.Tensor, words: torch.Tensor, n: int) -> torch.Tensor:
+    """(R, C): whether words[r, c] after row r's words would repeat an n-gram the row already
+    holds.  history (R, L): each row's words, its last steps[r] real (left-padded)."""
+    R, L = history.shape
+    if L < n:  # no row holds an n-gram yet
+        return torch.zeros_like(words, dtype=torch.bool)
+    ngrams = history.unfold(1, n, 1)  # (R, L − n + 1, n)
+    real = torch.arange(L - n + 1, device=history.device) >= (L - steps).unsqueeze(1)
+    # An earlier n-gram whose first n − 1 words are the row's last n − 1 would be repeated by its last word.
+    prefix = history[:, L - n + 1:].unsqueeze(1)  # (R, 1, n − 1)
+    repeated = (ngrams[:, :, : n - 1] == prefix).all(2) & real  # (R, L − n + 1)
+    return ((words.unsqueeze(2) == ngrams[:, :, n - 1].unsqueeze(1)) & repeated.unsqueeze(1)).any(2)
 
 
 def _join(a: _Part, b: _Part) -> _Part | None:

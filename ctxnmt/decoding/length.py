@@ -24,6 +24,11 @@ b = `decoding.max_len_b`.  With `decoding.max_len_rule: data`, a is instead the 
 percentile of the target/source subword ratios of the model's training pairs
 (prep/lengths.json, see ctxnmt.data.prepare.length_ratios).
 
+With `decoding.block_ngram_repeat` = n > 0, no hypothesis may repeat an n-gram of its own
+subwords (OpenNMT-py's -block_ngram_repeat): a word that would complete an n-gram already
+in the hypothesis is not proposed.  Search looks only at each row's 2K most probable words,
+so a row with more of them blocked proposes fewer.
+
 The options, their ranges and their one-line errors are defined once, for the config, the
 command line and the server alike, in ctxnmt.length_options (below the config, which checks them).
 """
@@ -54,6 +59,7 @@ class LengthControl:
     beta: float = 0.0
     max_len_a: float = 2.0
     max_len_b: int = 10
+    block_ngram_repeat: int = 0
 
     @property
     def normalises(self) -> bool:
@@ -101,7 +107,8 @@ def length_control(dec, ratios: Mapping[str, float] | None, warn: Callable[[str]
                      f"prep/data.pt); using max_len_a = {a:g} instead")
         else:
             a = float(ratios[DATA_QUANTILE])
-    return LengthControl(dec.length_penalty_kind, dec.length_penalty, dec.coverage_penalty, a, dec.max_len_b)
+    return LengthControl(dec.length_penalty_kind, dec.length_penalty, dec.coverage_penalty, a, dec.max_len_b,
+                         dec.block_ngram_repeat)
 
 
 # -- the command line (`translate`, `serve`) -----------------------------------------------
@@ -122,6 +129,8 @@ def add_arguments(parser, default: str = "the config's") -> None:
     group.add_argument("--max-len-rule", metavar="RULE",
                        help=f"fixed: A as given; data: A = the training pairs' 99th-percentile target/source "
                             f"ratio (default: {default})")
+    group.add_argument("--block-ngram-repeat", type=int, metavar="N",
+                       help=f"N 1–10: no output repeats an N-gram of its own subwords; 0 = off (default: {default})")
 
 
 def from_arguments(args) -> dict[str, Any]:

@@ -40,6 +40,9 @@ class TranslateRequest(BaseModel):
     max_len_b: int | None = Field(None, ge=RANGES["max_len_b"][0], le=RANGES["max_len_b"][1])
     max_len_rule: Literal[RULES] | None = Field(  # type: ignore[valid-type]
         None, description="fixed: max_len_a as given; data: the training pairs' 99th-percentile target/source ratio")
+    block_ngram_repeat: int | None = Field(
+        None, ge=RANGES["block_ngram_repeat"][0], le=RANGES["block_ngram_repeat"][1],
+        description="n > 0: no output repeats an n-gram of its own subwords; 0 = off")
 
 
 class RequestError(Exception):

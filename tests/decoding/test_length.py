@@ -139,6 +139,45 @@ def test_a_large_alpha_prefers_longer_outputs():
     assert all(n > 0 for n in lengths["wu", 4.0])
 
 
+def _ngrams(tokens: list[int], n: int) -> list[tuple[int, ...]]:
+    return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def test_repeats_an_ngram_names_the_words_that_would_repeat_one():
+    """Written from the definition: w after y_1…y_t repeats an n-gram iff (y_{t−n+2}, …, y_t, w)
+    is among the n-grams of y_1…y_t; rows are left-padded, only their last `steps` words count."""
+    history = torch.tensor([[0, 0, 5, 6, 7, 5, 6], [1, 2, 3, 1, 2, 3, 1], [9, 9, 9, 4, 4, 8, 4]])
+    steps = torch.tensor([5, 7, 4])
+    words = torch.tensor([[7, 6, 5], [2, 3, 1], [4, 8, 9]])
+    for n in (1, 2, 3, 4):
+        got = search_module.repeats_an_ngram(history, steps, words, n)
+        for r in range(3):
+            real = history[r, history.size(1) - int(steps[r]):].tolist()
+            held = set(_ngrams(real, n))
+            expected = [tuple((real + [int(w)])[-n:]) in held if len(real) >= n else False for w in words[r]]
+            assert got[r].tolist() == expected, (n, r)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_blocking_leaves_no_repeated_ngram_and_zero_changes_nothing(n):
+    """A model whose outputs repeat themselves: with block_ngram_repeat = n no output holds an
+    n-gram twice; with 0 search is as before."""
+    model = random_model(4)
+    with torch.no_grad():
+        model.generator.bias[EOS] -= 4.0  # long outputs, which a random model fills with repeats
+    src = pad(SRC)
+    plain = beam_search(model, *src, beam=4, length=LengthControl("power", 1.0, max_len_a=1.0, max_len_b=4))
+    assert any(len(set(_ngrams(h[0].tokens, n))) < len(_ngrams(h[0].tokens, n)) for h in plain)
+    zero = beam_search(model, *src, beam=4, length=LengthControl("power", 1.0, max_len_a=1.0, max_len_b=4,
+                                                                 block_ngram_repeat=0))
+    assert [h[0].tokens for h in zero] == [h[0].tokens for h in plain]
+    blocked = beam_search(model, *src, beam=4, length=LengthControl("power", 1.0, max_len_a=1.0, max_len_b=4,
+                                                                    block_ngram_repeat=n))
+    for hyps in blocked:
+        grams = _ngrams(hyps[0].tokens, n)
+        assert hyps[0].score > -1e8 and len(set(grams)) == len(grams), hyps[0].tokens
+
+
 @pytest.mark.parametrize("a, b", [(0.5, 1), (0.0, 3), (1.5, 0), (2.0, 10)])
 def test_the_output_limit_is_a_times_the_source_length_plus_b(a, b):
     model = random_model(4)
@@ -238,6 +277,8 @@ BAD_FLAGS = [
     (["--max-len-a", "0", "--max-len-b", "0"], "--max-len-b must be at least 1 when --max-len-a is 0"),
     (["--max-len-rule", "ratio"], "--max-len-rule must be one of fixed, data, not 'ratio'"),
     (["--max-len-rule", "data", "--max-len-a", "1.5"], "--max-len-a has no effect with --max-len-rule data"),
+    (["--block-ngram-repeat", "-1"], "--block-ngram-repeat must be between 0 and 10, not -1"),
+    (["--block-ngram-repeat", "11"], "--block-ngram-repeat must be between 0 and 10, not 11"),
 ]
 
 

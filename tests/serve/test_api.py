@@ -23,7 +23,8 @@ def as_tensor(values) -> torch.Tensor:
 
 
 LINES = ["el gato 3 .", "", "el gato 5 . el gato 6 .", "el gato 7 ."]
-LENGTH_FIELDS = ("length_penalty", "length_penalty_kind", "coverage_penalty", "max_len_a", "max_len_b", "max_len_rule")
+LENGTH_FIELDS = ("length_penalty", "length_penalty_kind", "coverage_penalty", "max_len_a", "max_len_b", "max_len_rule",
+                 "block_ngram_repeat")
 DEFAULT_LENGTH = {key: getattr(DecodingConfig(), key) for key in LENGTH_FIELDS}  # the shipped defaults
 
 
@@ -202,6 +203,8 @@ BAD = [  # (body bytes, status, field, words the error must contain)
     (b'{"text": "el gato", "max_len_b": 1001}', 422, "max_len_b", "less than or equal to 1000"),
     (b'{"text": "el gato", "max_len_a": 0, "max_len_b": 0}', 422, "max_len_b", "at least 1 when max_len_a is 0"),
     (b'{"text": "el gato", "max_len_rule": "auto"}', 422, "max_len_rule", "'fixed' or 'data'"),
+    (b'{"text": "el gato", "block_ngram_repeat": 11}', 422, "block_ngram_repeat", "less than or equal to 10"),
+    (b'{"text": "el gato", "block_ngram_repeat": 1.5}', 422, "block_ngram_repeat", "valid integer"),
     (b'{"text": "el gato", "max_len_rule": "data", "max_len_a": 1}', 422, "max_len_a", "no effect with max_len_rule"),
     (json.dumps({"text": " ".join(["gato"] * 10000)}).encode(), 413, "text", "10000 words"),
     (json.dumps({"text": ["gato"] * 9}).encode(), 413, "text", "9 sentences, more than the limit of 8"),
