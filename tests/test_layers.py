@@ -33,6 +33,7 @@ OPTIONAL = {
     "torch.utils.tensorboard": "TensorBoard logs, when tensorboard is installed",
     "torch.utils.cpp_extension": "building the fused CPU kernels, once per machine",
     "uvicorn": "a running server (ctxnmt serve)",
+    "ctxnmt.serve.app": "the web app of ctxnmt serve, on fastapi, which a machine that only trains may lack",
 }
 
 
