@@ -61,3 +61,34 @@ def test_sources(cfg, data, count: int | None = None) -> list[list[int]]:
     test = read_split(cfg.data, "test")
     n = len(test.src) if count is None else min(count, len(test.src))
     return encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:n], test.tgt[:n]).src
+
+
+class CtxnmtUpdate:
+    """One training update of a ctxnmt model as its trainer takes it: Adam (or the optimiser
+    given), the config's mixed precision, the loss averaged over the batch's sentences; with
+    `graphs`, through CUDA graphs (training.cuda_graphs), the batch handed over from the host."""
+
+    def __init__(self, model, optimizer, precision, graphs: bool = False, label_smoothing: float = 0.0,
+                 clip_norm: float = 1.0):
+        from ctxnmt.training.graphs import GraphedSteps
+
+        self.model, self.optimizer, self.precision = model, optimizer, precision
+        self.label_smoothing, self.clip_norm = label_smoothing, clip_norm
+        self.graphs = GraphedSteps(model, label_smoothing, lambda: precision.autocast(cache=False)) if graphs else None
+
+    def __call__(self, host, on_device=None) -> tuple["torch.Tensor", int]:
+        """The batch's summed loss and target tokens; `host`: the batch on the host,
+        `on_device`: the same batch already on the model's device (eager updates use it)."""
+        self.model.train()
+        tokens = int(host.tgt_mask.sum())
+        if self.graphs is not None:
+            self.graphs.zero_grad()
+            nll = self.graphs.forward_backward(host, 1.0 / host.n_sents)
+        else:
+            batch = on_device if on_device is not None else host.to(next(self.model.parameters()).device)
+            self.optimizer.zero_grad(set_to_none=True)
+            with self.precision.autocast():
+                nll, _ = self.model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask, self.label_smoothing)
+            self.precision.backward(nll / batch.n_sents)
+        self.precision.step(self.optimizer, self.model.parameters(), self.clip_norm)
+        return nll, tokens

@@ -92,31 +92,22 @@ class Trained:
     """One model and precision: how it takes a training step, and its rounds' tokens/s."""
 
     def __init__(self, name: str, model: nn.Module, precision: str, device: torch.device, graphs: bool = False):
-        from ctxnmt.training.graphs import GraphedSteps
+        from benchmarks.common import CtxnmtUpdate
         from ctxnmt.training.precision import Precision
 
         self.name, self.model, self.precision_name = name, model.to(device), precision
         self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
         self.ctxnmt = not isinstance(model, PlainRNNsearch)
         self.precision = Precision(precision, device)  # ctxnmt: its trainer's mixed precision
-        # training.cuda_graphs: the batch goes in from the host, as the trainer hands it over
-        self.graphs = GraphedSteps(self.model, 0.0, lambda: self.precision.autocast(cache=False)) if graphs else None
+        self.graphs = graphs  # training.cuda_graphs
+        self.update = CtxnmtUpdate(self.model, self.optimizer, self.precision, graphs) if self.ctxnmt else None
         self.rates: list[float] = []
 
     def step(self, host, batch) -> int:
+        if self.update is not None:
+            return self.update(host, batch)[1]
         self.model.train()
-        if self.graphs is not None:
-            self.graphs.zero_grad()
-            self.graphs.forward_backward(host, 1.0 / host.n_sents)
-            self.precision.step(self.optimizer, self.model.parameters(), 1.0)
-            return int(host.tgt_mask.sum())
         self.optimizer.zero_grad(set_to_none=True)
-        if self.ctxnmt:
-            with self.precision.autocast():
-                nll, n = self.model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
-            self.precision.backward(nll / batch.n_sents)
-            self.precision.step(self.optimizer, self.model.parameters(), 1.0)
-            return n
         dtype = torch.bfloat16 if self.precision_name == "bf16" else None
         with torch.autocast(batch.src.device.type, dtype=dtype, enabled=dtype is not None):
             nll, n = self.model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
@@ -209,7 +200,7 @@ def main() -> None:
     warmup, timed = batches[: args.warmup], batches[args.warmup:]
     entries = build(cfg, data, args.precisions.split(","), args.cgru, args.graphs)
     for entry in entries:
-        for host, batch in warmup + (timed if entry.graphs is not None else []):
+        for host, batch in warmup + (timed if entry.graphs else []):
             entry.step(host, batch)
     for r in range(args.rounds):
         for entry in entries:

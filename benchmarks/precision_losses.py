@@ -27,32 +27,18 @@ LAST = 20  # updates averaged at the end
 
 def train(cfg, data, batches, precision_name: str, graphs: bool, device) -> list[float]:
     """Loss per target token of every update."""
-    from benchmarks.common import bench_model
+    from benchmarks.common import CtxnmtUpdate, bench_model
     from ctxnmt.data.batching import make_batch
-    from ctxnmt.training.graphs import GraphedSteps
     from ctxnmt.training.precision import Precision
 
     torch.manual_seed(0)
     model = bench_model(cfg, data, None).to(device)
-    model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.training.lr)
-    precision = Precision(precision_name, device)
-    stepper = GraphedSteps(model, cfg.training.label_smoothing, lambda: precision.autocast(cache=False)) \
-        if graphs else None
+    update = CtxnmtUpdate(model, optimizer, Precision(precision_name, device), graphs,
+                          cfg.training.label_smoothing, cfg.training.clip_norm)
     losses = []
     for index in batches:
-        batch = make_batch(index, data.train.src, data.train.tgt)
-        tokens = int(batch.tgt_mask.sum())
-        if stepper is not None:
-            stepper.zero_grad()
-            nll = stepper.forward_backward(batch, 1.0 / batch.n_sents)
-        else:
-            batch = batch.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            with precision.autocast():
-                nll, _ = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask, cfg.training.label_smoothing)
-            precision.backward(nll / batch.n_sents)
-        precision.step(optimizer, model.parameters(), cfg.training.clip_norm)
+        nll, tokens = update(make_batch(index, data.train.src, data.train.tgt))
         losses.append(float(nll.detach()) / tokens)
     return losses
 

@@ -134,12 +134,11 @@ def forward_flops_per_target_token(cfg, vocab: int, src_len: float, tgt_len: flo
 def measure(config_path: str, overrides: list[str], args) -> dict:
     import torch
 
-    from benchmarks.common import bench_model, first_batches, prepared_data, test_sources
+    from benchmarks.common import CtxnmtUpdate, bench_model, first_batches, prepared_data, test_sources
     from ctxnmt.config import load_config
     from ctxnmt.data.batching import make_batch, padding_ratio
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.models.nmt import count_parameters
-    from ctxnmt.training.graphs import GraphedSteps
     from ctxnmt.training.precision import Precision
 
     torch.set_num_threads(args.threads or os.cpu_count())
@@ -157,30 +156,19 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
     model.train()
     tokens, elapsed = 0, 0.0
     probe = MatmulProbe(device)
-    graphs = None
+    update = CtxnmtUpdate(model, optimizer, precision, graphs=cfg.training.cuda_graphs)
     warmup = args.warmup
-    if cfg.training.cuda_graphs:  # as the trainer runs them; every timed batch's shape captured first
-        graphs = GraphedSteps(model, 0.0, lambda: precision.autocast(cache=False), log=print)
+    if update.graphs is not None:  # every timed batch's shape captured first
         batches = batches[:warmup] + batches[warmup:] + batches[warmup:]
         warmup = len(batches) - args.train_batches
     for i, index in enumerate(batches):
-        batch = make_batch(index, train.src, train.tgt)
-        if graphs is None:
-            batch = batch.to(device)
+        host = make_batch(index, train.src, train.tgt)
+        batch = host.to(device) if update.graphs is None else None  # graphs take the batch from the host
         if i >= warmup:
             probe.sample()
         sync(device)
         start = time.perf_counter()
-        if graphs is None:
-            optimizer.zero_grad(set_to_none=True)
-            with precision.autocast():
-                nll, n = model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)
-            precision.backward(nll / batch.n_sents)
-        else:
-            graphs.zero_grad()
-            graphs.forward_backward(batch, 1.0 / batch.n_sents)
-            n = int(batch.tgt_mask.sum())
-        precision.step(optimizer, model.parameters(), 1.0)
+        _, n = update(host, batch)
         sync(device)
         if i >= warmup:
             elapsed += time.perf_counter() - start
@@ -197,7 +185,7 @@ def measure(config_path: str, overrides: list[str], args) -> dict:
         "config": config_path, "overrides": overrides, "device": str(device), "threads": torch.get_num_threads(),
         "bf16": args.bf16, "precision": precision.name, "gpu_paths": os.environ.get("CTXNMT_GPU_FAST", "1") != "0",
         "parameters": count_parameters(model), "train_tok_s": tokens / elapsed,
-        "graphs_captured": graphs.captured if graphs is not None else 0, "decoding": args.decoding,
+        "graphs_captured": update.graphs.captured if update.graphs is not None else 0, "decoding": args.decoding,
         "train_sents_per_batch": sum(len(b) for b in timed) / len(timed), "train_tokens_per_batch": tokens / len(timed),
         "padding_src_tgt": padding_ratio(timed, src_lens, tgt_lens),
         "peak_rss_mb": peak_rss, "rss_before_training_mb": rss_before,

@@ -257,15 +257,10 @@ def _xent_chunk(xs, ts, weight, bias, eps, grad_xs, grad_w, grad_b, kept=None) -
     logp = torch.log_softmax(F.linear(xs, weight, bias), dim=-1)
     rows = torch.arange(ts.size(0), device=ts.device)
     # loss = −(1 − ε) log p_target − ε/V Σ_v log p_v  (F.cross_entropy's label smoothing)
-    if kept is None:
-        loss = -logp[rows, ts].sum() * (1.0 - eps)
-        if eps:
-            loss -= logp.sum() * (eps / weight.size(0))
-    else:
-        per_row = logp[rows, ts] * (1.0 - eps)
-        if eps:
-            per_row = per_row + logp.sum(1) * (eps / weight.size(0))
-        loss = -(per_row * kept).sum()
+    per_row = logp[rows, ts] * (1.0 - eps)
+    if eps:
+        per_row = per_row + logp.sum(1) * (eps / weight.size(0))
+    loss = -(per_row if kept is None else per_row * kept).sum()
     # ∂loss/∂logits = softmax − ((1 − ε)·onehot + ε/V)
     g = logp.exp_()
     if eps:
@@ -596,7 +591,7 @@ def bigru(x: torch.Tensor, forward: tuple, backward: tuple, h0: torch.Tensor | N
     a mask that is not a prefix of real tokens (at least one) per row: `biscan` with
     `gru_gates`.  The lengths come to the host once per batch (one synchronisation)."""
     capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-    if GPU_PATHS and capturing and _CUDNN_IN_GRAPHS[0]:
+    if GPU_PATHS and capturing and _cudnn_in_graphs:
         return padded_bigru(x, forward, backward, h0, mask)  # a CUDA graph can hold no host transfer
     lengths = _prefix_lengths(mask) if GPU_PATHS and x.device.type == "cuda" and not capturing else None
     if lengths is not None:
@@ -608,13 +603,14 @@ def bigru(x: torch.Tensor, forward: tuple, backward: tuple, h0: torch.Tensor | N
                          h0, mask)
 
 
-_CUDNN_IN_GRAPHS = [True]
+_cudnn_in_graphs = True
 
 
 def cudnn_in_graphs(on: bool) -> None:
     """Whether a CUDA graph captures the encoder's bi-GRU through cuDNN (padded_bigru) or as
     biscan's loop: ctxnmt.training.graphs switches to the loop if a capture with cuDNN fails."""
-    _CUDNN_IN_GRAPHS[0] = on
+    global _cudnn_in_graphs
+    _cudnn_in_graphs = on
 
 
 def _prefix_lengths(mask: torch.Tensor) -> torch.Tensor | None:

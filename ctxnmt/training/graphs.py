@@ -119,11 +119,14 @@ class GraphedSteps:
         captured = self._graph(shape, host)
         if captured is not None:
             return captured.run(host, scale)
-        inputs = [t.to(self.device, non_blocking=True) for t in host]
+        return self._pass([t.to(self.device, non_blocking=True) for t in host], scale).detach()
+
+    def _pass(self, inputs, scale) -> torch.Tensor:
+        """One forward and backward pass of the padded loss (eager, a warm-up, or captured)."""
         with self.autocast():
             nll = self.model.padded_loss(*inputs, self.label_smoothing)
         (nll * scale).backward()
-        return nll.detach()
+        return nll
 
     def _graph(self, shape: Shape, host: tuple[torch.Tensor, ...]) -> _Captured | None:
         if self.failed:
@@ -165,17 +168,13 @@ class GraphedSteps:
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(WARMUP):
-                with self.autocast():
-                    nll = self.model.padded_loss(*inputs, self.label_smoothing)
-                (nll * scale).backward()
+                self._pass(inputs, scale)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(graph, pool=self.pool):
-            with self.autocast():
-                nll = self.model.padded_loss(*inputs, self.label_smoothing)
-            (nll * scale).backward()
+            nll = self._pass(inputs, scale)
         for g, before in zip(self.grads, saved):  # the warm-up passes' gradients go
             g.copy_(before)
         if not self.graphs:  # the first capture
