@@ -17,6 +17,13 @@
 #      4 minutes, then the test set translated with beam 5 and scored           train.txt, test.txt, test.hyp.en
 #   and the time and exit status of every step                                  summary.txt
 #
+# GPU_CHECK_STEPS chooses the steps (default "checks speed reference train"); two more:
+#   beam     beam 5, fp32 and bf16, of this tree and of the commit GPU_CHECK_BEAM_BEFORE
+#            (a git worktree on the machine), one after the other in this run    beam.txt
+#   recipes  configs/rnnsearch-gpu.yaml with each override set of GPU_CHECK_RECIPES
+#            ("NAME:key=v,key=v;NAME:..."), trained side by side on the one GPU for what
+#            the budget leaves, then each one's test set                           recipes.txt
+#
 # The machine has no network and no package index: sacremoses and subword-nmt come as wheels
 # in .whl/ (installed here into /tmp/site), ctxnmt runs from this working tree.  Preparing the
 # Bible (tokenising, learning BPE) takes minutes of one core per vocabulary, so prepared
@@ -32,6 +39,8 @@ DRY=0
 [ "${1:-}" = "--dry" ] && DRY=1
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-480}
+STEPS=" ${GPU_CHECK_STEPS:-checks speed reference train} "
+has() { [[ "$STEPS" == *" $1 "* ]]; }
 OUT=${OUT:-$ROOT/runs/gpu-check/out}
 WORK=$ROOT/runs/gpu-check
 mkdir -p "$OUT" "$WORK"
@@ -119,7 +128,7 @@ PREP_BENCH=$!
 PREP_GPU=$!
 
 # 2. The GPU paths against the plain path, on CUDA (without pytest, which the machine may lack).
-step checks 90 "$OUT/checks.txt" "$PY" -m tests.models.test_gpu_cuda
+has checks && step checks 90 "$OUT/checks.txt" "$PY" -m tests.models.test_gpu_cuda
 
 # 3. The speed table: fp32 and bf16, without and with CUDA graphs (and before the GPU paths), in one run.
 wait $PREP_BENCH || { echo "preparing $BENCH_CONFIG failed:"; tail -n 15 "$WORK/prep-bench.log"; } | tee -a "$SUMMARY"
@@ -135,24 +144,33 @@ BEFORE=()
 # The benchmark's model is untrained: under the shipped length penalty it ends most outputs at
 # once, so beam search runs with the lengths the earlier figures had (power, α = 1, 2|x| + 10).
 FIXED_LENGTHS=decoding.length_penalty_kind=power,decoding.length_penalty=1.0,decoding.max_len_rule=fixed,decoding.max_len_a=2.0,decoding.max_len_b=10
-step speed 200 "$OUT/speed.txt" "$PY" benchmarks/speed.py "${ROWS[@]}" "${BEFORE[@]}" --beams 5 --decode-repeats 1 \
+has speed && step speed 200 "$OUT/speed.txt" "$PY" benchmarks/speed.py "${ROWS[@]}" "${BEFORE[@]}" --beams 5 --decode-repeats 1 \
   --decoding "$FIXED_LENGTHS" "${SPEED_ARGS[@]}"
 
 # 4. The plain one-file RNNsearch beside ctxnmt, 80 sentences a batch.
-step reference 150 "$OUT/reference.txt" "$PY" benchmarks/gpu_reference.py --config "$BENCH_CONFIG" \
+has reference && step reference 150 "$OUT/reference.txt" "$PY" benchmarks/gpu_reference.py --config "$BENCH_CONFIG" \
   "${REFERENCE_ARGS[@]}"
 
-# 5. The GPU recipe: train for what the budget leaves (at most 4 minutes), then the test set.
+# 4b. Beam search of this tree and of GPU_CHECK_BEAM_BEFORE's, one after the other.
+if has beam; then
+  BEAM_ROWS=("$BENCH_CONFIG::${TINY:+$TINY,}training.precision=fp32" "$BENCH_CONFIG::${TINY:+$TINY,}training.precision=bf16")
+  BEAM_ARGS=(--beams 5 --decode-repeats 3 --decoding "$FIXED_LENGTHS" "${SPEED_ARGS[@]}" --train-batches 2 --warmup 1)
+  BEFORE_TREE=$WORK/before
+  rm -rf "$BEFORE_TREE"
+  if git worktree add -f --detach "$BEFORE_TREE" "${GPU_CHECK_BEAM_BEFORE:-HEAD}" > "$WORK/worktree.log" 2>&1; then
+    ln -sfn "$ROOT/runs" "$BEFORE_TREE/runs" && ln -sfn "$ROOT/data" "$BEFORE_TREE/data"
+    echo "before: $(git -C "$BEFORE_TREE" log --oneline -1)" >> "$OUT/beam.txt"
+    PYTHONPATH=$BEFORE_TREE:$PYTHONPATH step beam-before 90 "$OUT/beam.txt" "$PY" "$BEFORE_TREE/benchmarks/speed.py" \
+      "${BEAM_ROWS[@]}" "${BEAM_ARGS[@]}"
+  else
+    echo "no worktree of ${GPU_CHECK_BEAM_BEFORE:-HEAD}: $(tail -n 1 "$WORK/worktree.log")" | tee -a "$SUMMARY"
+  fi
+  step beam-after 90 "$OUT/beam.txt" "$PY" benchmarks/speed.py "${BEAM_ROWS[@]}" "${BEAM_ARGS[@]}"
+fi
+
+# The GPU recipe's data: prepared in the background above, or carried.
 wait $PREP_GPU || { echo "preparing configs/rnnsearch-gpu.yaml failed:"; tail -n 15 "$WORK/prep-gpu.log"; } \
   | tee -a "$SUMMARY"
-LEFT=$(( BUDGET - ($(date +%s) - START) - 100 ))  # 100 s: validations, the final save, the test set
-MINUTES=$("$PY" -c "print(round(max(0.5, min(4.0, $LEFT / 60)), 2))")
-[ "$DRY" = 1 ] && MINUTES=0.2
-LIMIT=$("$PY" -c "print(int($MINUTES * 60 + 150))")  # validations and start-up on top of the training time
-echo "training for $MINUTES minutes (budget left: ${LEFT}s before the test set)" | tee -a "$SUMMARY"
-step train "$LIMIT" "$OUT/train.txt" "$PY" -m ctxnmt train configs/rnnsearch-gpu.yaml \
-  --set "model_dir=$MODEL" --max-minutes "$MINUTES" --quiet "${TRAIN_SETS[@]}"
-cat "$MODEL/train.log" >> "$OUT/train.txt" 2> /dev/null
 SRC=data/bible/test.es
 REF=data/bible/test.en
 if [ "$TEST_LINES" -gt 0 ]; then
@@ -160,7 +178,56 @@ if [ "$TEST_LINES" -gt 0 ]; then
   SRC=$WORK/test.es
   REF=$WORK/test.en
 fi
-step translate 120 "$OUT/test.txt" "$PY" -m ctxnmt translate "$MODEL" -i "$SRC" -o "$OUT/test.hyp.en" --beam 5 \
-  --device "$DEVICE"
-step score 60 "$OUT/test.txt" "$PY" -m ctxnmt score --hyp "$OUT/test.hyp.en" --ref "$REF" --metrics bleu,chrf
+# MINUTES and LIMIT: what the budget leaves for training, less `reserve` seconds after it.
+training_minutes() {
+  local left=$(( BUDGET - ($(date +%s) - START) - $1 ))
+  MINUTES=$("$PY" -c "print(round(max(0.5, min($2, $left / 60)), 2))")
+  [ "$DRY" = 1 ] && MINUTES=0.2
+  LIMIT=$("$PY" -c "print(int($MINUTES * 60 + 150))")  # validations and start-up on top of the training time
+  echo "training for $MINUTES minutes (budget left: ${left}s before the test set)" | tee -a "$SUMMARY"
+}
+
+# 5. The GPU recipe: train for what the budget leaves (at most 4 minutes), then the test set.
+if has train; then
+  training_minutes 100 4.0  # 100 s: validations, the final save, the test set
+  step train "$LIMIT" "$OUT/train.txt" "$PY" -m ctxnmt train configs/rnnsearch-gpu.yaml \
+    --set "model_dir=$MODEL" --max-minutes "$MINUTES" --quiet "${TRAIN_SETS[@]}"
+  cat "$MODEL/train.log" >> "$OUT/train.txt" 2> /dev/null
+  step translate 120 "$OUT/test.txt" "$PY" -m ctxnmt translate "$MODEL" -i "$SRC" -o "$OUT/test.hyp.en" --beam 5 \
+    --device "$DEVICE"
+  step score 60 "$OUT/test.txt" "$PY" -m ctxnmt score --hyp "$OUT/test.hyp.en" --ref "$REF" --metrics bleu,chrf
+fi
+
+# 6. Recipe candidates side by side on the one GPU (each slows the others: the log gives
+# each one's updates and tokens/s), then each one's test set.
+if has recipes; then
+  IFS=';' read -r -a RECIPES <<< "${GPU_CHECK_RECIPES:-}"
+  training_minutes 100 10.0
+  PIDS=()
+  for recipe in "${RECIPES[@]}"; do
+    name=${recipe%%:*}
+    dir=$WORK/recipe-$name
+    rm -rf "$dir" && mkdir -p "$dir" && cp -r "$MODEL/prep" "$dir/"
+    sets=()
+    IFS=',' read -r -a kv <<< "${recipe#*:}"
+    for x in "${kv[@]}"; do [ -n "$x" ] && sets+=(--set "$x"); done
+    [ "$DRY" = 1 ] && sets+=("${TRAIN_SETS[@]}")
+    echo "recipe $name: ${recipe#*:}" | tee -a "$OUT/recipes.txt"
+    step "train-$name" "$LIMIT" "$WORK/recipe-$name.log" "$PY" -m ctxnmt train configs/rnnsearch-gpu.yaml \
+      --set "model_dir=$dir" --max-minutes "$MINUTES" --quiet "${sets[@]}" &
+    PIDS+=($!)
+  done
+  wait "${PIDS[@]}"
+  for recipe in "${RECIPES[@]}"; do
+    name=${recipe%%:*}
+    dir=$WORK/recipe-$name
+    { echo "== recipe $name: ${recipe#*:}"; grep -E "validation|training stopped" "$dir/train.log"
+      grep -E " update [0-9]+:" "$dir/train.log" | tail -n 2; } \
+      >> "$OUT/recipes.txt" 2>&1
+    step "translate-$name" 120 "$OUT/recipes.txt" "$PY" -m ctxnmt translate "$dir" -i "$SRC" \
+      -o "$WORK/recipe-$name.hyp.en" --beam 5 --device "$DEVICE"
+    step "score-$name" 60 "$OUT/recipes.txt" "$PY" -m ctxnmt score --hyp "$WORK/recipe-$name.hyp.en" --ref "$REF" \
+      --metrics bleu,chrf
+  done
+fi
 echo "total $(( $(date +%s) - START ))s" | tee -a "$SUMMARY"

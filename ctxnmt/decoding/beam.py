@@ -138,6 +138,35 @@ class _Candidates:
     cp: torch.Tensor | None  # the coverage penalty of that row; None without one
 
 
+@dataclass
+class _OnHost:
+    """What a step's bookkeeping reads, copied to the host in one transfer: on a GPU every
+    read of a device tensor waits for the device, and a step reads once per hypothesis
+    that ends (docs/speed-log.md).  The candidates' (n, 2K) scores, rows and words (and
+    coverage penalties), and each sentence's best open hypothesis: its log-probability
+    and coverage penalty (n,)."""
+    scores: torch.Tensor
+    beam: torch.Tensor
+    tokens: torch.Tensor
+    cp: torch.Tensor | None
+    best_alive: torch.Tensor
+    best_alive_cp: torch.Tensor | None
+
+    @classmethod
+    def of(cls, candidates: _Candidates, alive_scores: torch.Tensor, beam_of: torch.Tensor,
+           row_cp: torch.Tensor | None) -> _OnHost:
+        best_cp = row_cp.gather(1, beam_of[:, :1]).view(-1) if row_cp is not None else None
+        # float32 holds every word id and row exactly (< 2^24), and the scores are float32
+        parts = [candidates.scores, candidates.beam, candidates.tokens, candidates.cp, alive_scores[:, 0], best_cp]
+        present = [x for x in parts if x is not None]
+        flat = torch.cat([x.reshape(-1).float() for x in present]).cpu().split([x.numel() for x in present])
+        it = iter(flat)
+        scores, beam, tokens = (next(it).view(x.shape) for x in parts[:3])
+        cp = next(it).view(candidates.cp.shape) if candidates.cp is not None else None
+        best_alive = next(it)
+        return cls(scores, beam.long(), tokens.long(), cp, best_alive, next(it) if best_cp is not None else None)
+
+
 class _Search:
     def __init__(self, model: Searchable, beam: int, length: LengthControl = NO_LENGTH_CONTROL,
                  return_attention: bool = False):
@@ -172,29 +201,33 @@ class _Search:
         att_history = self._attention_history(part, alpha)
         coverage, row_cp = self._coverage(part, alpha)
         candidates = self._candidates(part, row_logp, row_tok, row_cp)
+        alive_scores, beam_of, tok_of = self._continuations(candidates)
+        seen = _OnHost.of(candidates, alive_scores, beam_of, row_cp)
         sentences = [None if i is None else self.sentences[i] for i in part.active]
         lengths = [t + 1 for t in part.steps]  # words of each hypothesis with this step's
-        self._collect_finished(part, sentences, lengths, candidates, att_history)
-        alive_scores, beam_of, tok_of = self._continuations(candidates)
-        keep = self._searching(sentences, lengths, alive_scores, beam_of, row_cp)
+        self._collect_finished(part, sentences, lengths, seen, att_history)
+        keep = self._searching(sentences, lengths, seen)
         if not keep:
             return None
+        n = len(part.active)
         keep, active, alive_scores = self._leaving(part, keep, alive_scores)
-        keep_t = torch.tensor(keep, device=alive_scores.device)
         enc, width, src_lens = part.enc, part.width, part.src_lens
-        if len(keep) < len(part.active):
+        history, prev, device = part.history, tok_of.reshape(-1), alive_scores.device
+        if len(keep) < n:  # sentences leave: their rows go (the only step that sends indices to the device)
+            keep_t = torch.tensor(keep, device=device)
             enc, width, src_lens, att_history, coverage = self._without_the_finished(part, keep_t, att_history,
                                                                                     coverage)
-        prev = tok_of.index_select(0, keep_t).view(-1)
-        history = part.history
-        if K > 1 or len(keep) < len(part.active):  # otherwise (greedy, none left) every row stays where it is
-            row_index = (keep_t.view(-1, 1) * K + beam_of.index_select(0, keep_t)).view(-1)
+            alive_scores, beam_of = alive_scores.index_select(0, keep_t), beam_of.index_select(0, keep_t)
+            prev = tok_of.index_select(0, keep_t).view(-1)
+            row_index = (keep_t.view(-1, 1) * K + beam_of).view(-1)
+        else:
+            row_index = (torch.arange(n, device=device).view(-1, 1) * K + beam_of).view(-1)
+        if K > 1 or len(keep) < n:  # otherwise (greedy, none left) every row stays where it is
             history, state = history.index_select(0, row_index), state.select(row_index)
             att_history, coverage = (None if x is None else x.index_select(0, row_index)
                                      for x in (att_history, coverage))
-        return _Part(active, [lengths[j] for j in keep], src_lens, width, enc, state,
-                     alive_scores.index_select(0, keep_t), torch.cat([history, prev.view(-1, 1)], dim=1),
-                     att_history, prev, coverage)
+        return _Part(active, [lengths[j] for j in keep], src_lens, width, enc, state, alive_scores,
+                     torch.cat([history, prev.view(-1, 1)], dim=1), att_history, prev, coverage)
 
     def _attention_history(self, part: _Part, alpha: torch.Tensor) -> torch.Tensor | None:
         """Each row's attention over its steps, this step's included, where it is returned."""
@@ -222,25 +255,25 @@ class _Search:
         return _Candidates(scores, beam, row_tok.view(n, K * C).gather(1, index),
                            row_cp.gather(1, beam) if row_cp is not None else None)
 
-    def _collect_finished(self, part: _Part, sentences, lengths: list[int], candidates: _Candidates,
+    def _collect_finished(self, part: _Part, sentences, lengths: list[int], seen: _OnHost,
                           att_history: torch.Tensor | None) -> None:
         """Move to `finished` every EOS candidate ranked among the first K (and, at a
         sentence's length limit, the K best candidates whatever they end with)."""
-        K, top = self.K, candidates
-        last_step = torch.tensor([s is not None and t >= s.max_len for t, s in zip(lengths, sentences)],
-                                 device=top.scores.device)
-        rank = torch.arange(top.scores.size(1), device=top.scores.device).unsqueeze(0)
+        K, top = self.K, seen
+        last_step = torch.tensor([s is not None and t >= s.max_len for t, s in zip(lengths, sentences)])
+        rank = torch.arange(top.scores.size(1)).unsqueeze(0)
         ends = ((top.tokens == EOS) | last_step.view(-1, 1)) & (rank < K) & torch.isfinite(top.scores)
         found = ends.nonzero().tolist()
         if not found:
             return
         # Ranked in double precision: the scores are reported, and ties are broken by them.
         scores = self.length.score(top.scores.double(), lengths, top.cp)
+        history, width = part.history.cpu(), part.history.size(1)  # one transfer for every hypothesis ending here
         for j, c in found:
-            row, words = j * K + int(top.beam[j, c]), part.steps[j]
-            tokens = part.history[row, part.history.size(1) - words:].tolist()
-            if int(top.tokens[j, c]) != EOS:
-                tokens.append(int(top.tokens[j, c]))  # cut off at the length limit
+            row, words, token = j * K + int(top.beam[j, c]), part.steps[j], int(top.tokens[j, c])
+            tokens = history[row, width - words:].tolist()
+            if token != EOS:
+                tokens.append(token)  # cut off at the length limit
             att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
             sentences[j].finished.append(Hypothesis(tokens, float(scores[j, c]), float(top.scores[j, c]), att))
 
@@ -251,12 +284,10 @@ class _Search:
         alive_scores, pick = alive_scores.topk(self.K, dim=1)
         return alive_scores, candidates.beam.gather(1, pick), candidates.tokens.gather(1, pick)
 
-    def _searching(self, sentences, lengths: list[int], alive_scores: torch.Tensor, beam_of: torch.Tensor,
-                   row_cp: torch.Tensor | None) -> list[int]:
+    def _searching(self, sentences, lengths: list[int], seen: _OnHost) -> list[int]:
         """The sentences not done: each judged by its best open hypothesis, scored as the
         finished ones are (its coverage so far included)."""
-        cp = row_cp.gather(1, beam_of)[:, 0] if row_cp is not None else None
-        best_alive = self.length.score(alive_scores[:, 0], lengths, cp).tolist()
+        best_alive = self.length.score(seen.best_alive, lengths, seen.best_alive_cp).tolist()
         return [j for j, s in enumerate(sentences) if s is not None and not _done(s, self.K, lengths[j], best_alive[j])]
 
     def _leaving(self, part: _Part, keep: list[int], alive_scores: torch.Tensor):

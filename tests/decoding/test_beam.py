@@ -266,3 +266,42 @@ def test_a_search_step_writes_nothing_into_the_encoder_side(beam):
             assert set(part.enc) == set(before)
             for name, (kind, value) in before.items():
                 assert part.enc.kind(name) is kind and torch.equal(part.enc[name], value)
+
+
+class OnDevice(torch.Tensor):
+    """A tensor standing for one on a GPU: every value read on the host (`.cpu()`, `.tolist()`,
+    `int(t)`, …) is counted, since on a GPU each waits for the device."""
+    reads = 0
+    READS = {torch.Tensor.cpu, torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.__int__, torch.Tensor.__float__,
+             torch.Tensor.__bool__, torch.Tensor.__index__, torch.Tensor.numpy}
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in cls.READS:
+            cls.reads += 1
+            if func is torch.Tensor.cpu:  # on the host: a plain tensor from here on
+                with torch._C.DisableTorchFunctionSubclass():
+                    return args[0].as_subclass(torch.Tensor).clone()
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_a_search_step_reads_the_device_once_and_once_more_when_hypotheses_end(beam):
+    """One read of the device per step for the bookkeeping, and one more for the words of the
+    hypotheses that end there (not one per hypothesis, nor per value read)."""
+    from ctxnmt.decoding.beam import _Search
+
+    model = random_model(3)
+    src, mask = pad(SRC)
+    search = _Search(model, beam, LengthControl(kind="wu", alpha=0.6, beta=0.2), False)
+    with torch.no_grad():
+        part = search.start(list(range(len(SRC))), src.as_subclass(OnDevice), mask.as_subclass(OnDevice))
+        steps = ends = 0
+        while part is not None:
+            OnDevice.reads, finished = 0, sum(len(s.finished) for s in search.sentences.values())
+            part = search.advance(part)
+            steps += 1
+            ended = sum(len(s.finished) for s in search.sentences.values()) - finished
+            ends += ended > 0
+            assert 1 <= OnDevice.reads <= 1 + (ended > 0), (steps, ended, OnDevice.reads)
+    assert ends > 0 and all(len(s.finished) >= beam for s in search.sentences.values())
