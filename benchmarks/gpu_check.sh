@@ -225,8 +225,8 @@ if has recipes; then
       grep -E " update [0-9]+:" "$dir/train.log" | tail -n 2; } \
       >> "$OUT/recipes.txt" 2>&1
     step "translate-$name" 120 "$OUT/recipes.txt" "$PY" -m ctxnmt translate "$dir" -i "$SRC" \
-      -o "$WORK/recipe-$name.hyp.en" --beam 5 --device "$DEVICE"
-    step "score-$name" 60 "$OUT/recipes.txt" "$PY" -m ctxnmt score --hyp "$WORK/recipe-$name.hyp.en" --ref "$REF" \
+      -o "$OUT/recipe-$name.hyp.en" --beam 5 --device "$DEVICE"
+    step "score-$name" 60 "$OUT/recipes.txt" "$PY" -m ctxnmt score --hyp "$OUT/recipe-$name.hyp.en" --ref "$REF" \
       --metrics bleu,chrf
   done
 fi
