@@ -18,8 +18,8 @@
 #   and the time and exit status of every step                                  summary.txt
 #
 # GPU_CHECK_STEPS chooses the steps (default "checks speed reference train"); two more:
-#   beam     beam 5, fp32 and bf16, of this tree and of the commit GPU_CHECK_BEAM_BEFORE
-#            (a git worktree on the machine), one after the other in this run    beam.txt
+#   beam     beam 5, fp32 and bf16, of this tree (also with decoding.cuda_graphs) and of the
+#            commit GPU_CHECK_BEAM_BEFORE (a git worktree on the machine), in this run  beam.txt
 #   recipes  configs/rnnsearch-gpu.yaml with each override set of GPU_CHECK_RECIPES
 #            ("NAME:key=v,key=v;NAME:..."), trained side by side on the one GPU for what
 #            the budget leaves, then each one's test set                           recipes.txt
@@ -165,7 +165,9 @@ if has beam; then
   else
     echo "no worktree of ${GPU_CHECK_BEAM_BEFORE:-HEAD}: $(tail -n 1 "$WORK/worktree.log")" | tee -a "$SUMMARY"
   fi
-  step beam-after 90 "$OUT/beam.txt" "$PY" benchmarks/speed.py "${BEAM_ROWS[@]}" "${BEAM_ARGS[@]}"
+  GRAPHED_ROWS=()
+  [ -n "$GRAPHS" ] && GRAPHED_ROWS=("${BEAM_ROWS[0]},decoding.cuda_graphs=true" "${BEAM_ROWS[1]},decoding.cuda_graphs=true")
+  step beam-after 120 "$OUT/beam.txt" "$PY" benchmarks/speed.py "${BEAM_ROWS[@]}" "${GRAPHED_ROWS[@]}" "${BEAM_ARGS[@]}"
 fi
 
 # The GPU recipe's data: prepared in the background above, or carried.

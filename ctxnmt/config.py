@@ -206,6 +206,8 @@ class DecodingConfig:
     max_len_rule: str = "data"  # fixed: a as above | data: a = the training pairs' 99th-percentile ratio
     block_ngram_repeat: int = 0  # n > 0: no hypothesis repeats an n-gram of its own (OpenNMT-py's); 0 = off
     max_src_len: int = 200  # longer inputs are translated in pieces
+    # ours (issue 33): on CUDA, each search step replayed from a CUDA graph (ctxnmt/decoding/graphs.py)
+    cuda_graphs: bool = False
 
 
 @dataclass

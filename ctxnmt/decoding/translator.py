@@ -23,6 +23,7 @@ from ctxnmt.data.prepare import load_length_ratios, load_pipeline
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
+from ctxnmt.decoding.graphs import graphed
 from ctxnmt.decoding.length import LengthControl, length_control
 from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError
@@ -60,6 +61,8 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     document-context model; it travels with sentence i through the length sorting.
     `length`: the length settings (default: `dec`'s, with `max_len_rule: data` unresolved)."""
     model.eval()
+    if dec.cuda_graphs and torch.device(device).type == "cuda":
+        model = graphed(model)
     length = length if length is not None else length_control(dec, None, warn)
     size = batch_size or dec.batch_size
     todo = [i for i, s in enumerate(src_ids) if s]
