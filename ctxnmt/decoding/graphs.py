@@ -39,7 +39,9 @@ from ctxnmt.models.state import Kind, State
 
 ROUND_SENTS = 8  # sentences of a step, padded up to a multiple of this
 ROUND_WIDTH = 16  # source positions, likewise
-LIMIT = 64  # graphs kept at most
+# Graphs kept at most.  Each holds its own padded copy of an encoder side: at the papers' size
+# and 104 sentences of 80 positions some 200 MB, so 32 of them stay within a few GB.
+LIMIT = 32
 WARMUP = 2  # eager runs on a side stream before a capture (cuBLAS sets up its work space)
 
 Capture = Callable[[Callable[[], tuple]], tuple[Callable[[], None], tuple]]
