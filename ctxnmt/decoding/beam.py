@@ -156,15 +156,15 @@ class _OnHost:
     def of(cls, candidates: _Candidates, alive_scores: torch.Tensor, beam_of: torch.Tensor,
            row_cp: torch.Tensor | None) -> _OnHost:
         best_cp = row_cp.gather(1, beam_of[:, :1]).view(-1) if row_cp is not None else None
+        fields = {"scores": candidates.scores, "beam": candidates.beam, "tokens": candidates.tokens,
+                  "cp": candidates.cp, "best_alive": alive_scores[:, 0], "best_alive_cp": best_cp}
+        present = {name: x for name, x in fields.items() if x is not None}
         # float32 holds every word id and row exactly (< 2^24), and the scores are float32
-        parts = [candidates.scores, candidates.beam, candidates.tokens, candidates.cp, alive_scores[:, 0], best_cp]
-        present = [x for x in parts if x is not None]
-        flat = torch.cat([x.reshape(-1).float() for x in present]).cpu().split([x.numel() for x in present])
-        it = iter(flat)
-        scores, beam, tokens = (next(it).view(x.shape) for x in parts[:3])
-        cp = next(it).view(candidates.cp.shape) if candidates.cp is not None else None
-        best_alive = next(it)
-        return cls(scores, beam.long(), tokens.long(), cp, best_alive, next(it) if best_cp is not None else None)
+        flat = torch.cat([x.reshape(-1).float() for x in present.values()]).cpu()
+        host = {name: part.view(x.shape) for (name, x), part in
+                zip(present.items(), flat.split([x.numel() for x in present.values()]))}
+        host["beam"], host["tokens"] = host["beam"].long(), host["tokens"].long()
+        return cls(**{name: host.get(name) for name in fields})
 
 
 class _Search:
@@ -263,19 +263,21 @@ class _Search:
         last_step = torch.tensor([s is not None and t >= s.max_len for t, s in zip(lengths, sentences)])
         rank = torch.arange(top.scores.size(1)).unsqueeze(0)
         ends = ((top.tokens == EOS) | last_step.view(-1, 1)) & (rank < K) & torch.isfinite(top.scores)
-        found = ends.nonzero().tolist()
-        if not found:
+        js, cs = ends.nonzero(as_tuple=True)
+        if not len(js):
             return
         # Ranked in double precision: the scores are reported, and ties are broken by them.
-        scores = self.length.score(top.scores.double(), lengths, top.cp)
+        logprobs = top.scores[js, cs]
+        scores = self.length.score(logprobs.double(), [lengths[j] for j in js.tolist()],
+                                   top.cp[js, cs] if top.cp is not None else None).tolist()
         history, width = part.history.cpu(), part.history.size(1)  # one transfer for every hypothesis ending here
-        for j, c in found:
-            row, words, token = j * K + int(top.beam[j, c]), part.steps[j], int(top.tokens[j, c])
-            tokens = history[row, width - words:].tolist()
+        rows, ends_with = (js * K + top.beam[js, cs]).tolist(), top.tokens[js, cs].tolist()
+        for j, row, token, score, logprob in zip(js.tolist(), rows, ends_with, scores, logprobs.tolist()):
+            tokens = history[row, width - part.steps[j]:].tolist()
             if token != EOS:
                 tokens.append(token)  # cut off at the length limit
             att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
-            sentences[j].finished.append(Hypothesis(tokens, float(scores[j, c]), float(top.scores[j, c]), att))
+            sentences[j].finished.append(Hypothesis(tokens, score, logprob, att))
 
     def _continuations(self, candidates: _Candidates):
         """The K best candidates of each sentence that do not end here: their scores (n, K), and

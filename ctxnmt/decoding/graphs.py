@@ -34,8 +34,8 @@ from collections.abc import Callable
 import torch
 
 from ctxnmt.decoding.searchable import Searchable
-from ctxnmt.utils.messages import warn
 from ctxnmt.models.state import Kind, State
+from ctxnmt.utils.messages import warn
 
 ROUND_SENTS = 8  # sentences of a step, padded up to a multiple of this
 ROUND_WIDTH = 16  # source positions, likewise
@@ -43,9 +43,6 @@ ROUND_WIDTH = 16  # source positions, likewise
 # and 104 sentences of 80 positions some 200 MB, so 32 of them stay within a few GB.
 LIMIT = 32
 WARMUP = 2  # eager runs on a side stream before a capture (cuBLAS sets up its work space)
-
-Capture = Callable[[Callable[[], tuple]], tuple[Callable[[], None], tuple]]
-
 
 def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
@@ -57,17 +54,6 @@ def _entries(state: State):
         yield state.kind(name), state[name]
     for part in state.parts.values():
         yield from _entries(part)
-
-
-def _rebuilt(template: State, tensors) -> State:
-    """A State declared as `template`, with `tensors` (in `_entries` order) as its values."""
-    out = State()
-    for name in template:
-        {Kind.ROW: out.rows, Kind.POSITIONS: out.positions, Kind.SHARED: out.shared}[template.kind(name)](
-            **{name: next(tensors)})
-    for name, part in template.parts.items():
-        out.with_part(name, _rebuilt(part, tensors))
-    return out
 
 
 def _layout(state: State) -> tuple:
@@ -83,18 +69,11 @@ def _width(state: State) -> int:
 
 def _padded(state: State, rows: int, width: int) -> State:
     """`state` with its first row repeated up to `rows` rows and source positions padded
-    with zeros up to `width`: the inputs a graph is captured with."""
+    with zeros up to `width`: the inputs a graph is captured with (shared entries copied,
+    since loads write into them)."""
     index = torch.zeros(rows, dtype=torch.long, device=next(v for _, v in _entries(state)).device)
     index[:state.batch_size()] = torch.arange(state.batch_size(), device=index.device)
-    selected = state.select(index)
-
-    def widen(kind, value):
-        if kind is not Kind.POSITIONS:
-            return value.clone()
-        out = value.new_zeros(value.size(0), width, *value.shape[2:])
-        out[:, :value.size(1)] = value
-        return out
-    return _rebuilt(selected, iter([widen(kind, value) for kind, value in _entries(selected)]))
+    return state.select(index).pad(width).map(lambda kind, v: v.clone() if kind is Kind.SHARED else v)
 
 
 def _load(static: State, state: State) -> None:
@@ -114,11 +93,10 @@ def _load(static: State, state: State) -> None:
 def _read(static: State, rows: int, width: int) -> State:
     """The first `rows` rows and `width` positions of a graph's output state, copied out."""
     def cut(kind, value):
-        if kind is Kind.SHARED:
-            return value.clone()
-        value = value[:rows]
-        return (value[:, :width] if kind is Kind.POSITIONS else value).clone()
-    return _rebuilt(static, iter([cut(kind, value) for kind, value in _entries(static)]))
+        if kind is not Kind.SHARED:
+            value = value[:rows, :width] if kind is Kind.POSITIONS else value[:rows]
+        return value.clone()
+    return static.map(cut)
 
 
 def cuda_capture(run: Callable[[], tuple], pool=None) -> tuple[Callable[[], None], tuple, object]:
@@ -150,26 +128,28 @@ class _StepGraph:
 
     def __init__(self, enc: State, state: State, prev: torch.Tensor, k: int, model: Searchable, capture, pool):
         self.enc, self.state, self.prev, self.loaded = enc, state, prev, None
-        shape = {}
+        produced = {}
 
         def step():
             logp, tokens, new_state, alpha = model.step_candidates(self.enc, self.state, self.prev, k)
-            shape["state"] = new_state
+            produced["state"] = new_state  # its declarations; the values are the graph's outputs below
             return (logp, tokens, alpha, *[value for _, value in _entries(new_state)])
         self.replay, outputs, self.pool = capture(step, pool)
         self.logp, self.tokens, self.alpha = outputs[:3]
-        self.new_state = _rebuilt(shape["state"], iter(outputs[3:]))
+        values = iter(outputs[3:])  # in `_entries` order, which `map` follows
+        self.new_state = produced["state"].map(lambda kind, value: next(values))
         if _layout(self.new_state) != _layout(state):
             raise _Unsteady
 
-    def run(self, enc: State, state: State, prev: torch.Tensor):
+    def run(self, enc: State, state: State, prev: torch.Tensor, width: int):
+        """The step for `state` and `prev` over `enc` (of `width` source positions)."""
         if self.loaded is not enc:
             _load(self.enc, enc)
             self.loaded = enc
         _load(self.state, state)
         self.prev[:prev.size(0)].copy_(prev)
         self.replay()
-        rows, width = state.batch_size(), _width(enc)
+        rows = state.batch_size()
         return (self.logp[:rows].clone(), self.tokens[:rows].clone(), _read(self.new_state, rows, width),
                 self.alpha[:rows, :width].clone())
 
@@ -188,6 +168,10 @@ class GraphedSearch:
         self.graphs: OrderedDict[tuple, _StepGraph] = OrderedDict()
         self.pool, self.on, self.weights = None, True, _weights_key(model)
         self.captured = 0  # graphs captured so far (benchmarks report it)
+        # the encoder side of the last step, and its sentences, width and layout: it changes only
+        # when sentences leave or a batch starts, so its part of a step's key is kept
+        self.enc: State | None = None
+        self.enc_key: tuple = ()
 
     @property
     def vocab_size(self) -> int:
@@ -209,17 +193,19 @@ class GraphedSearch:
     def step_candidates(self, enc: State, state: State, prev_tokens: torch.Tensor | None, k: int):
         if not self.on or prev_tokens is None:  # the first step reads no previous word: eager
             return self.model.step_candidates(enc, state, prev_tokens, k)
-        sentences, rows = enc.batch_size(), state.batch_size()
-        beam = rows // sentences
+        if enc is not self.enc:
+            self.enc, self.enc_key = enc, (enc.batch_size(), _width(enc), _layout(enc))
+        sentences, width, enc_layout = self.enc_key
+        beam = state.batch_size() // sentences
         padded = round_up(sentences, ROUND_SENTS)
-        key = (padded, round_up(_width(enc), ROUND_WIDTH), beam, k, _layout(enc), _layout(state))
+        key = (padded, round_up(width, ROUND_WIDTH), beam, k, enc_layout, _layout(state))
         graph = self.graphs.get(key)
         if graph is None:
             graph = self._new(key, enc, state, prev_tokens, k)
             if graph is None:
                 return self.model.step_candidates(enc, state, prev_tokens, k)
         self.graphs.move_to_end(key)
-        return graph.run(enc, state, prev_tokens)
+        return graph.run(enc, state, prev_tokens, width)
 
     def _new(self, key, enc: State, state: State, prev: torch.Tensor, k: int) -> _StepGraph | None:
         padded, width, beam = key[:3]

@@ -111,6 +111,17 @@ class State(Mapping):
         return self._map(lambda kind, v: v[:, :width].contiguous() if kind is Kind.POSITIONS else v,
                          lambda part: part.trim(width))
 
+    def pad(self, width: int) -> State:
+        """Source-position entries padded with zeros to `width` positions (masked positions,
+        which get zero attention): `trim`'s inverse."""
+        return self._map(lambda kind, v: _pad_positions(v, width) if kind is Kind.POSITIONS else v,
+                         lambda part: part.pad(width))
+
+    def map(self, entry) -> State:
+        """Every entry's value (of its parts too) replaced by `entry(kind, value)`; the
+        declarations stay."""
+        return self._map(entry, lambda part: part.map(entry))
+
     def fits(self, other: State) -> bool:
         """Whether `concat` can join the two: the same declarations and, beyond the batch
         axis (and the source axis), the same shapes (a state that grows with t does not)."""

@@ -122,3 +122,16 @@ def test_a_failed_capture_warns_and_searches_eagerly(capsys):
     src, mask = pad(SRC[:3])
     same_hypotheses(beam_search(model, src, mask, beam=2, nbest=2), beam_search(wrapped, src, mask, beam=2, nbest=2))
     assert not wrapped.on and "capturing the search step failed" in capsys.readouterr().err
+
+
+def test_state_pad_is_trims_inverse_and_map_keeps_declarations():
+    """State.pad (which the graphs' padding uses) pads source positions with zeros, parts too;
+    State.map replaces values and keeps each entry's kind."""
+    inner = graphs.State().positions(keys=torch.ones(2, 3, 4))
+    state = graphs.State().rows(h=torch.ones(2, 5)).positions(mask=torch.ones(2, 3)).with_part("summary", inner)
+    padded = state.pad(8)
+    assert padded["mask"].shape == (2, 8) and padded["mask"][:, 3:].abs().sum() == 0
+    assert padded.part("summary")["keys"].shape == (2, 8, 4) and torch.equal(padded.trim(3)["mask"], state["mask"])
+    assert torch.equal(padded["h"], state["h"])
+    doubled = state.map(lambda kind, value: 2 * value)
+    assert doubled.kind("mask") is graphs.Kind.POSITIONS and torch.equal(doubled.part("summary")["keys"], 2 * inner["keys"])
