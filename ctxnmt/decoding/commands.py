@@ -26,6 +26,8 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, help="sentences decoded together")
     p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
     p.add_argument("--device", default="cpu", help="where to decode: cpu (default) or cuda")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="replay each search step from a CUDA graph (decoding.cuda_graphs, ours; needs --device cuda)")
     p.add_argument("--attention", metavar="JSONL", help="write attention weights, one JSON object per line")
     p.add_argument("--doc-ids", metavar="FILE",
                    help="one document id per input line (like a corpus .doc file): document-context models "
@@ -51,6 +53,8 @@ def cmd_translate(args) -> int:
     model_dirs = [args.model_dir, *args.ensemble]
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir, checkpoint=args.checkpoint,
                                  device=args.device, ensemble_mode=args.ensemble_mode)
+    if args.cuda_graphs:
+        translator.use_cuda_graphs()
     translator.length_control(options)  # a bad combination with the model's config fails before reading input
     lines = _read_input(args.input)
     doc_ids = None

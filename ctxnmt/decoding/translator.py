@@ -9,6 +9,7 @@ warning naming the line) rather than crashing or exhausting memory.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +182,12 @@ class Translator:
                                            [t for p in parts for t in p.tokens])
                 out[line_no].nbest = [out[line_no]]
         return out
+
+    def use_cuda_graphs(self) -> None:
+        """Search with `decoding.cuda_graphs` on, whatever the model directory's config says."""
+        if torch.device(self.device).type != "cuda":
+            raise ConfigError(f"--cuda-graphs needs --device cuda (got '{self.device}')")
+        self.config.decoding = dataclasses.replace(self.config.decoding, cuda_graphs=True)
 
     def length_control(self, overrides: Mapping[str, Any] | None = None) -> LengthControl:
         """The config's length settings with `overrides`, checked; `max_len_rule: data` reads

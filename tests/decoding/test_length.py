@@ -317,3 +317,23 @@ def test_a_given_a_binds_whatever_rule_the_config_has():
     assert (given.max_len_rule, given.max_len_a) == ("fixed", 1.0)
     assert length_control(given, {"0.99": 1.25}).max_len_a == 1.0
     assert with_options(DecodingConfig(), {"max_len_b": 3}).max_len_rule == "data"  # b alone keeps the rule
+
+
+def test_the_cuda_graphs_flag_needs_cuda_and_reaches_the_search(tiny, capsys, monkeypatch):
+    from collections import defaultdict
+
+    from ctxnmt.decoding import translator as translator_module
+    from ctxnmt.decoding.translator import Translator
+
+    code, err, _ = translate(tiny, capsys, "--cuda-graphs")
+    assert code == 2 and err.strip() == "ctxnmt translate: error: --cuda-graphs needs --device cuda (got 'cpu')"
+    wrapped = []
+    monkeypatch.setattr(translator_module, "graphed", lambda model: wrapped.append(model) or model)
+    monkeypatch.setattr(translator_module, "search_batches", lambda *args, **kw: defaultdict(list))
+    translator = Translator.load(tiny / "m")
+    translator.translate(["el gato 3 ."])
+    assert wrapped == []  # the model directory's config leaves graphs off
+    translator.device = "cuda"  # the search is stubbed: nothing reaches a device
+    translator.use_cuda_graphs()
+    translator.translate(["el gato 3 ."])
+    assert wrapped == [translator.model]
