@@ -86,7 +86,10 @@ def measure(translator, src: list[str], ref: list[str], beam: int | None, option
     score = bleu(hyps, ref)
     pairs = [(len(h.split()), len(r.split())) for h, r in zip(hyps, ref) if r.strip()]
     runaway = sum(h > 2 * r for h, r in pairs) / max(1, len(pairs))
-    return {"bleu": score.value, "ratio": score.extra["ratio"], "over_2x": runaway, "seconds": seconds}
+    # output words per source word, to set beside the training pairs' and the references' own
+    per_source = sum(len(h.split()) for h in hyps) / max(1, sum(len(s.split()) for s in src))
+    return {"bleu": score.value, "ratio": score.extra["ratio"], "over_2x": runaway, "out_per_src_word": per_source,
+            "seconds": seconds}
 
 
 def label(options: dict | None) -> dict:
@@ -143,12 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     except CtxnmtError as err:
         raise SystemExit(f"length_sweep: {err}") from None
     rows = []
-    print("| setting | BLEU | length ratio | > 2× ref | seconds |\n|---|---|---|---|---|")
+    words = sum(len(r.split()) for r in ref) / max(1, sum(len(s.split()) for s in src))
+    print(f"reference words per source word: {words:.3f}")
+    print("| setting | BLEU | length ratio | > 2× ref | output words per source word | seconds |\n"
+          "|---|---|---|---|---|---|")
     for options in [None, *settings]:
         row = {**label(options), **measure(translator, src, ref, args.beam, options)}
         rows.append(row)
         print(f"| {row['setting']} | {row['bleu']:.2f} | {row['ratio']:.3f} | {100 * row['over_2x']:.1f}% "
-              f"| {row['seconds']:.1f} |", flush=True)
+              f"| {row['out_per_src_word']:.3f} | {row['seconds']:.1f} |", flush=True)
     best = max(rows, key=lambda r: r["bleu"])
     print(f"best BLEU: {best['setting']} ({best['bleu']:.2f}) on {len(src)} sentences")
     if args.csv:
