@@ -20,6 +20,9 @@
 # GPU_CHECK_STEPS chooses the steps (default "checks speed reference train"); two more:
 #   beam     beam 5, fp32 and bf16, of this tree (also with decoding.cuda_graphs) and of the
 #            commit GPU_CHECK_BEAM_BEFORE (a git worktree on the machine), in this run  beam.txt
+#   flags    `ctxnmt translate` of the test set with a carried model directory
+#            (GPU_CHECK_FLAGS_MODEL), plain, --cuda-graphs, --bf16 and both: wall time,
+#            BLEU, and whether graphs change the outputs                           flags.txt
 #   recipes  configs/rnnsearch-gpu.yaml with each override set of GPU_CHECK_RECIPES
 #            ("NAME:key=v,key=v;NAME:..."), trained side by side on the one GPU for what
 #            the budget leaves, then each one's test set                           recipes.txt
@@ -168,6 +171,28 @@ if has beam; then
   GRAPHED_ROWS=()
   [ -n "$GRAPHS" ] && GRAPHED_ROWS=("${BEAM_ROWS[0]},decoding.cuda_graphs=true" "${BEAM_ROWS[1]},decoding.cuda_graphs=true")
   step beam-after 120 "$OUT/beam.txt" "$PY" benchmarks/speed.py "${BEAM_ROWS[@]}" "${GRAPHED_ROWS[@]}" "${BEAM_ARGS[@]}"
+fi
+
+# 4c. translate's GPU flags, each a whole command (start-up and model loading included).
+if has flags; then
+  FLAGS_MODEL=${GPU_CHECK_FLAGS_MODEL:-runs/demo}
+  FLAG_SETS=("" "--cuda-graphs" "--bf16" "--bf16 --cuda-graphs")
+  [ "$DRY" = 1 ] && FLAG_SETS=("")  # both flags need CUDA
+  for flags in "${FLAG_SETS[@]}"; do
+    name=plain${flags:+_$(echo "$flags" | tr -d '-' | tr ' ' '_')}
+    begin=$(date +%s.%N)
+    # shellcheck disable=SC2086  # $flags is a list of flags
+    step "translate-$name" 60 "$OUT/flags.log" "$PY" -m ctxnmt translate "$FLAGS_MODEL" -i data/bible/test.es \
+      -o "$OUT/flags-$name.en" --beam 5 --device "$DEVICE" $flags
+    seconds=$("$PY" -c "print(round($(date +%s.%N) - $begin, 2))")
+    echo "${flags:-plain}: ${seconds}s, $("$PY" -m ctxnmt score --hyp "$OUT/flags-$name.en" --ref data/bible/test.en \
+      --metrics bleu 2>&1 | grep -o 'BLEU|[^ ]* = [0-9.]*' | head -n 1)" | tee -a "$OUT/flags.txt"
+  done
+  for pair in "plain plain_cudagraphs" "plain_bf16 plain_bf16_cudagraphs" "plain plain_bf16"; do
+    set -- $pair
+    [ -f "$OUT/flags-$2.en" ] && echo "$1 vs $2: $(diff "$OUT/flags-$1.en" "$OUT/flags-$2.en" | grep -c '^<') lines differ" \
+      | tee -a "$OUT/flags.txt"
+  done
 fi
 
 # The GPU recipe's data: prepared in the background above, or carried.

@@ -28,6 +28,8 @@ def register(sub) -> None:
     p.add_argument("--device", default="cpu", help="where to decode: cpu (default) or cuda")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="replay each search step from a CUDA graph (decoding.cuda_graphs, ours; needs --device cuda)")
+    p.add_argument("--bf16", action="store_true",
+                   help="search under bf16 autocast, softmax and scores in float32 (needs --device cuda)")
     p.add_argument("--attention", metavar="JSONL", help="write attention weights, one JSON object per line")
     p.add_argument("--doc-ids", metavar="FILE",
                    help="one document id per input line (like a corpus .doc file): document-context models "
@@ -55,6 +57,8 @@ def cmd_translate(args) -> int:
                                  device=args.device, ensemble_mode=args.ensemble_mode)
     if args.cuda_graphs:
         translator.use_cuda_graphs()
+    if args.bf16:
+        translator.use_bf16()
     translator.length_control(options)  # a bad combination with the model's config fails before reading input
     lines = _read_input(args.input)
     doc_ids = None

@@ -337,3 +337,30 @@ def test_the_cuda_graphs_flag_needs_cuda_and_reaches_the_search(tiny, capsys, mo
     translator.use_cuda_graphs()
     translator.translate(["el gato 3 ."])
     assert wrapped == [translator.model]
+
+
+def test_the_bf16_flag_needs_cuda_and_searches_under_bf16_autocast(tiny, capsys, monkeypatch):
+    from collections import defaultdict
+    from contextlib import contextmanager
+
+    from ctxnmt.decoding import translator as translator_module
+    from ctxnmt.decoding.translator import Translator
+
+    code, err, _ = translate(tiny, capsys, "--bf16")
+    assert code == 2 and err.strip() == "ctxnmt translate: error: --bf16 needs --device cuda (got 'cpu')"
+    casts, searched_under = [], []
+
+    @contextmanager
+    def autocast(device_type, dtype=None, **kw):  # a CPU build cannot enter CUDA autocast: record it
+        casts.append((device_type, dtype))
+        yield
+
+    monkeypatch.setattr(torch, "autocast", autocast)
+    monkeypatch.setattr(translator_module, "search_batches",
+                        lambda *args, **kw: searched_under.append(list(casts)) or defaultdict(list))
+    translator = Translator.load(tiny / "m")
+    translator.translate(["el gato 3 ."])
+    translator.device = "cuda"  # the search is stubbed: nothing reaches a device
+    translator.use_bf16()
+    translator.translate(["el gato 3 ."])
+    assert searched_under == [[], [("cuda", torch.bfloat16)]]
