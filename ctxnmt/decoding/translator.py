@@ -190,16 +190,18 @@ class Translator:
 
     def use_cuda_graphs(self) -> None:
         """Search with `decoding.cuda_graphs` on, whatever the model directory's config says."""
-        if torch.device(self.device).type != "cuda":
-            raise ConfigError(f"--cuda-graphs needs --device cuda (got '{self.device}')")
+        self._needs_cuda("--cuda-graphs")
         self.config.decoding = dataclasses.replace(self.config.decoding, cuda_graphs=True)
 
     def use_bf16(self) -> None:
         """Search under bf16 autocast (on one H200, beam 5 of the papers'-size model ran 1.19×
         as fast as float32; the scores differ in their last digits)."""
-        if torch.device(self.device).type != "cuda":
-            raise ConfigError(f"--bf16 needs --device cuda (got '{self.device}')")
+        self._needs_cuda("--bf16")
         self.bf16 = True
+
+    def _needs_cuda(self, flag: str) -> None:
+        if torch.device(self.device).type != "cuda":
+            raise ConfigError(f"{flag} needs --device cuda (got '{self.device}')")
 
     def length_control(self, overrides: Mapping[str, Any] | None = None) -> LengthControl:
         """The config's length settings with `overrides`, checked; `max_len_rule: data` reads
