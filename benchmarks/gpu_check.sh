@@ -188,11 +188,14 @@ if has flags; then
     echo "${flags:-plain}: ${seconds}s, $("$PY" -m ctxnmt score --hyp "$OUT/flags-$name.en" --ref data/bible/test.en \
       --metrics bleu 2>&1 | grep -o 'BLEU|[^ ]* = [0-9.]*' | head -n 1)" | tee -a "$OUT/flags.txt"
   done
-  for pair in "plain plain_cudagraphs" "plain_bf16 plain_bf16_cudagraphs" "plain plain_bf16"; do
-    set -- $pair
-    [ -f "$OUT/flags-$2.en" ] && echo "$1 vs $2: $(diff "$OUT/flags-$1.en" "$OUT/flags-$2.en" | grep -c '^<') lines differ" \
+  while read -r a b; do
+    [ -f "$OUT/flags-$b.en" ] && echo "$a vs $b: $(diff "$OUT/flags-$a.en" "$OUT/flags-$b.en" | grep -c '^<') lines differ" \
       | tee -a "$OUT/flags.txt"
-  done
+  done <<'PAIRS'
+plain plain_cudagraphs
+plain_bf16 plain_bf16_cudagraphs
+plain plain_bf16
+PAIRS
 fi
 
 # The GPU recipe's data: prepared in the background above, or carried.

@@ -208,6 +208,12 @@ class DecodingConfig:
     max_src_len: int = 200  # longer inputs are translated in pieces
     # ours (issue 33): on CUDA, each search step replayed from a CUDA graph (ctxnmt/decoding/graphs.py)
     cuda_graphs: bool = False
+    # ours (issue 33): bf16 = on CUDA, the search's products in bfloat16 under autocast (softmax and
+    # scores in float32); on other devices the search stays float32 (docs/decoding.md)
+    precision: str = "fp32"
+
+
+SEARCH_PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
@@ -415,6 +421,8 @@ def validate(config: Config) -> None:
 
 def _validate_decoding(dec: DecodingConfig) -> None:
     check(decoding_options(dec), lambda key: f"decoding.{key}", ConfigError)
+    if dec.precision not in SEARCH_PRECISIONS:
+        raise ConfigError(f"decoding.precision must be one of {', '.join(SEARCH_PRECISIONS)}, not '{dec.precision}'")
 
 
 def first_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
+from ctxnmt.config import SEARCH_PRECISIONS
 from ctxnmt.data.corpus import decode_lines, read_lines
 from ctxnmt.data.documents import blank_line_documents, check_document_ids
 from ctxnmt.decoding import length
@@ -28,8 +29,10 @@ def register(sub) -> None:
     p.add_argument("--device", default="cpu", help="where to decode: cpu (default) or cuda")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="replay each search step from a CUDA graph (decoding.cuda_graphs, ours; needs --device cuda)")
-    p.add_argument("--bf16", action="store_true",
-                   help="search under bf16 autocast, softmax and scores in float32 (needs --device cuda)")
+    p.add_argument("--precision", choices=SEARCH_PRECISIONS,
+                   help="bf16: search under bf16 autocast, softmax and scores in float32 (needs --device cuda); "
+                        "default: the config's decoding.precision")
+    p.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
     p.add_argument("--attention", metavar="JSONL", help="write attention weights, one JSON object per line")
     p.add_argument("--doc-ids", metavar="FILE",
                    help="one document id per input line (like a corpus .doc file): document-context models "
@@ -57,8 +60,10 @@ def cmd_translate(args) -> int:
                                  device=args.device, ensemble_mode=args.ensemble_mode)
     if args.cuda_graphs:
         translator.use_cuda_graphs()
-    if args.bf16:
-        translator.use_bf16()
+    if args.bf16 and args.precision not in (None, "bf16"):
+        raise ConfigError(f"--bf16 and --precision {args.precision} contradict each other; use one")
+    if args.bf16 or args.precision:
+        translator.use_precision("bf16" if args.bf16 else args.precision, "--bf16" if args.bf16 else None)
     translator.length_control(options)  # a bad combination with the model's config fails before reading input
     lines = _read_input(args.input)
     doc_ids = None

@@ -9,16 +9,16 @@ warning naming the line) rather than crashing or exhausting memory.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ctxnmt.config import Config, DecodingConfig, load_config
+from ctxnmt.config import SEARCH_PRECISIONS, Config, DecodingConfig, load_config
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
@@ -63,7 +63,8 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     document-context model; it travels with sentence i through the length sorting.
     `length`: the length settings (default: `dec`'s, with `max_len_rule: data` unresolved)."""
     model.eval()
-    if dec.cuda_graphs and torch.device(device).type == "cuda":
+    on_cuda = torch.device(device).type == "cuda"
+    if dec.cuda_graphs and on_cuda:
         model = graphed(model)
     length = length if length is not None else length_control(dec, None, warn)
     size = batch_size or dec.batch_size
@@ -79,8 +80,12 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     # Greedy search: the next batch joins once fewer than half a batch of sentences is left
     # (search_batches); beams run batch by batch, where refill measured slower (docs/speed.md).
     refill = max(1, size // 2) if beam == 1 else 0
-    found = search_batches(model, batches(), beam, nbest, length, return_attention=return_attention,
-                           refill_below=refill)
+    # bf16: the products in bfloat16, softmax and scores in float32 (autocast's rules; a graph
+    # captures under the autocast it is first called in)
+    cast = torch.autocast("cuda", dtype=torch.bfloat16) if dec.precision == "bf16" and on_cuda else nullcontext()
+    with cast:
+        found = search_batches(model, batches(), beam, nbest, length, return_attention=return_attention,
+                               refill_below=refill)
     return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
 
 
@@ -119,7 +124,6 @@ class Translator:
         self.document_sents = (cfg.doc_sents if cfg.uses_document else 0) if document_sents is None else document_sents
         self.preprocessor, self.src_vocab, self.tgt_vocab = preprocessor, src_vocab, tgt_vocab
         self.device = device
-        self.bf16 = False  # search under bf16 autocast (use_bf16)
         self.warn: Log = warn  # where warnings go (a server sends them to its log)
         self._warned: set[str] = set()
 
@@ -170,11 +174,11 @@ class Translator:
         pieces, owners, src_tokens = self._segment(lines)
         ids = [self.src_vocab.encode(p, add_eos=False) for p in pieces]
         context = self._document_context(lines, doc_ids, owners, src_tokens)
-        # bf16: the products in bfloat16, softmax and scores in float32 (autocast's rules)
-        cast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
-        with cast:
-            hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention,
-                              context, control)
+        if dec.precision != "fp32" and torch.device(self.device).type != "cuda":
+            self._warn_once(f"decoding.precision {dec.precision} applies on CUDA only; searching in float32 "
+                            f"on {self.device}")
+        hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention,
+                          context, control)
         per_piece = [_to_translation(h, self.preprocessor, self.tgt_vocab, p) for h, p in zip(hyps, pieces)]
         out = [Translation("") for _ in lines]
         for line_no in range(len(lines)):
@@ -193,11 +197,15 @@ class Translator:
         self._needs_cuda("--cuda-graphs")
         self.config.decoding = dataclasses.replace(self.config.decoding, cuda_graphs=True)
 
-    def use_bf16(self) -> None:
-        """Search under bf16 autocast (on one H200, beam 5 of the papers'-size model ran 1.19×
-        as fast as float32; the scores differ in their last digits)."""
-        self._needs_cuda("--bf16")
-        self.bf16 = True
+    def use_precision(self, precision: str, flag: str | None = None) -> None:
+        """Search in `precision` (`decoding.precision`), whatever the model directory's config
+        says; bf16 only on CUDA (on one H200, beam 5 of the papers'-size model ran 1.19× as fast
+        as float32; the scores differ in their last digits)."""
+        if precision not in SEARCH_PRECISIONS:
+            raise ConfigError(f"decoding.precision must be one of {', '.join(SEARCH_PRECISIONS)}, not '{precision}'")
+        if precision != "fp32":
+            self._needs_cuda(flag or f"--precision {precision}")
+        self.config.decoding = dataclasses.replace(self.config.decoding, precision=precision)
 
     def _needs_cuda(self, flag: str) -> None:
         if torch.device(self.device).type != "cuda":

@@ -4,6 +4,7 @@ it returns), the output limit, the training data's length ratios, and bad values
 the command line and by the config (the server's are in tests/serve)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -12,6 +13,7 @@ import torch
 
 from ctxnmt.cli import main
 from ctxnmt.config import DecodingConfig, ModelConfig
+from ctxnmt.errors import ConfigError
 from ctxnmt.data.batching import pad
 from ctxnmt.data.prepare import Split, length_ratios, load_prepared
 from ctxnmt.data.vocab import EOS
@@ -339,28 +341,61 @@ def test_the_cuda_graphs_flag_needs_cuda_and_reaches_the_search(tiny, capsys, mo
     assert wrapped == [translator.model]
 
 
-def test_the_bf16_flag_needs_cuda_and_searches_under_bf16_autocast(tiny, capsys, monkeypatch):
+@pytest.mark.parametrize("flags, message", [
+    (["--bf16"], "--bf16 needs --device cuda (got 'cpu')"),
+    (["--precision", "bf16"], "--precision bf16 needs --device cuda (got 'cpu')"),
+    (["--bf16", "--precision", "fp32"], "--bf16 and --precision fp32 contradict each other; use one"),
+])
+def test_a_bf16_search_is_refused_on_the_cpu_from_the_command_line(tiny, capsys, flags, message):
+    code, err, _ = translate(tiny, capsys, *flags)
+    assert code == 2 and err.strip() == f"ctxnmt translate: error: {message}"
+
+
+def test_an_unknown_precision_flag_is_refused_by_name(tiny, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        translate(tiny, capsys, "--precision", "fp16")
+    assert exit_.value.code == 2 and "argument --precision: invalid choice: 'fp16'" in capsys.readouterr().err
+
+
+def test_decoding_precision_bf16_searches_under_cuda_bf16_autocast(tiny, monkeypatch):
+    """decoding.precision is applied in search_ids, so translate, validation and the server
+    search alike: under CUDA bf16 autocast on CUDA, in float32 (with a warning) elsewhere."""
     from collections import defaultdict
     from contextlib import contextmanager
 
     from ctxnmt.decoding import translator as translator_module
-    from ctxnmt.decoding.translator import Translator
+    from ctxnmt.decoding.translator import Translator, search_ids
 
-    code, err, _ = translate(tiny, capsys, "--bf16")
-    assert code == 2 and err.strip() == "ctxnmt translate: error: --bf16 needs --device cuda (got 'cpu')"
     casts, searched_under = [], []
 
     @contextmanager
     def autocast(device_type, dtype=None, **kw):  # a CPU build cannot enter CUDA autocast: record it
         casts.append((device_type, dtype))
         yield
+        casts.pop()
 
     monkeypatch.setattr(torch, "autocast", autocast)
     monkeypatch.setattr(translator_module, "search_batches",
                         lambda *args, **kw: searched_under.append(list(casts)) or defaultdict(list))
     translator = Translator.load(tiny / "m")
+    warnings = []
+    translator.warn = warnings.append
     translator.translate(["el gato 3 ."])
-    translator.device = "cuda"  # the search is stubbed: nothing reaches a device
-    translator.use_bf16()
+    translator.use_precision("fp32")
     translator.translate(["el gato 3 ."])
-    assert searched_under == [[], [("cuda", torch.bfloat16)]]
+    assert searched_under == [[], []] and warnings == []
+    bf16 = dataclasses.replace(translator.config.decoding, precision="bf16")
+    search_ids(translator.model, [[4, 5]], bf16, 2, device="cpu")  # e.g. validation on a CPU
+    search_ids(translator.model, [[4, 5]], bf16, 2, device="cuda")  # the search is stubbed: nothing reaches a device
+    assert searched_under[2:] == [[], [("cuda", torch.bfloat16)]]
+    translator.config.decoding = bf16  # a model directory trained on a GPU, translated on the CPU
+    translator.translate(["el gato 3 ."])
+    translator.translate(["el gato 3 ."])
+    assert searched_under[4:] == [[], []]
+    assert warnings == ["decoding.precision bf16 applies on CUDA only; searching in float32 on cpu"]
+    translator.device = "cuda"
+    translator.use_precision("bf16")
+    translator.translate(["el gato 3 ."])
+    assert searched_under[6:] == [[("cuda", torch.bfloat16)]]
+    with pytest.raises(ConfigError, match=r"^decoding.precision must be one of fp32, bf16, not 'fp8'$"):
+        translator.use_precision("fp8")
