@@ -23,6 +23,8 @@
 #   flags    `ctxnmt translate` of the test set with a carried model directory
 #            (GPU_CHECK_FLAGS_MODEL), plain, --cuda-graphs, --bf16 and both: wall time,
 #            BLEU, and whether graphs change the outputs                           flags.txt
+#   profile  where a beam-5 step's time goes (benchmarks/search_profile.py): the model's step
+#            against search's own bookkeeping, eager and with graphs, fp32 and bf16    profile.txt
 #   recipes  configs/rnnsearch-gpu.yaml with each override set of GPU_CHECK_RECIPES
 #            ("NAME:key=v,key=v;NAME:..."), trained side by side on the one GPU for what
 #            the budget leaves, then each one's test set                           recipes.txt
@@ -62,6 +64,7 @@ if [ "$DRY" = 1 ]; then  # tiny sizes, the CPU, a few batches: does every step r
   TINY="model.emb_dim=16,model.hidden_dim=32,model.att_dim=32,training.batch_sents=8"
   SPEED_ARGS=(--device cpu --train-batches 2 --warmup 1 --decode-sents 2 --decode-batch 2)
   REFERENCE_ARGS=(--device cpu --tiny --cgru)
+  PROFILE_ARGS=(--device cpu --decode-sents 2 --decode-batch 2)
   GRAPHS=""  # CUDA graphs need CUDA
   TRAIN_SETS=(--set model.emb_dim=16 --set model.hidden_dim=32 --set model.att_dim=32 --set training.device=cpu
               --set training.max_updates=3 --set training.valid_every=2 --set training.valid_max_sents=4)
@@ -72,6 +75,7 @@ else
   TINY=""
   SPEED_ARGS=(--device cuda --train-batches 12 --warmup 3 --decode-sents 200 --decode-batch 100)
   REFERENCE_ARGS=(--device cuda --batches 8 --rounds 3 --cgru --graphs)
+  PROFILE_ARGS=(--device cuda --decode-sents 200 --decode-batch 100 --graphs)
   GRAPHS="training.cuda_graphs=true"
   TRAIN_SETS=(--set "training.cuda_graphs=${GPU_CHECK_TRAIN_GRAPHS:-true}")  # false: the shipped recipe as is
   TEST_LINES=0
@@ -173,7 +177,19 @@ if has beam; then
   step beam-after 120 "$OUT/beam.txt" "$PY" benchmarks/speed.py "${BEAM_ROWS[@]}" "${GRAPHED_ROWS[@]}" "${BEAM_ARGS[@]}"
 fi
 
-# 4c. translate's GPU flags, each a whole command (start-up and model loading included).
+# 4c. Where a beam step's time goes, on the beam step's model and lengths.
+if has profile; then
+  PROFILE_SETS=()
+  IFS=, read -ra sets <<< "${TINY:+$TINY,}$FIXED_LENGTHS"
+  for item in "${sets[@]}"; do PROFILE_SETS+=(--set "$item"); done
+  for precision in "" --bf16; do
+    # shellcheck disable=SC2086  # $precision is one flag or none
+    step "profile${precision:+-bf16}" 90 "$OUT/profile.txt" "$PY" benchmarks/search_profile.py "$BENCH_CONFIG" \
+      "${PROFILE_SETS[@]}" "${PROFILE_ARGS[@]}" $precision
+  done
+fi
+
+# 4d. translate's GPU flags, each a whole command (start-up and model loading included).
 if has flags; then
   FLAGS_MODEL=${GPU_CHECK_FLAGS_MODEL:-runs/demo}
   FLAG_SETS=("" "--cuda-graphs" "--bf16" "--bf16 --cuda-graphs")
