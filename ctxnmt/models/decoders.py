@@ -258,8 +258,8 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
     place of s_{t-1} (Cheng et al.'s LSTMN, adapted in Miculicich Werlen et al.'s
     self-attentive residual decoder paper, eqs. 14–17 and appendix A.3.2):
 
-      e_ti = vᵀ tanh(W_m s_i + b_m + W_q s̃_{t-1} + W_x E y_{t-1}),  i = 0 … t-1   (eq. 17)
-      s̃_t = Σ_i softmax_i(e_ti) s_i                                               (eqs. 15–16)
+      e_ti = vᵀ tanh(W_m s_i + b_m + W_q s̃_{t-1} + W_x E y_{t-1}),  i = 1 … t-1   (eq. 17)
+      s̃_t = Σ_{i=1}^{t-1} softmax_i(e_ti) s_i                                     (eqs. 15–16)
       s'_t = GRU_1(E y_{t-1}, s̃_t)
       c_t  = attention(s'_t) as in the cGRU
       s_t  = z ⊙ s'_t + (1 − z) ⊙ tanh(W c_t + U (r ⊙ s̃_t)),  r, z from c_t and s̃_t  (A.3.2)
@@ -267,11 +267,13 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
     Both transitions read s̃_t where the cGRU reads a previous state (the appendix's
     U, U_z, U_r act on s̃_t); the update keeps s'_t as the state it refines.  The score
     reads e_ti = a(h_i, y_{t-1}, s̃_{t-1}) as eq. 17 has it (the appendix's W_s s_t cannot
-    be: s_t is what the step computes).  Where the papers are silent: the memory starts
-    with s_0 and s̃_0 = s_0, so the first step is the cGRU's.  Padding comes after every
-    real step, so causality keeps it out of the memory of real steps.  Cost: O(t) per
-    step (the scores depend on the query); W_x E y is computed for all steps before the
-    loop."""
+    be: s_t is what the step computes).  The memory holds s_1 … s_{t-1}, the states the
+    step has computed, and s_0 never enters it (eq. 15's sum and the appendix's
+    normalisation start at i = 1).  Where the papers define nothing: at t = 1 the sum is
+    empty, and s̃_1 = s_0, so the first step is the cGRU's (ours; s̃_1 = 0 would leave s_0
+    unread); the query of t = 2 is then W_q s_0.  Padding comes after every real step, so
+    causality keeps it out of the memory of real steps.  Cost: O(t) per step (the scores
+    depend on the query); W_x E y is computed for all steps before the loop."""
 
     def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
         super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)
@@ -300,29 +302,34 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
         return mix(alpha, states)
 
     def recurrence(self, enc, prev_emb):
-        s = self.initial_state(enc)
-        states, keys, query = [s], [self._key(enc, s)], step_product(s, enc["Wqm"])  # s̃_0 = s_0
+        tilde = self.initial_state(enc)  # s̃_1 = s_0
+        states, keys = [], []  # s_1 … s_{t-1} and their keys
         xp1, xq = self.gru1.input_proj(prev_emb), self.W_x(prev_emb)
         doc_in = self.document.input_terms(prev_emb)
         doc_steps = doc_in.unbind(1) if doc_in is not None else [None] * xp1.size(1)
         alphas = []
         for xp1_t, xq_t, doc_t in zip(xp1.unbind(1), xq.unbind(1), doc_steps):
-            tilde = self._read(torch.stack(states, dim=1), torch.stack(keys, dim=1), query + xq_t)
+            if states:
+                tilde = self._read(torch.stack(states, dim=1), torch.stack(keys, dim=1),
+                                   step_product(tilde, enc["Wqm"]) + xq_t)
             s, alpha, _ = self._transition(enc, tilde, xp1_t, doc_t)
             states.append(s)
             keys.append(self._key(enc, s))
-            query = step_product(tilde, enc["Wqm"])
             alphas.append(alpha)
-        return torch.stack(states[1:], dim=1), torch.stack(alphas, dim=1)
+        return torch.stack(states, dim=1), torch.stack(alphas, dim=1)
 
     def init_state(self, enc, beam: int = 1):
         state = super().init_state(enc, beam)
         s = state["s"]
-        return state.rows(mem_states=s.unsqueeze(1), mem_keys=self._key(enc, s).unsqueeze(1),
-                          mem_query=step_product(s, enc["Wqm"]))
+        empty = s.new_zeros(s.size(0), 0, s.size(1))
+        # mem_query: W_q s̃_{t-1}, first read at t = 2
+        return state.rows(mem_states=empty, mem_keys=empty, mem_query=torch.zeros_like(s))
 
     def advance(self, enc, state, prev_emb_t, word_input_t):
-        tilde = self._read(state["mem_states"], state["mem_keys"], state["mem_query"] + self.W_x(prev_emb_t))
+        if state["mem_states"].size(1) == 0:
+            tilde = state["s"]  # t = 1: s̃_1 = s_0
+        else:
+            tilde = self._read(state["mem_states"], state["mem_keys"], state["mem_query"] + self.W_x(prev_emb_t))
         s, alpha, c = self._transition(enc, tilde, word_input_t, self.document.input_terms(prev_emb_t))
         return s, alpha, c, State().rows(s=s, mem_states=torch.cat([state["mem_states"], s.unsqueeze(1)], dim=1),
                                          mem_keys=torch.cat([state["mem_keys"], self._key(enc, s).unsqueeze(1)], dim=1),

@@ -21,11 +21,12 @@ FORMAT_VERSION = 1
 # paper's eq. 9 (the old computation is `mean-with-start`), `adaptive` the paper's K = 1
 # output (the old one is `adaptive-gain3`), and the memory-RNN follows eq. 17 and appendix
 # A.3.2 (its old form is gone).  3: the language model's `mean` summary followed (eq. 11).
-DEFINITIONS = 3
+# 4: the memory-RNN's memory holds s_1 … s_{t-1}, as eq. 15 sums (s_0 was in it).
+DEFINITIONS = 4
 # (model config key, old value): (the name of the old computation, the definitions that changed it)
 RENAMED = {("target_context", "mean"): ("mean-with-start", 2), ("output", "adaptive"): ("adaptive-gain3", 2),
            ("summary", "mean"): ("mean-with-start", 3)}
-RETIRED = {("decoder", "memory-rnn"): "the memory-RNN before it followed eq. 17 (ctxnmt before definitions 2)"}
+RETIRED = {("decoder", "memory-rnn"): "the memory-RNN before it followed eqs. 15 and 17 (ctxnmt before definitions 4)"}
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:

@@ -158,10 +158,14 @@ def self_attentive_rnn_term(model, earlier_states, s):
     return dec.from_memory.weight @ sum(a * m for a, m in zip(alpha, earlier_states))
 
 
-def memory_rnn_read(model, memory, y_prev, tilde_prev):
-    """Eqs. 15–17 of the self-attentive residual decoder paper: s̃_t = Σ_i α_ti s_i over the
-    memory [s_0 … s_{t-1}], α_t = softmax_i(e_ti), e_ti = a(s_i, y_{t-1}, s̃_{t-1})
-    = vᵀ tanh(W_m s_i + b_m + W_q s̃_{t-1} + W_x E y_{t-1}), with s̃_0 = s_0."""
+def memory_rnn_read(model, memory, y_prev, tilde_prev, s_0):
+    """Eqs. 15–17 of the self-attentive residual decoder paper: s̃_t = Σ_{i=1}^{t-1} α_ti s_i
+    over the memory [s_1 … s_{t-1}], α_t = softmax over i = 1 … t-1 of e_ti (appendix A.3.2's
+    normalisation), e_ti = a(s_i, y_{t-1}, s̃_{t-1}) = vᵀ tanh(W_m s_i + b_m + W_q s̃_{t-1} +
+    W_x E y_{t-1}).  At t = 1 the sum is empty and the papers define nothing: s̃_1 = s_0, the
+    cGRU's first step (ours)."""
+    if not memory:
+        return s_0
     dec = model.decoder
     query = dec.W_q.weight @ tilde_prev + dec.W_x.weight @ y_prev
     e = torch.stack([(dec.v_m.weight[0] * torch.tanh(dec.W_m.weight @ m + dec.W_m.bias + query)).sum() for m in memory])
@@ -181,11 +185,11 @@ def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
     s = torch.tanh(dec.init_proj.weight @ annotations.mean(0) + dec.init_proj.bias)
     prev_embs = [model.start.detach().clone()]
     out, alphas, states = [], [], []
-    memory, tilde = [s], s  # memory-rnn: s_0 … s_{t-1}, and s̃_0 = s_0
+    memory, tilde, s_0 = [], s, s  # memory-rnn: s_1 … s_{t-1} (eq. 15)
     for t, y in enumerate(tgt_ids):
         y_prev = prev_embs[-1]
         if model.cfg.decoder == "memory-rnn":  # appendix A.3.2: both transitions read s̃_t
-            tilde = memory_rnn_read(model, memory, y_prev, tilde)
+            tilde = memory_rnn_read(model, memory, y_prev, tilde, s_0)
             s_prime = cell_step(dec.gru1, y_prev, tilde)
             alpha, c = additive_attention(dec.attention, s_prime, annotations)
             s = cell_step(dec.gru2, c, tilde, carry=s_prime)

@@ -34,10 +34,14 @@ def test_a_new_checkpoint_keeps_its_names(tmp_path):
     assert (saved["target_context"], saved["output"]) == ("mean", "adaptive")
 
 
-def test_an_old_memory_rnn_checkpoint_is_refused(tmp_path):
-    _old_checkpoint(tmp_path / "old.pt", decoder="memory-rnn", target_context="previous")
-    with pytest.raises(CheckpointError, match="memory-RNN before it followed eq. 17.*retrain it"):
+@pytest.mark.parametrize("definitions", [1, 2, 3])
+def test_an_old_memory_rnn_checkpoint_is_refused(tmp_path, definitions):
+    """Definitions 2 made the score read s̃_{t-1} (eq. 17); 4 took s_0 out of the memory (eq. 15)."""
+    _checkpoint_of(tmp_path / "old.pt", definitions, decoder="memory-rnn", target_context="previous")
+    with pytest.raises(CheckpointError, match="memory-RNN before it followed eqs. 15 and 17.*retrain it"):
         load_checkpoint(tmp_path / "old.pt")
+    _checkpoint_of(tmp_path / "new.pt", 4, decoder="memory-rnn", target_context="previous")
+    assert load_checkpoint(tmp_path / "new.pt")["model_config"]["decoder"] == "memory-rnn"
 
 
 def _checkpoint_of(path, definitions, **model_config):
