@@ -76,6 +76,9 @@ class ModelConfig:
     doc_sents: int = 3  # K previous sentences
     doc_dim: int = 0  # sentence- and document-RNN size; 0 = hidden_dim
     doc_embeddings: str = "shared"  # history sentences use the source embeddings, or "separate" ones
+    # gated-aux: a bias b_z in the gate (ours, and what runs before 2026-11-26 had); eq. 5 has
+    # none, and the paper's configs (configs/doc-*gated-aux*.yaml) set false
+    doc_gate_bias: bool = True
     # The settings of registered components beyond the keys above (declare_model_settings), as
     # set; in the file they stand flat among the keys above.
     components: dict[str, Any] = field(default_factory=dict)

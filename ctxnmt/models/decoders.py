@@ -49,6 +49,7 @@ class ConditionalGRUDecoder(Decoder):
     def __init__(self, emb_dim: int, hidden_dim: int, att_dim: int, ctx_dim: int, out_dim: int,
                  cell: str = "gru", target_context: str = "previous", output: str = "deep",
                  dropout_hidden: float = 0.0, doc_aux: str = "none", doc_init_dec: bool = False, doc_dim: int = 0,
+                 doc_gate_bias: bool = True,
                  **_):
         super().__init__()
         cell_cls = CELLS.get(cell)
@@ -64,14 +65,14 @@ class ConditionalGRUDecoder(Decoder):
         # How the document summary D enters (ctxnmt.models.document); "none" without init-dec: not at all.
         self.document = DOC_INPUTS.get(doc_aux)(doc_dim=doc_dim or hidden_dim, hidden_dim=hidden_dim,
                                                 emb_dim=emb_dim, ctx_dim=ctx_dim, init_dec=doc_init_dec,
-                                                blocks=self.gru2.n_blocks)
+                                                blocks=self.gru2.n_blocks, gate_bias=doc_gate_bias)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, ctx_dim: int) -> Decoder:
         return cls(emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, att_dim=cfg.att_dim, ctx_dim=ctx_dim,
                    out_dim=cfg.readout_dim, cell=cfg.cell, target_context=cfg.target_context, output=cfg.output,
                    dropout_hidden=cfg.dropout_hidden, doc_aux=cfg.doc_aux, doc_init_dec=cfg.doc_init_dec,
-                   doc_dim=cfg.document_dim)
+                   doc_dim=cfg.document_dim, doc_gate_bias=cfg.doc_gate_bias)
 
     # -- encoder-side work, once per sentence ---------------------------------------
     def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor, doc: torch.Tensor | None = None,

@@ -131,17 +131,18 @@ class AuxiliaryInput(DocumentInput):
 
 @DOC_INPUTS.register("gated-aux")
 class GatedAuxiliaryInput(AuxiliaryInput):
-    """The paper's gate: GRU_2 gains W_D (z_t ⊙ D) with
-    z_t = σ(U_z s_{t-1} + W_z E y_{t-1} + C_z c_t + b_z).
+    """The paper's gate (eqs. 5–6): GRU_2 gains W_D (z_t ⊙ D) with
+    z_t = σ(U_z s_{t-1} + W_z E y_{t-1} + C_z c_t), and + b_z with `gate_bias` (ours:
+    eq. 5 has no bias).
 
-    W_z E y_{t-1} + b_z is computed for all steps before the loop and C_z c_t as
+    W_z E y_{t-1} (+ b_z) is computed for all steps before the loop and C_z c_t as
     Σ_i α_ti (C_z h_i) from per-sentence terms; per step remain U_z s_{t-1} and the
     product with W_D."""
 
-    def __init__(self, doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs):
+    def __init__(self, doc_dim, hidden_dim, emb_dim, ctx_dim, gate_bias: bool = True, **kwargs):
         super().__init__(doc_dim, hidden_dim, emb_dim, ctx_dim, **kwargs)
         self.gate_state = nn.Linear(hidden_dim, doc_dim, bias=False)  # U_z
-        self.gate_word = nn.Linear(emb_dim, doc_dim)  # W_z, b_z
+        self.gate_word = nn.Linear(emb_dim, doc_dim, bias=gate_bias)  # W_z (b_z)
         self.gate_context = nn.Linear(ctx_dim, doc_dim, bias=False)  # C_z
 
     def prepare(self, enc, doc, gru2):

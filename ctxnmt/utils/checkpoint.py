@@ -21,12 +21,17 @@ FORMAT_VERSION = 1
 # paper's eq. 9 (the old computation is `mean-with-start`), `adaptive` the paper's K = 1
 # output (the old one is `adaptive-gain3`), and the memory-RNN follows eq. 17 and appendix
 # A.3.2 (its old form is gone).  3: the language model's `mean` summary followed (eq. 11).
-# 4: the memory-RNN's memory holds s_1 … s_{t-1}, as eq. 15 sums (s_0 was in it).
-DEFINITIONS = 4
+# 4: the memory-RNN's memory holds s_1 … s_{t-1}, as eq. 15 sums (s_0 was in it).  5: the
+# gated-aux gate's bias b_z became a key, `doc_gate_bias` (eq. 5 has none); before, it had one.
+DEFINITIONS = 5
 # (model config key, old value): (the name of the old computation, the definitions that changed it)
 RENAMED = {("target_context", "mean"): ("mean-with-start", 2), ("output", "adaptive"): ("adaptive-gain3", 2),
            ("summary", "mean"): ("mean-with-start", 3)}
-RETIRED = {("decoder", "memory-rnn"): "the memory-RNN before it followed eqs. 15 and 17 (ctxnmt before definitions 4)"}
+RETIRED = {("decoder", "memory-rnn"): ("the memory-RNN before it followed eqs. 15 and 17 (ctxnmt before definitions 4)",
+                                      4)}
+# (model config key, value): (a key the checkpoint did not record yet, the value it computed with, the definitions
+# that added the key)
+UNRECORDED = {("doc_aux", "gated-aux"): ("doc_gate_bias", True, 5)}
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -60,12 +65,15 @@ def _upgrade_definitions(payload: dict[str, Any], path: Path) -> None:
     if written >= DEFINITIONS:
         return
     saved = payload.get("model_config", {})
-    for (key, old), what in RETIRED.items():
-        if saved.get(key) == old:
+    for (key, old), (what, changed_in) in RETIRED.items():
+        if written < changed_in and saved.get(key) == old:
             raise CheckpointError(f"{path}: trained with {what}, which no longer exists; retrain it")
     for (key, old), (new, changed_in) in RENAMED.items():
         if written < changed_in and saved.get(key) == old:
             saved[key] = new
+    for (key, value), (added, then, added_in) in UNRECORDED.items():
+        if written < added_in and saved.get(key) == value:
+            saved.setdefault(added, then)
     payload["definitions"] = DEFINITIONS
 
 

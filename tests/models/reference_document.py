@@ -78,9 +78,9 @@ def document_logprobs(model, src_ids, tgt_ids, context, gates=None):
             s_new = gru_step(dec.gru2, c, s_prime)
         elif cfg.doc_aux == "aux":
             s_new = gru_with_extra_input(dec.gru2, c, di.from_document.weight @ D, s_prime)
-        elif cfg.doc_aux == "gated-aux":  # z_t = σ(U_z s_{t-1} + W_z E y_{t-1} + C_z c_t)
-            z = sigmoid(di.gate_state.weight @ s + di.gate_word.weight @ prev + di.gate_word.bias
-                        + di.gate_context.weight @ c)
+        elif cfg.doc_aux == "gated-aux":  # eq. 5: z_t = σ(U_z s_{t-1} + W_z E y_{t-1} + C_z c_t)
+            b_z = di.gate_word.bias if cfg.doc_gate_bias else 0.0  # ours (doc_gate_bias): + b_z
+            z = sigmoid(di.gate_state.weight @ s + di.gate_word.weight @ prev + b_z + di.gate_context.weight @ c)
             s_new = gru_with_extra_input(dec.gru2, c, di.from_document.weight @ (z * D), s_prime)
         else:  # gated-aux-code: g = σ(G_s s' + G_c c + G_D D + b)
             z = sigmoid(di.gate_state.weight @ s_prime + di.gate_context.weight @ c

@@ -20,7 +20,8 @@ INTEGRATIONS = {
     "init-enc": dict(doc_init_enc=True),
     "init-dec": dict(doc_init_dec=True),
     "aux": dict(doc_aux="aux"),
-    "gated-aux": dict(doc_aux="gated-aux"),
+    "gated-aux": dict(doc_aux="gated-aux"),  # with our b_z (the dataclass default)
+    "gated-aux-eq5": dict(doc_aux="gated-aux", doc_gate_bias=False),  # the paper's configs
     "gated-aux-code": dict(doc_aux="gated-aux-code"),
     "init-both-gated-aux": dict(doc_init_enc=True, doc_init_dec=True, doc_aux="gated-aux"),
     "init-enc-projected": dict(doc_init_enc=True, doc_dim=7),  # D of another size than the encoder's state
@@ -123,7 +124,7 @@ def test_beam_rows_share_their_sentence_summary(name):
     torch.testing.assert_close(logp_perm, ref_logp[perm], atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["gated-aux", "gated-aux-code"])
+@pytest.mark.parametrize("name", ["gated-aux", "gated-aux-eq5", "gated-aux-code"])
 def test_gates_lie_in_the_open_unit_interval_and_match_the_reference(name, monkeypatch):
     model = doc_model(**INTEGRATIONS[name])
     seen = []
@@ -138,10 +139,13 @@ def test_gates_lie_in_the_open_unit_interval_and_match_the_reference(name, monke
         torch.testing.assert_close(fast[0], slow, atol=1e-6, rtol=0)
 
 
-def test_gated_aux_with_the_gate_forced_open_equals_aux():
-    gated = doc_model(doc_aux="gated-aux")
-    with torch.no_grad():
-        gated.decoder.document.gate_word.bias.fill_(100.0)  # σ(100) = 1 in float32
+@pytest.mark.parametrize("gate_bias", [False, True])
+def test_gated_aux_with_the_gate_forced_open_equals_aux(gate_bias, monkeypatch):
+    """Eq. 6 with z_t = 1 is eq. 4's aux."""
+    gated = doc_model(doc_aux="gated-aux", doc_gate_bias=gate_bias)
+    assert (gated.decoder.document.gate_word.bias is not None) == gate_bias  # eq. 5 has no b_z; ours adds it
+    monkeypatch.setattr(gated.decoder.document, "gate",
+                        lambda enc, s_prev, alpha, y_term: torch.ones(s_prev.size(0), enc["doc"].size(-1)))
     aux = doc_model(doc_aux="aux")
     missing, unexpected = aux.load_state_dict(gated.state_dict(), strict=False)
     assert not missing and all(".gate_" in k for k in unexpected)
@@ -160,7 +164,8 @@ def test_parameters_added_by_each_part():
     assert growth(doc_init_enc=True) == rnns + d * h  # + the projection of D to the encoder's size
     assert growth(doc_init_dec=True) == rnns + h * d
     assert growth(doc_aux="aux") == rnns + 3 * h * d
-    assert growth(doc_aux="gated-aux") == rnns + 3 * h * d + h * d + e * d + d + c * d
+    assert growth(doc_aux="gated-aux", doc_gate_bias=False) == rnns + 3 * h * d + h * d + e * d + c * d  # eq. 5
+    assert growth(doc_aux="gated-aux") == rnns + 3 * h * d + h * d + e * d + d + c * d  # + our b_z
     assert growth(doc_aux="aux", doc_embeddings="separate") == rnns + 3 * h * d + 16 * e
 
 

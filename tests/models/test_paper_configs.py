@@ -72,3 +72,23 @@ def test_cross_sentence_configs_embed_the_history_with_their_own_matrix(name):
     model = build_model(cfg, 16, 16)
     assert model.document.history_emb is not None
     assert model.document.history_emb.weight.data_ptr() != model.src_emb.weight.data_ptr()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("doc-*gated-aux*.yaml")))
+def test_cross_sentence_configs_gate_as_eq_5(name):
+    """Wang et al.'s eq. 5, z_t = σ(U_z s_{t-1} + W_z y_{t-1} + C_z c_t), has no bias: the
+    paper's gated configs have none (b_z is ours: `doc_gate_bias: true`), and their
+    teacher-forced log-probabilities are the literal reference's (eqs. 5-6)."""
+    from ctxnmt.models.nmt import build_model
+    from tests.models import reference_document as ref_doc
+    from tests.models.test_document_context import CONTEXT, SRC as DOC_SRC, TGT as DOC_TGT, forward_logprobs
+
+    cfg = load_config(CONFIGS / name).model
+    cfg.emb_dim, cfg.hidden_dim, cfg.att_dim, cfg.dropout_out, cfg.init = 8, 10, 9, 0.0, "pytorch"
+    torch.manual_seed(0)
+    model = build_model(cfg, 16, 16).eval()
+    assert model.decoder.document.gate_word.bias is None
+    logp = forward_logprobs(model, DOC_SRC, DOC_TGT, CONTEXT)
+    for b, (s, t, ctx) in enumerate(zip(DOC_SRC, DOC_TGT, CONTEXT)):
+        expected = ref_doc.document_logprobs(model, s, t, ctx)
+        torch.testing.assert_close(logp[b, : len(t)], expected, atol=1e-5, rtol=0)

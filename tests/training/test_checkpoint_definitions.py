@@ -59,3 +59,17 @@ def test_each_rename_applies_only_to_checkpoints_older_than_its_change(tmp_path)
     assert load_checkpoint(tmp_path / "nmt.pt")["model_config"] == {"target_context": "mean", "output": "adaptive"}
     _checkpoint_of(tmp_path / "lm3.pt", 3, summary="mean")
     assert load_checkpoint(tmp_path / "lm3.pt")["model_config"]["summary"] == "mean"
+
+
+def test_an_old_gated_aux_checkpoint_states_its_gate_bias(tmp_path):
+    """Before definitions 5 the gated-aux gate had a bias b_z and no key said so: an old
+    checkpoint states it, so the paper's bias-free config (eq. 5) refuses it by name."""
+    _checkpoint_of(tmp_path / "old.pt", 4, doc_aux="gated-aux")
+    payload = load_checkpoint(tmp_path / "old.pt")
+    assert payload["model_config"]["doc_gate_bias"] is True
+    with pytest.raises(CheckpointError, match="model.doc_gate_bias is True in the checkpoint but False in the config"):
+        check_compatible(payload, tmp_path / "old.pt", {"doc_aux": "gated-aux", "doc_gate_bias": False}, None, None)
+    _checkpoint_of(tmp_path / "aux.pt", 4, doc_aux="aux")
+    assert "doc_gate_bias" not in load_checkpoint(tmp_path / "aux.pt")["model_config"]
+    _checkpoint_of(tmp_path / "new.pt", 5, doc_aux="gated-aux", doc_gate_bias=False)
+    assert load_checkpoint(tmp_path / "new.pt")["model_config"]["doc_gate_bias"] is False
