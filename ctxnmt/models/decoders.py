@@ -214,8 +214,8 @@ class SelfAttentiveRNNDecoder(ConditionalGRUDecoder):
     adapted as in Miculicich Werlen et al.'s comparison): the deep output gets
     W_mt s̃_t with s̃_t = Σ_{i<t} α_ti s_i, e_ti = vᵀ tanh(W_m s_i + W_s s_t).
 
-    Choices: the query is the current state s_t (the appendix allows s_{t-1} or
-    s_t); the memory holds s_1 … s_{t-1}, so s̃_1 = 0 (nothing to attend to yet)."""
+    The query is the current state s_t, as the appendix's score has it; the memory holds
+    s_1 … s_{t-1} (eq. 19), so s̃_1 = 0, the empty sum (nothing to attend to yet)."""
 
     def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
         super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)

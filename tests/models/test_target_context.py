@@ -143,7 +143,7 @@ def test_parameter_growth_is_W_y_and_v_only():
               for name in SUMMARIES}
     growth = {name: n - counts["previous"] for name, n in counts.items()}
     assert growth["mean"] == 0
-    assert growth["self-attentive"] == e * e + e + e  # W_y, its bias, v: the papers' claim
+    assert growth["self-attentive"] == e * e + e + e  # W_y, v (the papers' e² + e) and W_y's bias (the released code's)
     assert growth["self-attentive-sum"] == growth["self-attentive-product"] == e * e + e + e + c * e  # + W_c
     assert growth["self-attentive-dot"] == c * e  # W_c only
     assert growth["self-attentive-scope"] == e * e + e + e + h * e  # + W_s
