@@ -79,6 +79,11 @@ class ModelConfig:
     # gated-aux: a bias b_z in the gate (ours, and what runs before 2026-11-26 had); eq. 5 has
     # none, and the paper's configs (configs/doc-*gated-aux*.yaml) set false
     doc_gate_bias: bool = True
+    # D of a sentence without previous sentences (a document's first): zero (ours; every integration
+    # but the released gate is then the sentence model) | null-sentence (the released code's data
+    # format: a one-word pseudo-sentence NULL, read as the unknown word); the paper is silent, and
+    # its configs follow the released code
+    doc_start: str = "zero"
     # The settings of registered components beyond the keys above (declare_model_settings), as
     # set; in the file they stand flat among the keys above.
     components: dict[str, Any] = field(default_factory=dict)
@@ -409,6 +414,8 @@ def validate(config: Config) -> None:
     for name in ("dropout_emb", "dropout_hidden", "dropout_out"):
         if not 0.0 <= getattr(m, name) < 1.0:
             raise ConfigError(f"model.{name} must be in [0, 1)")
+    if m.doc_start not in ("zero", "null-sentence"):
+        raise ConfigError(f"model.doc_start must be 'zero' or 'null-sentence', got '{m.doc_start}'")
     if m.doc_embeddings not in ("shared", "separate"):
         raise ConfigError(f"model.doc_embeddings must be 'shared' or 'separate', got '{m.doc_embeddings}'")
     if m.uses_document and m.doc_sents < 1:

@@ -12,16 +12,18 @@ decoder's second transition, registered by name in DOC_INPUTS: `none`, `aux`,
 `gated-aux` (the paper's gate) and `gated-aux-code` (the authors' released gate).
 
 With no previous sentence (the first sentence of a document, or translation
-without document ids) D = 0, the document RNN's initial state: every
-integration except the released code's gate then computes exactly the
-sentence-level model's function.
+without document ids) D = 0, the document RNN's initial state (`doc_start: zero`,
+ours): every integration except the released code's gate then computes exactly the
+sentence-level model's function.  `doc_start: null-sentence` follows the released code's data
+format instead: such a sentence's history is one pseudo-sentence, the word NULL, which
+its vocabulary does not hold, so here the one-word sentence of the unknown word.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ctxnmt.data.vocab import PAD
+from ctxnmt.data.vocab import PAD, UNK
 from ctxnmt.models.cells import final_state
 from ctxnmt.models.functional import mix
 from ctxnmt.models.registry import CELLS, DOC_INPUTS
@@ -40,8 +42,9 @@ class HierarchicalSummary(nn.Module):
     slots masked (its state is held), so D is its state after the newest real sentence."""
 
     def __init__(self, emb_dim: int, doc_dim: int, cell: str = "gru", init_enc_dim: int = 0,
-                 history_vocab: int = 0):
+                 history_vocab: int = 0, null_start: bool = False):
         super().__init__()
+        self.null_start = null_start  # a sentence without history reads the pseudo-sentence [UNK]
         cell_cls = CELLS.get(cell)
         self.doc_dim = doc_dim
         self.sentence_rnn = cell_cls(emb_dim, doc_dim)
@@ -55,6 +58,8 @@ class HierarchicalSummary(nn.Module):
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, shared_emb: nn.Embedding,
                 dropout: nn.Module | None = None) -> torch.Tensor:
+        if self.null_start:
+            ids, mask = _null_history(ids, mask)
         B, K, L = ids.shape
         emb = (self.history_emb or shared_emb)(ids.view(B * K, L))
         if dropout is not None:
@@ -65,15 +70,28 @@ class HierarchicalSummary(nn.Module):
         xp = self.document_rnn.input_proj(S.view(B, K, self.doc_dim))
         return final_state(self.document_rnn, xp, zeros[:B], present)
 
-    def empty(self, batch: int, like: torch.Tensor) -> torch.Tensor:
+    def empty(self, batch: int, like: torch.Tensor, shared_emb: nn.Embedding) -> torch.Tensor:
         """D without any previous sentence."""
-        return like.new_zeros(batch, self.doc_dim)
+        if not self.null_start:
+            return like.new_zeros(batch, self.doc_dim)
+        ids = torch.full((batch, 1, 1), PAD, dtype=torch.long, device=like.device)
+        return self(ids, torch.zeros(batch, 1, 1, device=like.device), shared_emb)
 
     def encoder_state(self, doc: torch.Tensor) -> torch.Tensor | None:
         """The encoder's initial state under init-enc, else None (the zero state)."""
         if not self.init_enc:
             return None
         return doc if self.to_encoder is None else torch.tanh(self.to_encoder(doc))
+
+
+def _null_history(ids: torch.Tensor, mask: torch.Tensor):
+    """(B, K, L) context blocks in which each row without a sentence holds the one-word
+    pseudo-sentence [UNK] in its first slot (without a host read of which rows those are)."""
+    none = mask.amax((1, 2)) == 0
+    ids, mask = ids.clone(), mask.clone()
+    ids[:, 0, 0] = torch.where(none, torch.full_like(ids[:, 0, 0], UNK), ids[:, 0, 0])
+    mask[:, 0, 0] = torch.where(none, torch.ones_like(mask[:, 0, 0]), mask[:, 0, 0])
+    return ids, mask
 
 
 # -- how D reaches the cGRU decoder ---------------------------------------------------

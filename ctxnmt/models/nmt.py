@@ -40,7 +40,8 @@ class NMTModel(nn.Module):
             self.document = HierarchicalSummary(
                 cfg.emb_dim, cfg.document_dim, cfg.cell,
                 init_enc_dim=self.encoder.state_dim if cfg.doc_init_enc else 0,
-                history_vocab=src_vocab_size if cfg.doc_embeddings == "separate" else 0)
+                history_vocab=src_vocab_size if cfg.doc_embeddings == "separate" else 0,
+                null_start=cfg.doc_start == "null-sentence")
         self.generator = nn.Linear(self.decoder.out_dim, tgt_vocab_size)
         if cfg.tie_embeddings:
             self.generator.weight = self.tgt_emb.weight
@@ -76,7 +77,7 @@ class NMTModel(nn.Module):
         if self.document is None:
             return None
         if context is None:
-            return self.document.empty(batch, like)
+            return self.document.empty(batch, like, self.src_emb)
         return self.dropout_hidden(self.document(context.ids, context.mask, self.src_emb, self.dropout_emb))
 
     # -- teacher forcing ---------------------------------------------------------

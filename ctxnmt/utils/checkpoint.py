@@ -22,16 +22,29 @@ FORMAT_VERSION = 1
 # output (the old one is `adaptive-gain3`), and the memory-RNN follows eq. 17 and appendix
 # A.3.2 (its old form is gone).  3: the language model's `mean` summary followed (eq. 11).
 # 4: the memory-RNN's memory holds s_1 … s_{t-1}, as eq. 15 sums (s_0 was in it).  5: the
-# gated-aux gate's bias b_z became a key, `doc_gate_bias` (eq. 5 has none); before, it had one.
+# gated-aux gate's bias b_z became a key, `doc_gate_bias` (eq. 5 has none), and so did the
+# history of a document's first sentence, `doc_start` (the released code's NULL sentence);
+# before, the gate had a bias and that history summary was zero.
 DEFINITIONS = 5
 # (model config key, old value): (the name of the old computation, the definitions that changed it)
 RENAMED = {("target_context", "mean"): ("mean-with-start", 2), ("output", "adaptive"): ("adaptive-gain3", 2),
            ("summary", "mean"): ("mean-with-start", 3)}
 RETIRED = {("decoder", "memory-rnn"): ("the memory-RNN before it followed eqs. 15 and 17 (ctxnmt before definitions 4)",
                                       4)}
-# (model config key, value): (a key the checkpoint did not record yet, the value it computed with, the definitions
-# that added the key)
-UNRECORDED = {("doc_aux", "gated-aux"): ("doc_gate_bias", True, 5)}
+
+
+def _gated(model_config: dict) -> bool:
+    return model_config.get("doc_aux") == "gated-aux"
+
+
+def _document(model_config: dict) -> bool:
+    return bool(model_config.get("doc_init_enc") or model_config.get("doc_init_dec")
+                or model_config.get("doc_aux", "none") != "none")
+
+
+# Keys a checkpoint of its kind did not record yet: (of which checkpoints, key, the value they computed with,
+# the definitions that added the key)
+UNRECORDED = [(_gated, "doc_gate_bias", True, 5), (_document, "doc_start", "zero", 5)]
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -71,8 +84,8 @@ def _upgrade_definitions(payload: dict[str, Any], path: Path) -> None:
     for (key, old), (new, changed_in) in RENAMED.items():
         if written < changed_in and saved.get(key) == old:
             saved[key] = new
-    for (key, value), (added, then, added_in) in UNRECORDED.items():
-        if written < added_in and saved.get(key) == value:
+    for applies, added, then, added_in in UNRECORDED:
+        if written < added_in and applies(saved):
             saved.setdefault(added, then)
     payload["definitions"] = DEFINITIONS
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from ctxnmt.data.vocab import UNK
 from tests.models.reference import additive_attention, birnn_encode, gru_step, sigmoid
 
 
@@ -13,6 +14,8 @@ def hierarchical_summary(model, context):
     """D for one sentence: context = its previous sentences (id lists, oldest first).
     S_k = sentence GRU's last state over sentence k; D = document GRU's last state over S_1 … S_K."""
     doc = model.document
+    if not context and model.cfg.doc_start == "null-sentence":
+        context = [[UNK]]  # the released code's history "NULL", a word outside its vocabulary
     emb = doc.history_emb if doc.history_emb is not None else model.src_emb
     d = torch.zeros(doc.doc_dim)
     for sentence in context:

@@ -8,6 +8,7 @@ import torch
 
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import Context, pad, pad_context
+from ctxnmt.data.vocab import PAD
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.nmt import build_model, count_parameters
 from tests.models import reference_document as ref
@@ -62,6 +63,27 @@ def test_first_sentence_has_zero_summary():
     model = doc_model(doc_aux="aux")
     ctx = pad_context([[], []], 3)
     assert float(model.document(ctx.ids, ctx.mask, model.src_emb).detach().abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("embeddings", ["shared", "separate"])
+def test_with_null_sentence_a_first_sentence_reads_the_released_codes_null_history(embeddings):
+    """The released code (tuzhaopeng/LC-NMT) gives a document's first sentence the history
+    "NULL", a word outside its vocabulary: D is the summary of the one-word sentence [UNK],
+    with context blocks and without any context alike; sentences with history are unchanged."""
+    from ctxnmt.data.vocab import UNK
+
+    model = doc_model(doc_aux="aux", doc_embeddings=embeddings, doc_dim=6, doc_start="null-sentence")
+    ctx = pad_context(CONTEXT, 3)  # CONTEXT[0] is a first sentence
+    D = model.document(ctx.ids, ctx.mask, model.src_emb)
+    null = ref.hierarchical_summary(model, [[UNK]])
+    assert float(null.detach().abs().max()) > 0
+    torch.testing.assert_close(D[0], null, atol=1e-6, rtol=0)
+    for b in (1, 2):
+        torch.testing.assert_close(D[b], ref.hierarchical_summary(model, CONTEXT[b]), atol=1e-6, rtol=0)
+    src, mask = pad(SRC)
+    without = model.summarise_document(None, len(SRC), model.src_emb(src))
+    torch.testing.assert_close(without, null.expand(len(SRC), -1), atol=1e-6, rtol=0)
+    assert ctx.ids[0].eq(PAD).all()  # the caller's block is left as it was
 
 
 @pytest.mark.parametrize("name", list(INTEGRATIONS))

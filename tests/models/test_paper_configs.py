@@ -92,3 +92,11 @@ def test_cross_sentence_configs_gate_as_eq_5(name):
     for b, (s, t, ctx) in enumerate(zip(DOC_SRC, DOC_TGT, CONTEXT)):
         expected = ref_doc.document_logprobs(model, s, t, ctx)
         torch.testing.assert_close(logp[b, : len(t)], expected, atol=1e-5, rtol=0)
+
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("doc-*.yaml")))
+def test_cross_sentence_configs_give_a_first_sentence_the_released_codes_null_history(name):
+    """The paper does not say what a document's first sentence reads; the released code's data
+    format gives it the history "NULL" (a word outside the vocabulary), so the code decides."""
+    assert load_config(CONFIGS / name).model.doc_start == "null-sentence"

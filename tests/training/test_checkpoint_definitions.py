@@ -73,3 +73,11 @@ def test_an_old_gated_aux_checkpoint_states_its_gate_bias(tmp_path):
     assert "doc_gate_bias" not in load_checkpoint(tmp_path / "aux.pt")["model_config"]
     _checkpoint_of(tmp_path / "new.pt", 5, doc_aux="gated-aux", doc_gate_bias=False)
     assert load_checkpoint(tmp_path / "new.pt")["model_config"]["doc_gate_bias"] is False
+
+
+def test_an_old_document_checkpoint_states_its_zero_start(tmp_path):
+    """Before definitions 5 a document's first sentence had D = 0 and no key said so."""
+    _checkpoint_of(tmp_path / "old.pt", 4, doc_init_dec=True, doc_aux="none")
+    assert load_checkpoint(tmp_path / "old.pt")["model_config"]["doc_start"] == "zero"
+    _checkpoint_of(tmp_path / "sentence.pt", 4, doc_init_enc=False, doc_init_dec=False, doc_aux="none")
+    assert "doc_start" not in load_checkpoint(tmp_path / "sentence.pt")["model_config"]
