@@ -22,7 +22,10 @@ _output_preactivation = ref.output_preactivation  # before the tests patch it
 
 
 def published_cell_step(cell, x, h, carry=None):
-    """The GRU (eqs. 9–12 of Li et al.) or the hyper-gated GRU of eqs. 13–17, nothing else."""
+    """The GRU (eqs. 9–12 of Li et al.) or the hyper-gated GRU of eqs. 13–17, nothing else:
+    no rescaled hyper-gate.  The reset gate is dl4mt's r ⊙ (U h), as every GRU of ctxnmt and
+    the authors' released code compute it, where eqs. 11 and 16 print U (r ⊙ h)
+    (docs/encoders-and-adaptive.md says why the released code decided)."""
     if cell.n_blocks == 3:
         return ref.gru_step(cell, x, h, carry)
     return ref.adaptive_gru_step(cell, x, h, carry=carry)
