@@ -38,6 +38,7 @@ def _gated(model_config: dict) -> bool:
 
 
 def _document(model_config: dict) -> bool:
+    # ModelConfig.uses_document on a saved dict: utils sits below config and cannot import it
     return bool(model_config.get("doc_init_enc") or model_config.get("doc_init_dec")
                 or model_config.get("doc_aux", "none") != "none")
 
