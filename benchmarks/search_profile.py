@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.speed import sync  # noqa: E402 (after the path)
+
 
 class TimedSteps:
     """A Searchable whose `step_candidates` is timed (device synchronised at its end)."""
@@ -64,8 +66,6 @@ class TimedSteps:
     def _timed(self, total: str, call, *args):
         if not self.record:
             return call(*args)
-        from benchmarks.speed import sync
-
         sync(self.device)
         start = time.perf_counter()
         out = call(*args)
@@ -123,7 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from benchmarks.common import bench_model, prepared_data, test_sources
-    from benchmarks.speed import sync
     from ctxnmt.config import load_config
     from ctxnmt.data.prepare import length_ratios
     from ctxnmt.decoding.graphs import GraphedSearch
