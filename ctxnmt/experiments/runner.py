@@ -3,7 +3,8 @@
 Every step is resumable: finished runs are not retrained, interrupted ones resume
 from their last checkpoint, and translations, scores and significance tests are
 recomputed only when what they depend on has changed.  Every run's model
-directory is checked against its effective config before anything is trained.
+directory is checked against its effective config before anything is trained
+(with --only, every selected run's; the others are checked for the report).
 """
 from __future__ import annotations
 
@@ -39,8 +40,12 @@ from ctxnmt.experiments.runs import (
     training_record,
 )
 from ctxnmt.experiments.spec import Experiment
-from ctxnmt.training.runs import PlannedRun, RunState, train_unfinished
+from ctxnmt.training.runs import PlannedRun, RunState, split_for_report, train_unfinished
 from ctxnmt.utils.messages import Log, stderr_log
+
+
+def run_label(run: Run) -> str:
+    return f"{run.system}:{run.seed}"
 
 
 def check_runs(runs: list[Run]) -> dict[int, RunState]:
@@ -187,13 +192,13 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
     its runs retrained by another process).  The report follows them as they are then,
     as a `--report` would, instead of judging the other runs by a stale plan."""
     runs = plan_runs(experiment)
-    states = check_runs(runs)
+    mine = select_runs(runs, only) if only else runs
     if train:
-        train_all(experiment, select_runs(runs, only) if only else runs, states, log, quiet, jobs)
+        train_all(experiment, mine, check_runs(mine), log, quiet, jobs)
         if reload is not None:
             experiment, runs = _reread(experiment, runs, reload, log)
-    finished = [run for run in runs if run_state(run) is RunState.DONE]
-    waiting = [f"{run.system}:{run.seed}" for run in runs if run not in finished]
+    finished, waiting = split_for_report(runs, run_state, run_label, {run_label(run) for run in mine} if only else None,
+                                         log)
     if waiting:
         log(f"not finished yet, left out of the report: {', '.join(waiting)}")
     if not any(run.system == experiment.baseline for run in finished) and experiment.system(experiment.baseline).config:

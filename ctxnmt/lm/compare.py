@@ -32,7 +32,7 @@ from ctxnmt.evaluation.significance import SigResult
 from ctxnmt.lm.config import load_lm_config
 from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import LINE_SCORES
-from ctxnmt.training.runs import PlannedRun, RunState, directory_state, train_unfinished
+from ctxnmt.training.runs import PlannedRun, RunState, directory_state, split_for_report, train_unfinished
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.messages import Log, stderr_log
@@ -198,6 +198,10 @@ def shell_command(configs: list[str], overrides: list[str], seeds: list[int], ou
     return " ".join(shlex.quote(a) for a in args)
 
 
+def run_label(run: tuple[str, int, object]) -> str:
+    return f"{run[2].name}:{run[1]}"
+
+
 def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path,
             log: Log = stderr_log("lm compare: "), only: list[str] | None = None, train: bool = True, jobs: int = 1) -> list[dict] | None:
     """Train what is missing (of `only`'s runs, if given; nothing unless `train`; up to
@@ -209,17 +213,15 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
     names = list(dict.fromkeys(config.name for _, _, config in runs))
     if len(names) != len(configs):
         raise ConfigError("two configs have the same name; each system needs its own (set it with name: in the file)")
-    states = {id(config): run_state(config) for _, _, config in runs}  # every directory checked first
     chosen = select(runs, only, lambda run: (run[2].name, run[1]), "comparison") if only else runs
+    states = {id(config): run_state(config) for _, _, config in chosen}  # every directory to train checked first
     if train:
         train_runs([(seed, config, states[id(config)]) for _, seed, config in chosen], jobs, log)
+    finished, waiting = split_for_report(runs, lambda run: run_state(run[2]), run_label,
+                                         {run_label(run) for run in chosen} if only else None, log)
     results: dict[str, dict[int, dict]] = {}
-    waiting = []
-    for _, seed, config in runs:
+    for _, seed, config in finished:
         directory = Path(config.model_dir)
-        if run_state(config) is not RunState.DONE:
-            waiting.append(f"{config.name}:{seed}")
-            continue
         stored = json.loads((directory / "results.json").read_text(encoding="utf-8"))
         results.setdefault(config.name, {})[seed] = {"ppl": stored["test_ppl"], "lines": line_statistics(directory),
                                                      **{key: stored[key] for key in RUN_FACTS}}

@@ -11,11 +11,14 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ctxnmt.errors import ConfigError
 from ctxnmt.utils.messages import Log
 from ctxnmt.utils.processes import check_jobs, run_side_by_side
+
+
+T = TypeVar("T")
 
 
 class RunState(enum.Enum):
@@ -78,6 +81,31 @@ def train_unfinished(runs: list[PlannedRun], jobs: int, log: Log, before: Callab
             run.train(*run.args)
     if jobs > 1 and todo:
         run_side_by_side([(run.label, run.train, run.args) for run in todo], jobs, log)
+
+
+def split_for_report(runs: list[T], state: Callable[[T], RunState], label: Callable[[T], str],
+                     selected: set[str] | None, log: Log) -> tuple[list[T], list[str]]:
+    """The finished runs, in order, and the labels of those still training.
+
+    With `selected` (the labels an --only process trains) the other runs belong to other
+    processes, perhaps on a newer checkout whose configs carry keys this one does not
+    know: one whose directory disagrees with this process's plan is left out of the
+    report with its reason, so that hours of training still end in a report.  A selected
+    run's disagreement, or any run's without `selected`, stops the command."""
+    finished, waiting = [], []
+    for run in runs:
+        try:
+            current = state(run)
+        except ConfigError as err:
+            if selected is None or label(run) in selected:
+                raise
+            log(f"left out of the report: {label(run)}: {err}")
+            continue
+        if current is RunState.DONE:
+            finished.append(run)
+        else:
+            waiting.append(label(run))
+    return finished, waiting
 
 
 def add_arguments(parser, run: str, report: str) -> None:

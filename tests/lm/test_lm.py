@@ -363,6 +363,15 @@ def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_c
     assert not (out / "lm-previous/seed1").exists()
     assert "not finished yet: lm-previous:1" in err
     assert "Not finished yet: lm-previous:1." in stdout and "| lm-previous | 2 | " in stdout
+    saved = out / "lm-previous/seed2/config.yaml"
+    finished_config = saved.read_text(encoding="utf-8")
+    saved.write_text(finished_config + "from_a_newer_checkout: 1\n", encoding="utf-8")
+    code, stdout, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-previous:1"],
+                            capsys)  # seed 2 belongs to another process, on a checkout with a key this one lacks
+    assert code == 0 and "| lm-previous | 1 | " in stdout
+    [left_out] = [line for line in err.splitlines() if "left out of the report: lm-previous:2: " in line]
+    assert "from_a_newer_checkout" in left_out
+    saved.write_text(finished_config, encoding="utf-8")
     code, stdout, _ = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-previous:1"],
                           capsys)
     assert code == 0 and "| lm-previous | 1, 2 | " in stdout and "Not finished" not in stdout
