@@ -50,6 +50,12 @@ def _sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     return [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+def searches_in_bf16(dec: DecodingConfig, device) -> bool:
+    """Whether `decoding.precision` takes effect: bf16 autocast runs on CUDA only, and the
+    search stays float32 elsewhere (a GPU-trained model directory translates on a laptop)."""
+    return dec.precision == "bf16" and torch.device(device).type == "cuda"
+
+
 @torch.no_grad()
 def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, nbest: int = 1,
                batch_size: int | None = None, device="cpu", return_attention: bool = False,
@@ -82,7 +88,7 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     refill = max(1, size // 2) if beam == 1 else 0
     # bf16: the products in bfloat16, softmax and scores in float32 (autocast's rules; a graph
     # captures under the autocast it is first called in)
-    cast = torch.autocast("cuda", dtype=torch.bfloat16) if dec.precision == "bf16" and on_cuda else nullcontext()
+    cast = torch.autocast("cuda", dtype=torch.bfloat16) if searches_in_bf16(dec, device) else nullcontext()
     with cast:
         found = search_batches(model, batches(), beam, nbest, length, return_attention=return_attention,
                                refill_below=refill)
@@ -174,7 +180,7 @@ class Translator:
         pieces, owners, src_tokens = self._segment(lines)
         ids = [self.src_vocab.encode(p, add_eos=False) for p in pieces]
         context = self._document_context(lines, doc_ids, owners, src_tokens)
-        if dec.precision != "fp32" and torch.device(self.device).type != "cuda":
+        if dec.precision != "fp32" and not searches_in_bf16(dec, self.device):
             self._warn_once(f"decoding.precision {dec.precision} applies on CUDA only; searching in float32 "
                             f"on {self.device}")
         hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention,
