@@ -71,11 +71,11 @@ class HierarchicalSummary(nn.Module):
         return final_state(self.document_rnn, xp, zeros[:B], present)
 
     def empty(self, batch: int, like: torch.Tensor, shared_emb: nn.Embedding) -> torch.Tensor:
-        """D without any previous sentence."""
+        """D without any previous sentence: the same for every sentence, so summarised once."""
         if not self.null_start:
             return like.new_zeros(batch, self.doc_dim)
-        ids = torch.full((batch, 1, 1), PAD, dtype=torch.long, device=like.device)
-        return self(ids, torch.zeros(batch, 1, 1, device=like.device), shared_emb)
+        ids = torch.full((1, 1, 1), PAD, dtype=torch.long, device=like.device)
+        return self(ids, torch.zeros(1, 1, 1, device=like.device), shared_emb).expand(batch, -1).contiguous()
 
     def encoder_state(self, doc: torch.Tensor) -> torch.Tensor | None:
         """The encoder's initial state under init-enc, else None (the zero state)."""
