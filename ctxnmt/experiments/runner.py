@@ -33,6 +33,7 @@ from ctxnmt.experiments.runs import (
     Run,
     plan_runs,
     prepare_shared,
+    run_key,
     run_state,
     select_runs,
     shared_data,
@@ -42,10 +43,6 @@ from ctxnmt.experiments.runs import (
 from ctxnmt.experiments.spec import Experiment
 from ctxnmt.training.runs import PlannedRun, RunState, split_for_report, train_unfinished
 from ctxnmt.utils.messages import Log, stderr_log
-
-
-def run_label(run: Run) -> str:
-    return f"{run.system}:{run.seed}"
 
 
 def check_runs(runs: list[Run]) -> dict[int, RunState]:
@@ -197,8 +194,7 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
         train_all(experiment, mine, check_runs(mine), log, quiet, jobs)
         if reload is not None:
             experiment, runs = _reread(experiment, runs, reload, log)
-    finished, waiting = split_for_report(runs, run_state, run_label, {run_label(run) for run in mine} if only else None,
-                                         log)
+    finished, waiting = split_for_report(runs, run_state, run_key, mine if only else None, log)
     if waiting:
         log(f"not finished yet, left out of the report: {', '.join(waiting)}")
     if not any(run.system == experiment.baseline for run in finished) and experiment.system(experiment.baseline).config:

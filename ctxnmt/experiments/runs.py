@@ -67,9 +67,13 @@ def plan_runs(experiment: Experiment) -> list[Run]:
             for seed in experiment.seeds_of(system)]
 
 
+def run_key(run: Run) -> tuple[str, int]:
+    return run.system, run.seed
+
+
 def select_runs(runs: list[Run], selectors: list[str]) -> list[Run]:
     """The runs named by `SYSTEM` (all its seeds) or `SYSTEM:SEED` selectors; an unknown one is an error."""
-    return select(runs, selectors, lambda run: (run.system, run.seed), "experiment")
+    return select(runs, selectors, run_key, "experiment")
 
 
 def run_state(run: Run) -> RunState:

@@ -198,8 +198,9 @@ def shell_command(configs: list[str], overrides: list[str], seeds: list[int], ou
     return " ".join(shlex.quote(a) for a in args)
 
 
-def run_label(run: tuple[str, int, object]) -> str:
-    return f"{run[2].name}:{run[1]}"
+def run_key(run: tuple[str, int, object]) -> tuple[str, int]:
+    """A run's (config name, seed), as `--only` names it."""
+    return run[2].name, run[1]
 
 
 def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path,
@@ -213,12 +214,11 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
     names = list(dict.fromkeys(config.name for _, _, config in runs))
     if len(names) != len(configs):
         raise ConfigError("two configs have the same name; each system needs its own (set it with name: in the file)")
-    chosen = select(runs, only, lambda run: (run[2].name, run[1]), "comparison") if only else runs
+    chosen = select(runs, only, run_key, "comparison") if only else runs
     states = {id(config): run_state(config) for _, _, config in chosen}  # every directory to train checked first
     if train:
         train_runs([(seed, config, states[id(config)]) for _, seed, config in chosen], jobs, log)
-    finished, waiting = split_for_report(runs, lambda run: run_state(run[2]), run_label,
-                                         {run_label(run) for run in chosen} if only else None, log)
+    finished, waiting = split_for_report(runs, lambda run: run_state(run[2]), run_key, chosen if only else None, log)
     results: dict[str, dict[int, dict]] = {}
     for _, seed, config in finished:
         directory = Path(config.model_dir)

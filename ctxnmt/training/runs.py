@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from ctxnmt.errors import ConfigError
 from ctxnmt.utils.messages import Log
 from ctxnmt.utils.processes import check_jobs, run_side_by_side
+from ctxnmt.utils.selectors import label
 
 
 T = TypeVar("T")
@@ -83,28 +84,30 @@ def train_unfinished(runs: list[PlannedRun], jobs: int, log: Log, before: Callab
         run_side_by_side([(run.label, run.train, run.args) for run in todo], jobs, log)
 
 
-def split_for_report(runs: list[T], state: Callable[[T], RunState], label: Callable[[T], str],
-                     selected: set[str] | None, log: Log) -> tuple[list[T], list[str]]:
-    """The finished runs, in order, and the labels of those still training.
+def split_for_report(runs: list[T], state: Callable[[T], RunState], key: Callable[[T], tuple[str, int]],
+                     selected: list[T] | None, log: Log) -> tuple[list[T], list[str]]:
+    """The finished runs, in order, and the NAME:SEED of those still training; `key` gives a
+    run's (name, seed), as for `--only` selectors.
 
-    With `selected` (the labels an --only process trains) the other runs belong to other
+    With `selected` (the runs an --only process trains) the other runs belong to other
     processes, perhaps on a newer checkout whose configs carry keys this one does not
     know: one whose directory disagrees with this process's plan is left out of the
     report with its reason, so that hours of training still end in a report.  A selected
     run's disagreement, or any run's without `selected`, stops the command."""
+    mine = None if selected is None else {key(run) for run in selected}
     finished, waiting = [], []
     for run in runs:
         try:
             current = state(run)
         except ConfigError as err:
-            if selected is None or label(run) in selected:
+            if mine is None or key(run) in mine:
                 raise
-            log(f"left out of the report: {label(run)}: {err}")
+            log(f"left out of the report: {label(key(run))}: {err}")
             continue
         if current is RunState.DONE:
             finished.append(run)
         else:
-            waiting.append(label(run))
+            waiting.append(label(key(run)))
     return finished, waiting
 
 
