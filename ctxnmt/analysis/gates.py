@@ -188,7 +188,7 @@ def analyse_lines(translator, lines: list[str], tags: list[str] | None = None, b
     adaptive_output = capabilities.adaptive_output
     if not gated and not adaptive_output and not decoder_gated:
         raise ConfigError("this model has no adaptive gates (no adaptive-gru cell in its encoder or decoder and "
-                          "model.output is not 'adaptive'): nothing to analyse")
+                          "model.output is neither 'adaptive' nor 'adaptive-gain3'): nothing to analyse")
     tokens = [translator.preprocessor.encode(line, "src") if line.strip() else [] for line in lines]
     spans = [word_spans(t) for t in tokens]
     tag_lists = check_tags(tags, spans, tags_path) if tags is not None else [None] * len(lines)
