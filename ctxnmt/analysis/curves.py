@@ -23,6 +23,8 @@ from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write
 
 _VALIDATION = re.compile(r"validation at update (\d+) \((\d+) target tokens\): (.*)$")
+_START = re.compile(r"^\S+ \S+ model: [\d,]+ parameters")  # the trainer logs its model at every start
+_RESUME = re.compile(r"resumed from .* at update (\d+) \(")
 
 
 @dataclass
@@ -51,6 +53,35 @@ def read_validations(model_dir: Path) -> list[Validation]:
     return [found[u] for u in sorted(found)]
 
 
+@dataclass
+class Starts:
+    """How often a run's training was started: `resumed_at` the updates it resumed from `last.pt`
+    at; `fresh_restarts` the starts from update 0 after the first (no `last.pt` was there)."""
+    resumed_at: list[int]
+    fresh_restarts: int
+
+    def describe(self) -> str:
+        parts = [f"resumed at {', '.join(f'{u:,}' for u in self.resumed_at)}"] if self.resumed_at else []
+        if self.fresh_restarts:
+            parts.append(f"restarted from update 0 {self.fresh_restarts}×")
+        return "; ".join(parts) or "none"
+
+
+def read_starts(model_dir: Path) -> Starts:
+    """The resumes and restarts a run's train.log shows.  A restart on another machine whose
+    log did not survive leaves no trace here."""
+    log = Path(model_dir) / "train.log"
+    if not log.is_file():
+        raise DataError(f"{log}: no training log (is {model_dir} a model directory?)")
+    starts, resumed = 0, []
+    for line in log.read_text(encoding="utf-8").splitlines():
+        starts += bool(_START.search(line))
+        match = _RESUME.search(line)
+        if match:
+            resumed.append(int(match.group(1)))
+    return Starts(resumed, max(starts - 1 - len(resumed), 0))
+
+
 def best_up_to(curve: list[Validation], update: float, metric: str = "bleu") -> float | None:
     values = [v.scores[metric] for v in curve if v.update <= update and metric in v.scores]
     return max(values) if values else None
@@ -72,6 +103,11 @@ def summary_line(name: str, curve: list[Validation], metric: str = "bleu") -> st
     gain_text = "n/a (no validation before it)" if gain is None else f"{gain:+.2f}"
     return (f"{name}: {len(curve)} validations to update {curve[-1].update}; best dev {metric} "
             f"{best.scores[metric]:.2f} at update {best.update}; gain over the last quarter {gain_text}")
+
+
+def interruptions(model_dir: Path) -> str:
+    starts = read_starts(model_dir)
+    return "" if starts.describe() == "none" else f" ({starts.describe()})"
 
 
 def write_csv(curves: dict[str, list[Validation]], path: Path) -> None:
@@ -114,8 +150,8 @@ def run_names(dirs: list[str], names: list[str] | None) -> list[str]:
 def cmd_curve(args) -> int:
     curves = {name: read_validations(Path(d)) for name, d in zip(run_names(args.model_dirs, args.name),
                                                                    args.model_dirs)}
-    for name, curve in curves.items():
-        print(summary_line(name, curve))
+    for (name, curve), directory in zip(curves.items(), args.model_dirs):
+        print(summary_line(name, curve) + interruptions(Path(directory)))
     if args.csv:
         write_csv(curves, Path(args.csv))
     if args.plot:

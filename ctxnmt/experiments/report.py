@@ -284,15 +284,19 @@ def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buck
 
 
 def runs_table(runs: list[dict[str, Any]]) -> str:
-    """One line per trained run: its updates, why it stopped and the source it was trained with."""
-    lines = ["| system | seed | updates | stopped | source |", "|---|---|---|---|---|"]
+    """One line per trained run: its updates, why it stopped, the source it was trained with and
+    the interruptions its log shows."""
+    lines = ["| system | seed | updates | stopped | source | interruptions |", "|---|---|---|---|---|---|"]
     for run in runs:
         training = run.get("training") or {}
         if not training:
             continue
         lines.append(f"| {run.get('system', '')} | {run.get('seed', '')} | {training.get('updates', '')} | "
-                     f"{training.get('stopped', '')} | {str(training.get('source', 'not recorded'))[:12]} |")
-    return "\n".join(lines)
+                     f"{training.get('stopped', '')} | {str(training.get('source', 'not recorded'))[:12]} | "
+                     f"{training.get('interruptions', 'not recorded')} |")
+    return "\n".join(lines + ["", "interruptions: the updates a run resumed at from its `last.pt`, and its "
+                                   "restarts from update 0, as its train.log shows them (a restart on another "
+                                   "machine, whose log went with it, does not show)."])
 
 
 def csv_report(rows: list[Row], baseline: str) -> str:

@@ -5,7 +5,7 @@ import csv
 
 import pytest
 
-from ctxnmt.analysis.curves import last_quarter_gain, read_validations
+from ctxnmt.analysis.curves import Starts, last_quarter_gain, read_starts, read_validations
 from ctxnmt.cli import main
 
 
@@ -34,6 +34,33 @@ def test_a_resumed_run_logs_a_validation_twice_and_it_counts_once(tmp_path):
         "2026-11-24 11:00:00 resumed from x/checkpoints/last.pt at update 200 (epoch 1, batch 5)",
         "2026-11-24 11:00:01 validation at update 200 (500000 target tokens): ppl 48.00, bleu 20.00"])
     assert [v.update for v in read_validations(run)] == [100, 200]
+
+
+MODEL_LINE = "2026-11-24 {}:00:00 model: 3,958,906 parameters (birnn encoder, cgru decoder, gru cell)"
+
+
+def test_starts_count_resumes_and_restarts_from_update_0(tmp_path):
+    # started, resumed at 200, resumed at 1,250, then started again without a last.pt
+    run = write_log(tmp_path / "r", [10, 20], extra_lines=[
+        MODEL_LINE.format(10),
+        "2026-11-24 11:00:00 resumed from x/checkpoints/last.pt at update 200 (epoch 1, batch 5)",
+        MODEL_LINE.format(11),
+        "2026-11-24 12:00:00 resumed from x/checkpoints/last.pt at update 1250 (epoch 3, batch 0)",
+        MODEL_LINE.format(12),
+        MODEL_LINE.format(13),
+        "2026-11-24 13:00:01 checkpoint of 2 rank(s) resumed on 1: ranks beyond the first start afresh"])
+    assert read_starts(run) == Starts([200, 1250], 1)
+    assert read_starts(run).describe() == "resumed at 200, 1,250; restarted from update 0 1×"
+    once = write_log(tmp_path / "once", [10], extra_lines=[MODEL_LINE.format(10)])
+    assert read_starts(once) == Starts([], 0) and read_starts(once).describe() == "none"
+
+
+def test_cli_names_a_runs_resumes(tmp_path, capsys):
+    run = write_log(tmp_path / "r", [10, 20], extra_lines=[
+        MODEL_LINE.format(10), "2026-11-24 11:00:00 resumed from x/last.pt at update 200 (epoch 1, batch 5)",
+        MODEL_LINE.format(11)])
+    assert main(["analyze", "curve", str(run), "--name", "r"]) == 0
+    assert capsys.readouterr().out.strip().endswith("gain over the last quarter +10.00 (resumed at 200)")
 
 
 def test_cli_prints_each_run_and_writes_csv_and_plot(tmp_path, capsys):

@@ -102,7 +102,8 @@ def test_report_has_every_column_for_trained_systems(finished):
     assert (work / "exp" / "length-buckets.png").read_bytes()[:4] == b"\x89PNG"
     assert "| 0-9 |" in md and "dropper BLEU" in md  # length-bucket table
     source = json.loads((work / "exp" / "systems" / "base" / "seed1234" / "done.json").read_text())["source"]
-    assert source and "| base | 1234 | " in md and f"| {source[:12]} |" in md  # the runs table names the source
+    # the runs table names the source and, for a run started once, no interruption
+    assert source and "| base | 1234 | " in md and f"| {source[:12]} | none |" in md
     csv_lines = (work / "exp" / "report.csv").read_text(encoding="utf-8").splitlines()
     assert csv_lines[0].startswith("system,external,seeds,parameters,parameters_sd,dev_bleu")
     assert len(csv_lines) == 4
@@ -193,6 +194,10 @@ def test_interrupted_system_resumes_from_its_last_checkpoint(finished, tmp_path)
         mean / "train.log").read_text()
     resumed = torch.load(mean / "checkpoints/last.pt", weights_only=True)["model"]
     assert all(torch.equal(weights[k], resumed[k]) for k in weights)  # the budget was already spent
+    runs = {r["system"]: r["training"]["interruptions"]
+            for r in json.loads((work / "exp/report.json").read_text())["runs"] if r.get("training")}
+    assert runs == {"base": "none", "mean": f"resumed at {UPDATES:,}"}
+    assert f"| resumed at {UPDATES:,} |" in (work / "exp/report.md").read_text(encoding="utf-8")
 
 
 def test_changed_config_for_an_existing_directory_is_a_clear_error(finished, tmp_path, capsys):
