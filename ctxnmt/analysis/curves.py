@@ -34,13 +34,18 @@ class Validation:
     scores: dict[str, float]
 
 
-def read_validations(model_dir: Path) -> list[Validation]:
-    """Every logged validation of a run, in update order; a resumed run's repeats count once."""
+def training_log(model_dir: Path) -> tuple[Path, list[str]]:
     log = Path(model_dir) / "train.log"
     if not log.is_file():
         raise DataError(f"{log}: no training log (is {model_dir} a model directory?)")
+    return log, log.read_text(encoding="utf-8").splitlines()
+
+
+def read_validations(model_dir: Path) -> list[Validation]:
+    """Every logged validation of a run, in update order; a resumed run's repeats count once."""
+    log, lines = training_log(model_dir)
     found: dict[int, Validation] = {}
-    for number, line in enumerate(log.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         match = _VALIDATION.search(line)
         if match:
             try:
@@ -60,6 +65,10 @@ class Starts:
     resumed_at: list[int]
     fresh_restarts: int
 
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.resumed_at or self.fresh_restarts)
+
     def describe(self) -> str:
         parts = [f"resumed at {', '.join(f'{u:,}' for u in self.resumed_at)}"] if self.resumed_at else []
         if self.fresh_restarts:
@@ -70,11 +79,8 @@ class Starts:
 def read_starts(model_dir: Path) -> Starts:
     """The resumes and restarts a run's train.log shows.  A restart on another machine whose
     log did not survive leaves no trace here."""
-    log = Path(model_dir) / "train.log"
-    if not log.is_file():
-        raise DataError(f"{log}: no training log (is {model_dir} a model directory?)")
     starts, resumed = 0, []
-    for line in log.read_text(encoding="utf-8").splitlines():
+    for line in training_log(model_dir)[1]:
         starts += bool(_START.search(line))
         match = _RESUME.search(line)
         if match:
@@ -107,7 +113,7 @@ def summary_line(name: str, curve: list[Validation], metric: str = "bleu") -> st
 
 def interruptions(model_dir: Path) -> str:
     starts = read_starts(model_dir)
-    return "" if starts.describe() == "none" else f" ({starts.describe()})"
+    return f" ({starts.describe()})" if starts.interrupted else ""
 
 
 def write_csv(curves: dict[str, list[Validation]], path: Path) -> None:
