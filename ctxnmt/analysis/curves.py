@@ -23,7 +23,7 @@ from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write
 
 _VALIDATION = re.compile(r"validation at update (\d+) \((\d+) target tokens\): (.*)$")
-_START = re.compile(r"^\S+ \S+ model: [\d,]+ parameters")  # the trainer logs its model at every start
+_START = re.compile(r"^\S+ \S+ (?:model|LM): [\d,]+ parameters")  # both trainers log their model at every start
 _RESUME = re.compile(r"resumed from .* at update (\d+) \(")
 
 

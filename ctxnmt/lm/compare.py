@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxnmt.analysis.curves import read_starts
 from ctxnmt.config import config_difference
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
@@ -40,6 +41,19 @@ from ctxnmt.utils.selectors import select
 
 TRIALS = 10000
 RUN_FACTS = ("dev_ppl", "updates", "minutes")  # from each run's results.json, reported beside its test perplexity
+
+
+def interruptions(directory: Path) -> str:
+    """The resumes and restarts the run's train.log shows (ctxnmt.analysis.curves)."""
+    try:
+        return read_starts(directory).describe()
+    except DataError:  # a run copied without its log
+        return "not recorded"
+
+
+def interruption_cell(seeds: list[int], described: list[str]) -> str:
+    """The seeds whose training was interrupted, each with what its log shows; `none` if no seed's was."""
+    return "; ".join(f"{seed}: {text}" for seed, text in zip(seeds, described) if text != "none") or "none"
 
 
 def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
@@ -121,7 +135,7 @@ def summarise(results: dict[str, dict[int, dict]], baseline: str) -> list[dict]:
         ppl = [by_seed[s]["ppl"] for s in seeds]
         mean, sd = _mean_sd(ppl)
         row = {"system": name, "seeds": seeds, "test_ppl": ppl, "mean": mean, "sd": sd,
-               **{key: [by_seed[s][key] for s in seeds] for key in RUN_FACTS}}
+               **{key: [by_seed[s][key] for s in seeds] for key in (*RUN_FACTS, "interruptions")}}
         base = results.get(baseline, {})
         shared = [s for s in seeds if s in base]
         if name != baseline and shared:
@@ -162,8 +176,8 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
                   "pair them with the baseline's same seeds.", ""]
     lines += ["| system | seeds | test ppl (mean ± sd) | per seed | Δ vs baseline, same seed (mean ± sd) "
               "| p per seed (paired AR) | p over seeds (stratified AR) | p over seeds (t-test on Δ) "
-              "| lower on every seed | dev ppl | updates | train min |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| lower on every seed | dev ppl | updates | train min | interruptions |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         per_seed = ", ".join(f"{p:.2f}" for p in row["test_ppl"])
         if row["system"] == baseline:
@@ -176,7 +190,8 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
         else:  # none of its seeds has a finished baseline yet
             cells = ["–", "–", "–", "–", ""]
         cells += [_pm(*_mean_sd(row["dev_ppl"])), f"{statistics.fmean(row['updates']):,.0f}",
-                  f"{statistics.fmean(row['minutes']):.1f}"]
+                  f"{statistics.fmean(row['minutes']):.1f}",
+                  interruption_cell(row["seeds"], row["interruptions"])]
         lines.append(f"| {row['system']} | {', '.join(map(str, row['seeds']))} | {_pm(row['mean'], row['sd'])} "
                      f"| {per_seed} | {' | '.join(cells)} |")
     lines += ["", "Δ: the mean of the per-seed differences.  p: two-sided approximate randomisation over "
@@ -185,7 +200,9 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
               "run kept no per-line scores is not tested.  t-test on Δ: the per-seed differences as the sample "
               "of a two-sided one-sample t-test (n − 1 degrees of freedom): the stratified test resamples lines "
               "within seeds, this one asks whether the seeds agree.  dev ppl: of the best checkpoint (the one tested); "
-              "updates and train min (validation excluded): means over the seeds.", "",
+              "updates and train min (validation excluded): means over the seeds.  interruptions: per seed, the "
+              "updates a run resumed at from its `last.pt` and its restarts from update 0, as its train.log shows "
+              "them (a restart on another machine, whose log went with it, cannot show).", "",
               "Train the missing runs (or, with `--report`, only report the finished ones):", "",
               f"```sh\n{command}\n```"]
     return "\n".join(lines) + "\n"
@@ -224,6 +241,7 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
         directory = Path(config.model_dir)
         stored = json.loads((directory / "results.json").read_text(encoding="utf-8"))
         results.setdefault(config.name, {})[seed] = {"ppl": stored["test_ppl"], "lines": line_statistics(directory),
+                                                     "interruptions": interruptions(directory),
                                                      **{key: stored[key] for key in RUN_FACTS}}
     if waiting:
         log(f"not finished yet: {', '.join(waiting)}")

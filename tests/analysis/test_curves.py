@@ -53,6 +53,9 @@ def test_starts_count_resumes_and_restarts_from_update_0(tmp_path):
     assert read_starts(run).describe() == "resumed at 200, 1,250; restarted from update 0 1×"
     once = write_log(tmp_path / "once", [10], extra_lines=[MODEL_LINE.format(10)])
     assert read_starts(once) == Starts([], 0) and read_starts(once).describe() == "none"
+    lm_line = "2026-11-24 {}:00:00 LM: 2,120,654 parameters (mean summary), vocabulary 10004, 911,260 training tokens"
+    lm = write_log(tmp_path / "lm", [10], extra_lines=[lm_line.format(10), lm_line.format(11)])
+    assert read_starts(lm) == Starts([], 1)  # the LM trainer's start line counts too
 
 
 def test_cli_names_a_runs_resumes(tmp_path, capsys):

@@ -198,8 +198,9 @@ def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_
     assert mean["dev_ppl"] == [r["dev_ppl"] for r in results] and mean["updates"] == [20, 20]
     dev = statistics.fmean(mean["dev_ppl"]), statistics.stdev(mean["dev_ppl"])
     minutes = statistics.fmean(r["minutes"] for r in results)
-    assert f"| yes | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} |" in stdout or \
-        f"| no | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} |" in stdout
+    assert f"| yes | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} | none |" in stdout or \
+        f"| no | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} | none |" in stdout
+    assert mean["interruptions"] == ["none", "none"]  # each run started once
     assert f"ctxnmt lm compare {configs[0]} {configs[1]} --seeds 1 2 --out {out}\n" in stdout
     # a second call trains nothing; a run whose training finished (done.json) but not its
     # scoring is only scored; an unfinished one goes on from its last checkpoint, and one
@@ -328,9 +329,12 @@ def test_a_signalled_comparison_resumes_its_run_when_run_again(tiny_corpus, tmp_
     assert err.strip().splitlines()[-1] == (f"ctxnmt lm: stopped by SIGINT at update 5; saved {last}; "
                                             "the same command resumes")
     monkeypatch.setattr(LMTrainer, "_update", update)
-    code, _, err = run(args, capsys)
+    code, stdout, err = run(args, capsys)
     assert code == 0 and "lm-mean seed 1: resuming from its last checkpoint" in err
     assert json.loads((tmp_path / "out" / "lm-mean" / "seed1" / "results.json").read_text())["updates"] == 20
+    [row] = json.loads((tmp_path / "out" / "report.json").read_text())["rows"]
+    assert row["interruptions"] == ["resumed at 5"]  # the report names the resume its log shows
+    assert stdout.splitlines()[4].endswith("| 1: resumed at 5 |")
 
 
 def test_lm_training_stops_when_the_learning_rate_reaches_its_floor(tiny_corpus, tmp_path, capsys, monkeypatch):
@@ -380,19 +384,22 @@ def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_c
 
 
 def test_report_reads_finished_runs_wherever_they_were_copied_and_trains_nothing(tiny_corpus, tmp_path, capsys):
-    """The committed results: config.yaml, results.json and test.logprobs of each run, copied
-    elsewhere, give the same report with --report; runs missing there are reported as such."""
+    """The committed results: config.yaml, results.json, test.logprobs and train.log of each run,
+    copied elsewhere, give the same report with --report; runs missing there are reported as such."""
     [path] = lm_configs(tmp_path, tiny_corpus, "previous")
     out, copy = tmp_path / "cmp", tmp_path / "committed"
     args = ["lm", "compare", path, "--seeds", "1", "2"]
     assert run([*args, "--out", out], capsys)[0] == 0
     for seed in (1, 2):
         (copy / f"lm-previous/seed{seed}").mkdir(parents=True)
-        for name in ("config.yaml", "results.json", "test.logprobs"):
+        for name in ("config.yaml", "results.json", "test.logprobs", "train.log"):
             shutil.copy(out / f"lm-previous/seed{seed}" / name, copy / f"lm-previous/seed{seed}" / name)
     code, stdout, _ = run([*args, "--out", copy, "--report"], capsys)
     assert code == 0 and json.loads((copy / "report.json").read_text()) == json.loads((out / "report.json").read_text())
     assert (copy / "report.md").read_text() == (out / "report.md").read_text().replace(str(out), str(copy))
+    (copy / "lm-previous/seed1/train.log").unlink()  # a run copied without its log
+    assert run([*args, "--out", copy, "--report"], capsys)[0] == 0
+    assert json.loads((copy / "report.json").read_text())["rows"][0]["interruptions"] == ["not recorded", "none"]
     shutil.rmtree(copy / "lm-previous/seed2")
     code, stdout, err = run([*args, "--out", copy, "--report"], capsys)
     assert code == 0 and "Not finished yet: lm-previous:2." in stdout and not (copy / "lm-previous/seed2").exists()
