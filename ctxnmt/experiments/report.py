@@ -212,17 +212,21 @@ def significance_command(baseline_hyp: Path, system_hyp: Path, test: TestSet, ex
 # -- writing ------------------------------------------------------------------------------
 
 def write_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: list[dict[str, Any]],
-                 buckets: dict[str, list[Bucket]], signatures: list[str]) -> dict[str, Path]:
-    """report.md, report.csv, report.json and length-buckets.png in the experiment directory."""
+                 buckets: dict[str, list[Bucket]], signatures: list[str],
+                 not_reported: list[str] | None = None) -> dict[str, Path]:
+    """report.md, report.csv, report.json and length-buckets.png in the experiment directory;
+    `not_reported` names the runs and ensembles of the experiment that the report lacks, and why."""
     root = experiment.root
     root.mkdir(parents=True, exist_ok=True)
     paths = {"md": root / "report.md", "csv": root / "report.csv", "json": root / "report.json",
              "plot": root / "length-buckets.png"}
     with atomic_write(paths["plot"], "wb") as fh:
         plot_length_buckets(buckets, fh)
-    _write_text(paths["md"], markdown_report(experiment, test, rows, buckets, signatures, paths["plot"].name, runs))
+    not_reported = not_reported or []
+    _write_text(paths["md"], markdown_report(experiment, test, rows, buckets, signatures, paths["plot"].name, runs,
+                                             not_reported))
     _write_text(paths["csv"], csv_report(rows, experiment.baseline))
-    _write_text(paths["json"], json.dumps(json_report(experiment, test, rows, runs, buckets), indent=1,
+    _write_text(paths["json"], json.dumps(json_report(experiment, test, rows, runs, buckets, not_reported), indent=1,
                                           ensure_ascii=False) + "\n")
     return paths
 
@@ -233,7 +237,8 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buckets: dict[str, list[Bucket]],
-                    signatures: list[str], plot_name: str, runs: list[dict[str, Any]] | None = None) -> str:
+                    signatures: list[str], plot_name: str, runs: list[dict[str, Any]] | None = None,
+                    not_reported: list[str] | None = None) -> str:
     spec = experiment.significance
     seeds = experiment.run_seeds
     parts = [
@@ -245,6 +250,7 @@ def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buck
         "",
         markdown_table(rows, experiment.baseline),
         "",
+        *([f"Not in this report: {'; '.join(not_reported)}.", ""] if not_reported else []),
         f"- sig.: paired {spec.test} test on test-set {spec.metric} against `{experiment.baseline}`"
         + (", for every seed pair; the largest p-value is shown" if len(seeds) > 1 else "")
         + ": `*` p < 0.05, `**` p < 0.01 (`worse` if the system is the worse one), n.s. otherwise.",
@@ -324,7 +330,7 @@ def _csv_number(value: float | None) -> str:
 
 
 def json_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: list[dict[str, Any]],
-                buckets: dict[str, list[Bucket]]) -> dict[str, Any]:
+                buckets: dict[str, list[Bucket]], not_reported: list[str] | None = None) -> dict[str, Any]:
     return {
         "experiment": asdict(experiment),
         "test": {"src": str(test.src_path), "ref": str(test.ref_path), "sentences": len(test.refs)},
@@ -334,6 +340,7 @@ def json_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: li
                   "mean": {k: r.mean(k) for k, _, _ in COLUMNS}, "sd": {k: r.sd(k) for k, _, _ in COLUMNS},
                   "values": r.values, "significance": r.significance, "commands": r.commands} for r in rows],
         "runs": runs,
+        "not_reported": not_reported or [],
         "length_buckets": {name: [_bucket_dict(b) for b in bs] for name, bs in buckets.items()},
     }
 

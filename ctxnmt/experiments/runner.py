@@ -76,11 +76,13 @@ def evaluate_runs(runs: list[Run], test: TestSet, log) -> dict[str, list[Output]
     return outputs
 
 
-def evaluate_ensembles(experiment: Experiment, runs: list[Run], test: TestSet, log) -> dict[str, list[Output]]:
+def evaluate_ensembles(experiment: Experiment, runs: list[Run], test: TestSet, log
+                       ) -> tuple[dict[str, list[Output]], list[str]]:
     """Each ensemble, seed by seed, where every member's run of that seed has finished and
     can still be decoded: a member restored without its checkpoint leaves the seed out,
-    unless the ensemble's own translation was restored with it."""
+    unless the ensemble's own translation was restored with it.  Also what was left out, and why."""
     outputs: dict[str, list[Output]] = {}
+    left_out: list[str] = []
     by_key = {(run.system, run.seed): run for run in runs}
     for spec in experiment.ensembles:
         for seed in experiment.seeds_of(spec):
@@ -89,13 +91,15 @@ def evaluate_ensembles(experiment: Experiment, runs: list[Run], test: TestSet, l
                 continue
             lacking = undecodable_members(spec.name, seed, members, experiment.root)
             if lacking:
-                log(f"{spec.name} seed {seed}: left out: {', '.join(f'{r.system} seed {seed}' for r in lacking)} "
-                    f"kept no checkpoint (restored from an export); retrain to decode this ensemble")
+                reason = (f"{', '.join(f'{r.system} seed {seed}' for r in lacking)} kept no checkpoint "
+                          "(restored from an export); retrain to decode this ensemble")
+                log(f"{spec.name} seed {seed}: left out: {reason}")
+                left_out.append(f"{spec.name}:{seed} ({reason})")
                 continue
             hyp, decode = translate_ensemble(spec.name, seed, members, test, experiment.root, log)
             scores = score_output(hyp, test, hyp.parent / "scores.json")
             outputs.setdefault(spec.name, []).append(Output(spec.name, seed, hyp, _lines(hyp), scores, decode))
-    return outputs
+    return outputs, left_out
 
 
 def _lines(path: Path) -> list[str]:
@@ -203,7 +207,8 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
     runs = finished
     test = load_test_set(_test_set_run(experiment, runs), log=log)
     outputs = evaluate_runs(runs, test, log)
-    outputs.update(evaluate_ensembles(experiment, runs, test, log))
+    ensembles, ensembles_left_out = evaluate_ensembles(experiment, runs, test, log)
+    outputs.update(ensembles)
     for spec in experiment.systems:
         if spec.external:
             outputs[spec.name] = [external_output(spec.name, spec.output, test, experiment.root)]
@@ -219,7 +224,8 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
             for name, outs in outputs.items()]
     signatures = list(dict.fromkeys(sig for outs in outputs.values() for o in outs
                                     for sig in o.scores["signatures"].values()))
-    paths = rep.write_report(experiment, test, rows, run_details(outputs, tests), buckets, signatures)
+    not_reported = [f"{name} (not finished)" for name in waiting] + ensembles_left_out
+    paths = rep.write_report(experiment, test, rows, run_details(outputs, tests), buckets, signatures, not_reported)
     log(f"report written to {paths['md']}")
     return paths
 

@@ -259,9 +259,12 @@ def test_only_trains_the_named_runs_and_reports_the_finished_ones(finished, tmp_
     assert not (work / "exp/systems/mean").exists()
     assert "not finished yet, left out of the report: mean:1234" in log
     assert [r["system"] for r in report(work)["rows"]] == ["base", "dropper"]
+    assert report(work)["not_reported"] == ["mean:1234 (not finished)"]  # the report itself says what it lacks
+    assert "\nNot in this report: mean:1234 (not finished).\n" in (work / "exp/report.md").read_text()
     with chdir(work):
         assert main(["experiment", "tiny-experiment.yaml", "--quiet", "--only", "mean:1234"]) == 0
     assert [r["system"] for r in report(work)["rows"]] == ["base", "mean", "dropper"]
+    assert report(work)["not_reported"] == [] and "Not in this report" not in (work / "exp/report.md").read_text()
     assert row(report(work), "mean")["mean"]["bleu"] == pytest.approx(row(report(finished[0]), "mean")["mean"]["bleu"])
 
 
@@ -462,8 +465,10 @@ def test_an_ensemble_whose_members_kept_no_checkpoint_is_left_out_not_an_error(f
         assert main(["experiment", "tiny-experiment.yaml", "--report", "--restore", "results"]) == 0
         run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, train=False)
     assert [r["system"] for r in report(work)["rows"]] == ["base", "mean", "dropper"]
-    assert ("base+mean seed 1234: left out: base seed 1234, mean seed 1234 kept no checkpoint (restored from an "
-            "export); retrain to decode this ensemble") in log
+    reason = "base seed 1234, mean seed 1234 kept no checkpoint (restored from an export); retrain to decode this ensemble"
+    assert f"base+mean seed 1234: left out: {reason}" in log
+    assert report(work)["not_reported"] == [f"base+mean:1234 ({reason})"]
+    assert f"Not in this report: base+mean:1234 ({reason})." in (work / "exp/report.md").read_text()
     assert not (work / "exp/ensembles/base+mean/seed1234").exists()
 
 
