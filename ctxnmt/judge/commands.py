@@ -30,7 +30,7 @@ def register(sub) -> None:
     s.add_argument("--port", type=int, default=8765, help="port (0: any free port; the URL is printed)")
     s.set_defaults(func=cmd_serve)
 
-    r = inner.add_parser("report", help="per pair % higher / equal / lower, sign test, agreement")
+    r = inner.add_parser("report", help="per pair %% higher / equal / lower, sign test, agreement")
     r.add_argument("study")
     r.add_argument("--format", choices=("md", "csv"), default="md")
     r.add_argument("-o", "--output", help="write the report here (atomically) instead of stdout")
