@@ -111,6 +111,15 @@ def summary_line(name: str, curve: list[Validation], metric: str = "bleu") -> st
             f"{best.scores[metric]:.2f} at update {best.update}; gain over the last quarter {gain_text}")
 
 
+def logged_interruptions(model_dir: Path) -> str:
+    """What the run's train.log shows of its resumes and restarts; `not recorded` for a run
+    copied without its log."""
+    try:
+        return read_starts(model_dir).describe()
+    except DataError:
+        return "not recorded"
+
+
 def interruptions(model_dir: Path) -> str:
     starts = read_starts(model_dir)
     return f" ({starts.describe()})" if starts.interrupted else ""

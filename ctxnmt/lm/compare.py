@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxnmt.analysis.curves import read_starts
+from ctxnmt.analysis.curves import logged_interruptions
 from ctxnmt.config import config_difference
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
@@ -41,14 +41,6 @@ from ctxnmt.utils.selectors import select
 
 TRIALS = 10000
 RUN_FACTS = ("dev_ppl", "updates", "minutes")  # from each run's results.json, reported beside its test perplexity
-
-
-def interruptions(directory: Path) -> str:
-    """The resumes and restarts the run's train.log shows (ctxnmt.analysis.curves)."""
-    try:
-        return read_starts(directory).describe()
-    except DataError:  # a run copied without its log
-        return "not recorded"
 
 
 def interruption_cell(seeds: list[int], described: list[str]) -> str:
@@ -241,7 +233,7 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
         directory = Path(config.model_dir)
         stored = json.loads((directory / "results.json").read_text(encoding="utf-8"))
         results.setdefault(config.name, {})[seed] = {"ppl": stored["test_ppl"], "lines": line_statistics(directory),
-                                                     "interruptions": interruptions(directory),
+                                                     "interruptions": logged_interruptions(directory),
                                                      **{key: stored[key] for key in RUN_FACTS}}
     if waiting:
         log(f"not finished yet: {', '.join(waiting)}")
