@@ -198,7 +198,7 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
         train_all(experiment, mine, check_runs(mine), log, quiet, jobs)
         if reload is not None:
             experiment, runs = _reread(experiment, runs, reload, log)
-    finished, waiting = split_for_report(runs, run_state, run_key, mine if only else None, log)
+    finished, waiting, disagreeing = split_for_report(runs, run_state, run_key, mine if only else None, log)
     if waiting:
         log(f"not finished yet, left out of the report: {', '.join(waiting)}")
     if not any(run.system == experiment.baseline for run in finished) and experiment.system(experiment.baseline).config:
@@ -224,7 +224,7 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
             for name, outs in outputs.items()]
     signatures = list(dict.fromkeys(sig for outs in outputs.values() for o in outs
                                     for sig in o.scores["signatures"].values()))
-    not_reported = [f"{name} (not finished)" for name in waiting] + ensembles_left_out
+    not_reported = [f"{name} (not finished)" for name in waiting] + disagreeing + ensembles_left_out
     paths = rep.write_report(experiment, test, rows, run_details(outputs, tests), buckets, signatures, not_reported)
     log(f"report written to {paths['md']}")
     return paths

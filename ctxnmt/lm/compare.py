@@ -48,6 +48,14 @@ def interruption_cell(seeds: list[int], described: list[str]) -> str:
     return "; ".join(f"{seed}: {text}" for seed, text in zip(seeds, described) if text != "none") or "none"
 
 
+def source_cell(seeds: list[int], sources: list[str]) -> str:
+    """The commit the seeds were trained from (12 characters), per seed where they differ."""
+    short = [source[:12] for source in sources]
+    if len(set(short)) == 1:
+        return short[0]
+    return ", ".join(f"{seed}: {source}" for seed, source in zip(seeds, short))
+
+
 def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
     name = load_lm_config(config_path, overrides).name
     return load_lm_config(config_path, [*overrides, f"training.seed={seed}",
@@ -127,7 +135,7 @@ def summarise(results: dict[str, dict[int, dict]], baseline: str) -> list[dict]:
         ppl = [by_seed[s]["ppl"] for s in seeds]
         mean, sd = _mean_sd(ppl)
         row = {"system": name, "seeds": seeds, "test_ppl": ppl, "mean": mean, "sd": sd,
-               **{key: [by_seed[s][key] for s in seeds] for key in (*RUN_FACTS, "interruptions")}}
+               **{key: [by_seed[s][key] for s in seeds] for key in (*RUN_FACTS, "interruptions", "source")}}
         base = results.get(baseline, {})
         shared = [s for s in seeds if s in base]
         if name != baseline and shared:
@@ -161,15 +169,18 @@ def _pm(mean: float | None, sd: float | None) -> str:
     return f"{mean:.2f}" if sd is None else f"{mean:.2f} ± {sd:.2f}"
 
 
-def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[str], command: str) -> str:
+def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[str], command: str,
+             left_out: list[str] = ()) -> str:
     lines = [f"# LM comparison: test perplexity over seeds {', '.join(map(str, seeds))}", ""]
     if waiting:
         lines += [f"Not finished yet: {', '.join(waiting)}.  Each row has its finished seeds; Δ and p "
                   "pair them with the baseline's same seeds.", ""]
+    if left_out:
+        lines += [f"Left out: {'; '.join(left_out)}.", ""]
     lines += ["| system | seeds | test ppl (mean ± sd) | per seed | Δ vs baseline, same seed (mean ± sd) "
               "| p per seed (paired AR) | p over seeds (stratified AR) | p over seeds (t-test on Δ) "
-              "| lower on every seed | dev ppl | updates | train min | interruptions |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| lower on every seed | dev ppl | updates | train min | interruptions | source |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         per_seed = ", ".join(f"{p:.2f}" for p in row["test_ppl"])
         if row["system"] == baseline:
@@ -183,7 +194,7 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
             cells = ["–", "–", "–", "–", ""]
         cells += [_pm(*_mean_sd(row["dev_ppl"])), f"{statistics.fmean(row['updates']):,.0f}",
                   f"{statistics.fmean(row['minutes']):.1f}",
-                  interruption_cell(row["seeds"], row["interruptions"])]
+                  interruption_cell(row["seeds"], row["interruptions"]), source_cell(row["seeds"], row["source"])]
         lines.append(f"| {row['system']} | {', '.join(map(str, row['seeds']))} | {_pm(row['mean'], row['sd'])} "
                      f"| {per_seed} | {' | '.join(cells)} |")
     lines += ["", "Δ: the mean of the per-seed differences.  p: two-sided approximate randomisation over "
@@ -194,7 +205,9 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
               "within seeds, this one asks whether the seeds agree.  dev ppl: of the best checkpoint (the one tested); "
               "updates and train min (validation excluded): means over the seeds.  interruptions: per seed, the "
               "updates a run resumed at from its `last.pt` and its restarts from update 0, as its train.log shows "
-              "them (a restart on another machine, whose log went with it, cannot show).", "",
+              "them (a restart on another machine, whose log went with it, cannot show).  source: the commit "
+              "of the checkout each seed was trained from (`+modified`: with uncommitted changes; `not recorded`: "
+              "trained before runs kept it).", "",
               "Train the missing runs (or, with `--report`, only report the finished ones):", "",
               f"```sh\n{command}\n```"]
     return "\n".join(lines) + "\n"
@@ -227,13 +240,14 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
     states = {id(config): run_state(config) for _, _, config in chosen}  # every directory to train checked first
     if train:
         train_runs([(seed, config, states[id(config)]) for _, seed, config in chosen], jobs, log)
-    finished, waiting = split_for_report(runs, lambda run: run_state(run[2]), run_key, chosen if only else None, log)
+    finished, waiting, left_out = split_for_report(runs, lambda run: run_state(run[2]), run_key, chosen if only else None, log)
     results: dict[str, dict[int, dict]] = {}
     for _, seed, config in finished:
         directory = Path(config.model_dir)
         stored = json.loads((directory / "results.json").read_text(encoding="utf-8"))
         results.setdefault(config.name, {})[seed] = {"ppl": stored["test_ppl"], "lines": line_statistics(directory),
                                                      "interruptions": logged_interruptions(directory),
+                                                     "source": stored.get("source", "not recorded"),
                                                      **{key: stored[key] for key in RUN_FACTS}}
     if waiting:
         log(f"not finished yet: {', '.join(waiting)}")
@@ -242,8 +256,9 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
     rows = summarise(results, names[0])
     out.mkdir(parents=True, exist_ok=True)
     with atomic_write(out / "report.json", "w") as fh:
-        json.dump({"configs": configs, "overrides": overrides, "seeds": seeds, "waiting": waiting, "rows": rows},
+        json.dump({"configs": configs, "overrides": overrides, "seeds": seeds, "waiting": waiting,
+                   "left_out": left_out, "rows": rows},
                   fh, indent=1)
     with atomic_write(out / "report.md", "w") as fh:
-        fh.write(markdown(rows, names[0], seeds, waiting, shell_command(configs, overrides, seeds, out)))
+        fh.write(markdown(rows, names[0], seeds, waiting, shell_command(configs, overrides, seeds, out), left_out))
     return rows

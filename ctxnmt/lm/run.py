@@ -15,16 +15,17 @@ def train_and_score(config, quiet: bool = False, resume: bool = False, score_onl
     done.json), then score dev and test with the best checkpoint.  test.logprobs keeps
     each test line's log-probability for significance tests; results.json is written
     last, so its presence says the run finished."""
-    if score_only:
-        progress = LMProgress(**json.loads((Path(config.model_dir) / "done.json").read_text(encoding="utf-8")))
-    else:
-        progress = LMTrainer(config, resume=resume, quiet=quiet).train()
+    if not score_only:
+        LMTrainer(config, resume=resume, quiet=quiet).train()
+    done = json.loads((Path(config.model_dir) / "done.json").read_text(encoding="utf-8"))
+    progress = LMProgress(**{key: value for key, value in done.items() if key != "source"})
     d = config.data
     scores = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}")
               for split in ("dev", "test")}
     with atomic_write(Path(config.model_dir) / LINE_SCORES, "w") as fh:
         fh.writelines(scores["test"].per_line())
     record = {"updates": progress.update, "minutes": progress.elapsed / 60, "stopped": progress.stopped,
+              "source": done.get("source", "not recorded"),
               **{f"{k}_ppl": v.perplexity for k, v in scores.items()}}
     with atomic_write(Path(config.model_dir) / "results.json", "w") as fh:
         json.dump(record, fh, indent=1)

@@ -22,6 +22,7 @@ from ctxnmt.training.distributed import World, rng_state, set_rng_state
 from ctxnmt.training.loop import TrainingLoop, Window, position_in
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.utils.checkpoint import load_checkpoint, save_checkpoint
+from ctxnmt.utils.revision import source_revision
 
 
 @dataclass
@@ -60,6 +61,7 @@ class LMTrainer(TrainingLoop):
         n_params = sum(p.numel() for p in self.model.parameters())
         self.log(f"LM: {n_params:,} parameters ({config.model.summary} summary), vocabulary {len(self.vocab)}, "
                  f"{self.train_data.numel():,} training tokens in {t.batch_size} streams")
+        self.log(f"source: {source_revision()}")  # at every start, so a resume on other code shows
         if resume:
             self._restore(self.ckpt_dir / "last.pt")
 
@@ -106,7 +108,7 @@ class LMTrainer(TrainingLoop):
         self.progress.best_ppl = scores["ppl"]
 
     def record(self) -> dict:
-        return asdict(self.progress)
+        return {**asdict(self.progress), "source": source_revision()}
 
     # -- checkpoints -----------------------------------------------------------
     def save(self, *names: str) -> None:

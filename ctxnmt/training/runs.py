@@ -85,17 +85,19 @@ def train_unfinished(runs: list[PlannedRun], jobs: int, log: Log, before: Callab
 
 
 def split_for_report(runs: list[T], state: Callable[[T], RunState], key: Callable[[T], tuple[str, int]],
-                     selected: list[T] | None, log: Log) -> tuple[list[T], list[str]]:
-    """The finished runs, in order, and the NAME:SEED of those still training; `key` gives a
-    run's (name, seed), as for `--only` selectors.
+                     selected: list[T] | None, log: Log) -> tuple[list[T], list[str], list[str]]:
+    """The finished runs, in order; the NAME:SEED of those still training; and the
+    "NAME:SEED (why)" of those left out.  `key` gives a run's (name, seed), as for `--only`
+    selectors.
 
     With `selected` (the runs an --only process trains) the other runs belong to other
     processes, perhaps on a newer checkout whose configs carry keys this one does not
     know: one whose directory disagrees with this process's plan is left out of the
-    report with its reason, so that hours of training still end in a report.  A selected
-    run's disagreement, or any run's without `selected`, stops the command."""
+    report with its reason, so that hours of training still end in a report that names
+    what it lacks.  A selected run's disagreement, or any run's without `selected`, stops
+    the command."""
     mine = None if selected is None else {key(run) for run in selected}
-    finished, waiting = [], []
+    finished, waiting, left_out = [], [], []
     for run in runs:
         try:
             current = state(run)
@@ -103,12 +105,13 @@ def split_for_report(runs: list[T], state: Callable[[T], RunState], key: Callabl
             if mine is None or key(run) in mine:
                 raise
             log(f"left out of the report: {label(key(run))}: {err}")
+            left_out.append(f"{label(key(run))} ({err})")
             continue
         if current is RunState.DONE:
             finished.append(run)
         else:
             waiting.append(label(key(run)))
-    return finished, waiting
+    return finished, waiting, left_out
 
 
 def add_arguments(parser, run: str, report: str) -> None:

@@ -319,6 +319,10 @@ def test_only_reports_beside_a_run_written_by_a_newer_checkout(finished, tmp_pat
         left_out = [line for line in err.splitlines() if "left out of the report: mean:1234" in line]
         assert len(left_out) == 1 and "config.yaml no longer loads" in left_out[0]
         assert "from_a_newer_checkout" in left_out[0]
+        # the report itself names the run it lacks, and why, not only the command's log
+        [named] = [item for item in report(work)["not_reported"] if item.startswith("mean:1234 (")]
+        assert "config.yaml no longer loads" in named and "from_a_newer_checkout" in named
+        assert "Not in this report: " in (work / "exp/report.md").read_text(encoding="utf-8")
         # the same mismatch in a run this process is asked to report is still an error
         assert main(["experiment", "tiny-experiment.yaml", "--quiet", "--report"]) == 2
         assert "config.yaml no longer loads" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from ctxnmt.errors import DataError
 from ctxnmt.lm.compare import perplexity_test
 from ctxnmt.lm.config import SUMMARIES, LMModelConfig, load_lm_config
 from ctxnmt.lm.model import ResidualLM, detach
+from ctxnmt.utils.revision import source_revision
 
 # A stream with sentence ends (</s>) at irregular places, longer than one 16-position block.
 STREAM = [EOS, 5, 6, 7, EOS, 8, 9, 5, 5, 10, 11, 6, EOS, 7, EOS, 12, 13, 9, 8, 7, 6, 5, 4, 11, 10, 12, 9, EOS,
@@ -198,9 +199,11 @@ def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_
     assert mean["dev_ppl"] == [r["dev_ppl"] for r in results] and mean["updates"] == [20, 20]
     dev = statistics.fmean(mean["dev_ppl"]), statistics.stdev(mean["dev_ppl"])
     minutes = statistics.fmean(r["minutes"] for r in results)
-    assert f"| yes | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} | none |" in stdout or \
-        f"| no | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} | none |" in stdout
+    source = source_revision()  # the commit each run was trained from
+    assert f"| yes | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} | none | {source[:12]} |" in stdout or \
+        f"| no | {dev[0]:.2f} ± {dev[1]:.2f} | 20 | {minutes:.1f} | none | {source[:12]} |" in stdout
     assert mean["interruptions"] == ["none", "none"]  # each run started once
+    assert mean["source"] == [source, source] and all(r["source"] == source for r in results)
     assert f"ctxnmt lm compare {configs[0]} {configs[1]} --seeds 1 2 --out {out}\n" in stdout
     # a second call trains nothing; a run whose training finished (done.json) but not its
     # scoring is only scored; an unfinished one goes on from its last checkpoint, and one
@@ -334,7 +337,7 @@ def test_a_signalled_comparison_resumes_its_run_when_run_again(tiny_corpus, tmp_
     assert json.loads((tmp_path / "out" / "lm-mean" / "seed1" / "results.json").read_text())["updates"] == 20
     [row] = json.loads((tmp_path / "out" / "report.json").read_text())["rows"]
     assert row["interruptions"] == ["resumed at 5"]  # the report names the resume its log shows
-    assert stdout.splitlines()[4].endswith("| 1: resumed at 5 |")
+    assert stdout.splitlines()[4].endswith(f"| 1: resumed at 5 | {source_revision()[:12]} |")
 
 
 def test_lm_training_stops_when_the_learning_rate_reaches_its_floor(tiny_corpus, tmp_path, capsys, monkeypatch):
@@ -375,6 +378,9 @@ def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_c
     assert code == 0 and "| lm-previous | 1 | " in stdout
     [left_out] = [line for line in err.splitlines() if "left out of the report: lm-previous:2: " in line]
     assert "from_a_newer_checkout" in left_out
+    [named] = json.loads((out / "report.json").read_text(encoding="utf-8"))["left_out"]
+    assert named.startswith("lm-previous:2 (") and "from_a_newer_checkout" in named
+    assert "Left out: lm-previous:2 (" in stdout
     saved.write_text(finished_config, encoding="utf-8")
     code, stdout, _ = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-previous:1"],
                           capsys)
@@ -400,6 +406,10 @@ def test_report_reads_finished_runs_wherever_they_were_copied_and_trains_nothing
     (copy / "lm-previous/seed1/train.log").unlink()  # a run copied without its log
     assert run([*args, "--out", copy, "--report"], capsys)[0] == 0
     assert json.loads((copy / "report.json").read_text())["rows"][0]["interruptions"] == ["not recorded", "none"]
+    results = copy / "lm-previous/seed1/results.json"  # a run trained before the commit was kept
+    results.write_text(json.dumps({k: v for k, v in json.loads(results.read_text()).items() if k != "source"}))
+    code, stdout, _ = run([*args, "--out", copy, "--report"], capsys)
+    assert code == 0 and f"| 1: not recorded, 2: {source_revision()[:12]} |" in stdout
     shutil.rmtree(copy / "lm-previous/seed2")
     code, stdout, err = run([*args, "--out", copy, "--report"], capsys)
     assert code == 0 and "Not finished yet: lm-previous:2." in stdout and not (copy / "lm-previous/seed2").exists()
