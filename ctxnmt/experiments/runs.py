@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.analysis.curves import last_quarter_gain, read_starts, read_validations
+from ctxnmt.analysis.curves import last_quarter_gain, logged_interruptions, read_validations
 from ctxnmt.config import Config, config_difference, load_config
 from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
@@ -136,9 +136,9 @@ def training_record(run: Run) -> dict[str, Any]:
         dev_bleu = done.get("best_metric")  # a done.json written before best_scores existed
     try:
         gain = last_quarter_gain(read_validations(run.model_dir))
-        starts = read_starts(run.model_dir).describe()
-    except DataError:  # a run restored without its log
-        gain, starts = None, "not recorded"
+    except DataError:  # a run restored without its log, or one that never validated
+        gain = None
+    starts = logged_interruptions(run.model_dir)
     return {"updates": done.get("update"), "epochs": done.get("epoch"), "train_minutes": elapsed / 60,
             "last_quarter_gain": gain, "interruptions": starts,
             "train_tokens_per_s": tokens_per_s, "dev_bleu": dev_bleu, "stopped": done.get("stopped", ""),
