@@ -5,7 +5,7 @@ reference in words: the runaway outputs a length limit is there to stop.
 
     python benchmarks/length_sweep.py runs/demo --src data/bible/dev.es --ref data/bible/dev.en \\
         --kinds power,wu --alphas 0.6,1.0,1.4 --betas 0,0.2 --max-len 2:10,1.5:5,data:5 [--block 0,3] [--beam 5] \\
-        [--lines 1:1500] [--detokenise es:en] [--config-only] [--csv sweep.csv]
+        [--ratio-penalties 0,4 --ratios data,1.2] [--lines 1:1500] [--detokenise es:en] [--config-only] [--csv F]
 
 The model is loaded once; every setting is one `Translator.translate` call with the
 options given as overrides, so the first row, the model directory's own settings
@@ -52,14 +52,24 @@ def max_lens(text: str) -> list[dict]:
 def grid(args) -> list[dict]:
     """Every combination of the options; kind none takes no α, so it appears once per β and limit."""
     settings = []
-    for kind, alpha, beta, limit, block in itertools.product(args.kinds.split(","), floats(args.alphas),
-                                                             floats(args.betas), max_lens(args.max_len),
-                                                             [int(n) for n in args.block.split(",") if n]):
+    for kind, alpha, beta, limit, block, prior in itertools.product(
+            args.kinds.split(","), floats(args.alphas), floats(args.betas), max_lens(args.max_len),
+            [int(n) for n in args.block.split(",") if n], priors(args.ratio_penalties, args.ratios)):
         options = {"length_penalty_kind": kind, "length_penalty": 0.0 if kind == "none" else alpha,
-                   "coverage_penalty": beta, **limit, "block_ngram_repeat": block}
+                   "coverage_penalty": beta, **limit, "block_ngram_repeat": block, **prior}
         if options not in settings:
             settings.append(options)
     return settings
+
+
+def priors(penalties: str, ratios: str) -> list[dict]:
+    """The length-ratio priors: λ 0 (off) once, else each λ with each r ('data': the training median)."""
+    out = []
+    for lam in floats(penalties):
+        for r in ratios.split(",") if lam else ["data"]:
+            rule = {"length_ratio_rule": "data"} if r == "data" else {"length_ratio_rule": "fixed", "length_ratio": float(r)}
+            out.append({"length_ratio_penalty": lam, **rule})
+    return out
 
 
 def detokenise(lines: list[str], lang: str) -> list[str]:
@@ -97,8 +107,12 @@ def label(options: dict | None) -> dict:
         return {"setting": "config"}
     a = "data" if options["max_len_rule"] == "data" else f"{options['max_len_a']:g}"
     block = f" block={options['block_ngram_repeat']}" if options.get("block_ngram_repeat") else ""
+    prior = ""
+    if options.get("length_ratio_penalty"):
+        r = "data" if options["length_ratio_rule"] == "data" else f"{options['length_ratio']:g}"
+        prior = f" λ={options['length_ratio_penalty']:g} r={r}"
     return {"setting": f"{options['length_penalty_kind']} α={options['length_penalty']:g} "
-                       f"β={options['coverage_penalty']:g} max={a}·|x|+{options['max_len_b']}{block}"}
+                       f"β={options['coverage_penalty']:g} max={a}·|x|+{options['max_len_b']}{block}{prior}"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-len", default="2:10,data:5", help="A:B limits, A may be 'data' (default: %(default)s)")
     parser.add_argument("--block", default="0",
                         help="block_ngram_repeat values, n > 0 blocks repeated n-grams (default: %(default)s)")
+    parser.add_argument("--ratio-penalties", default="0",
+                        help="λ values of the length-ratio prior, 0 = off (default: %(default)s)")
+    parser.add_argument("--ratios", default="data",
+                        help="its r values, output words per source word, or 'data' (default: %(default)s)")
     parser.add_argument("--beam", type=int, help="beam size (default: the model's config)")
     parser.add_argument("--max-sents", type=int, default=0, help="only the first N sentences (0: all)")
     parser.add_argument("--lines", help="only lines FIRST:LAST (1-based, inclusive)")

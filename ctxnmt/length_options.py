@@ -19,10 +19,12 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_len_a": (0.0, 10.0),
     "max_len_b": (0, 1000),
     "block_ngram_repeat": (0, 10),
+    "length_ratio_penalty": (0.0, 100.0),
+    "length_ratio": (0.05, 10.0),
 }
-CHOICES: dict[str, tuple[str, ...]] = {"length_penalty_kind": KINDS, "max_len_rule": RULES}
+CHOICES: dict[str, tuple[str, ...]] = {"length_penalty_kind": KINDS, "max_len_rule": RULES, "length_ratio_rule": RULES}
 OPTIONS = ("length_penalty", "length_penalty_kind", "coverage_penalty", "max_len_a", "max_len_b", "max_len_rule",
-           "block_ngram_repeat")
+           "block_ngram_repeat", "length_ratio_penalty", "length_ratio", "length_ratio_rule")
 
 
 def problem(values: Mapping[str, Any], name: Callable[[str], str] = str) -> tuple[str, str] | None:
@@ -57,10 +59,12 @@ def decoding_options(dec) -> dict[str, Any]:
 
 def fixed_if_a_given(options: Mapping[str, Any]) -> dict[str, Any]:
     """The options given (None: not given), where an a without a rule means a fixed limit:
-    whoever passes fairseq's --max-len-a expects it to bind, whatever rule the config has."""
+    whoever passes fairseq's --max-len-a expects it to bind, whatever rule the config has.
+    Likewise a length ratio given without its rule is the ratio used."""
     given = {k: v for k, v in options.items() if v is not None}
-    if "max_len_a" in given and "max_len_rule" not in given:
-        given["max_len_rule"] = "fixed"
+    for value, rule in (("max_len_a", "max_len_rule"), ("length_ratio", "length_ratio_rule")):
+        if value in given and rule not in given:
+            given[rule] = "fixed"
     return given
 
 

@@ -19,7 +19,7 @@ import torch
 from ctxnmt.config import Config, DataConfig
 from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import filter_by_length, read_parallel
-from ctxnmt.data.preprocess import Preprocessor
+from ctxnmt.data.preprocess import BPE_SEPARATOR, Preprocessor
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write
@@ -102,7 +102,7 @@ def prepare(config: Config, log: Log = to_stderr, force: bool = False) -> Prepar
     with atomic_write(prep_dir / "data.pt", "wb") as fh:
         torch.save({"train": dataclasses.asdict(train_split), "dev": dataclasses.asdict(dev_split)}, fh)
     with atomic_write(prep_dir / LENGTHS, "w") as fh:
-        json.dump(length_ratios(train_split), fh, indent=1)
+        json.dump(length_ratios(train_split, src_vocab, tgt_vocab), fh, indent=1)
     with atomic_write(stamp, "w") as fh:
         json.dump({"data": fingerprint}, fh)
     return Prepared(pre, src_vocab, tgt_vocab, train_split, dev_split)
@@ -112,14 +112,40 @@ LENGTHS = "lengths.json"
 RATIO_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
 
 
-def length_ratios(split: Split) -> dict[str, float]:
+def length_ratios(split: Split, src_vocab: Vocab | None = None, tgt_vocab: Vocab | None = None) -> dict[str, float]:
     """Quantiles of |y| / |x| over the pairs of a split, in subwords (the target's </s> not
     counted): the smallest ratio that at least that share of the pairs do not exceed.  Read by
-    `decoding.max_len_rule: data` (ctxnmt.decoding.length)."""
-    ratios = sorted((len(t) - 1) / len(s) for s, t in zip(split.src, split.tgt) if s)
-    if not ratios:
+    `decoding.max_len_rule: data` (ctxnmt.decoding.length).  Given the vocabularies, also
+    `words 0.5`: the median of W(y) / W(x) in words (subwords joined by the BPE separator),
+    which `decoding.length_ratio_rule: data` reads."""
+    pairs = [(s, t[:-1]) for s, t in zip(split.src, split.tgt) if s]
+    if not pairs:
         raise DataError("no pair with a non-empty source to measure length ratios on")
-    return {f"{q:g}": ratios[max(0, math.ceil(q * len(ratios)) - 1)] for q in RATIO_QUANTILES}
+    out = {f"{q:g}": quantile(sorted(len(t) / len(s) for s, t in pairs), q) for q in RATIO_QUANTILES}
+    if src_vocab is not None and tgt_vocab is not None:
+        src_on, tgt_on = goes_on(src_vocab), goes_on(tgt_vocab)
+        words = sorted(count_words(t, tgt_on) / count_words(s, src_on) for s, t in pairs)
+        out["words 0.5"] = quantile(words, 0.5)
+    return out
+
+
+def quantile(ordered: list[float], q: float) -> float:
+    """The smallest value that at least a share q of `ordered` does not exceed."""
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def goes_on(vocab: Vocab) -> list[bool]:
+    """For each subword of `vocab`, whether it goes on into the next one (ends with the BPE separator)."""
+    return [token.endswith(BPE_SEPARATOR) for token in vocab.tokens()]
+
+
+def count_words(ids: list[int], goes_on: list[bool]) -> int:
+    """Words of a subword sequence: a subword starts one unless the one before goes on into it."""
+    count, joined = 0, False
+    for i in ids:
+        count += not joined
+        joined = goes_on[i]
+    return count
 
 
 def load_length_ratios(prep_dir: Path) -> dict[str, float] | None:
@@ -129,7 +155,8 @@ def load_length_ratios(prep_dir: Path) -> dict[str, float] | None:
     if path.is_file():
         return json.loads(path.read_text())
     if (Path(prep_dir) / "data.pt").is_file():
-        return length_ratios(load_prepared(Path(prep_dir)).train)
+        prepared = load_prepared(Path(prep_dir))
+        return length_ratios(prepared.train, prepared.src_vocab, prepared.tgt_vocab)
     return None
 
 

@@ -12,7 +12,8 @@ is beam search with K = 1.
 
 Finished hypotheses are ranked by the length and coverage penalties of `LengthControl`
 (ctxnmt.decoding.length); for the coverage penalty each row carries its attention summed
-over its steps, kept only when β > 0.
+over its steps, kept only when β > 0.  With a length-ratio prior every open row's </s>
+finishes a hypothesis at every step (see there).
 
 `search_batches` runs many batches; with refill, the next batch joins the tail of
 the current one (see there).
@@ -26,7 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from ctxnmt.data.vocab import EOS, PAD
-from ctxnmt.decoding.length import LengthControl, coverage_penalty
+from ctxnmt.decoding.length import LengthControl, coverage_penalty, word_starts
 from ctxnmt.decoding.searchable import Searchable
 from ctxnmt.models.state import State
 
@@ -42,6 +43,7 @@ class Hypothesis:
 @dataclass
 class _Sentence:
     max_len: int
+    src_words: int = 0  # W(x), counted only for a length-ratio prior
     finished: list[Hypothesis] = field(default_factory=list)
 
 
@@ -151,13 +153,17 @@ class _OnHost:
     cp: torch.Tensor | None
     best_alive: torch.Tensor
     best_alive_cp: torch.Tensor | None
+    best_alive_words: torch.Tensor | None = None  # its W(y), with a length-ratio prior
 
     @classmethod
     def of(cls, candidates: _Candidates, alive_scores: torch.Tensor, beam_of: torch.Tensor,
-           row_cp: torch.Tensor | None) -> _OnHost:
+           row_cp: torch.Tensor | None, words: _RowWords | None = None) -> _OnHost:
         best_cp = row_cp.gather(1, beam_of[:, :1]).view(-1) if row_cp is not None else None
+        best_words = words.with_next().view(beam_of.size(0), -1).gather(1, beam_of[:, :1]).view(-1) \
+            if words is not None else None
         fields = {"scores": candidates.scores, "beam": candidates.beam, "tokens": candidates.tokens,
-                  "cp": candidates.cp, "best_alive": alive_scores[:, 0], "best_alive_cp": best_cp}
+                  "cp": candidates.cp, "best_alive": alive_scores[:, 0], "best_alive_cp": best_cp,
+                  "best_alive_words": best_words}
         present = {name: x for name, x in fields.items() if x is not None}
         # float32 holds every word id and row exactly (< 2^24), and the scores are float32
         flat = torch.cat([x.reshape(-1).float() for x in present.values()]).cpu()
@@ -165,6 +171,30 @@ class _OnHost:
                 zip(present.items(), flat.split([x.numel() for x in present.values()]))}
         host["beam"], host["tokens"] = host["beam"].long(), host["tokens"].long()
         return cls(**{name: host.get(name) for name in fields})
+
+
+@dataclass
+class _RowWords:
+    """W of each row's history (R,), and whether the row's next word starts a new word (R,):
+    what a length-ratio prior needs of the rows."""
+    words: torch.Tensor
+    opens: torch.Tensor
+
+    @classmethod
+    def of(cls, part: _Part, K: int, continues: torch.Tensor) -> _RowWords:
+        history = part.history
+        steps = torch.tensor(part.steps, device=history.device).repeat_interleave(K)
+        real = torch.arange(history.size(1), device=history.device) >= history.size(1) - steps.view(-1, 1)
+        words = word_starts(history, real, continues)
+        if history.size(1):
+            last = continues.to(history.device)[history[:, -1]] & (steps > 0)
+        else:
+            last = torch.zeros_like(steps, dtype=torch.bool)
+        return cls(words, ~last)
+
+    def with_next(self) -> torch.Tensor:
+        """W of each row with one more subword."""
+        return self.words + self.opens.long()
 
 
 class _Search:
@@ -177,8 +207,10 @@ class _Search:
     def start(self, indices, src, src_mask, context=None) -> _Part:
         """Encode a batch; its rows wait for their first step."""
         src_lens = [int(n) for n in src_mask.sum(1).tolist()]
-        for i, n in zip(indices, src_lens):
-            self.sentences[i] = _Sentence(max_len=self.length.max_len(n))
+        src_words = (word_starts(src, src_mask.bool(), self.length.words.src_continues).tolist()
+                     if self.length.ratio_penalty else [0] * len(src_lens))
+        for i, n, w in zip(indices, src_lens, src_words):
+            self.sentences[i] = _Sentence(max_len=self.length.max_len(n), src_words=w)
         B, K = src.size(0), self.K
         enc = self.model.encode(src, src_mask, context, K)  # one copy per sentence, shared by its K rows
         scores = torch.full((B, K), float("-inf"), device=src.device)
@@ -192,8 +224,14 @@ class _Search:
         K = self.K
         # A sentence's 2K best continuations are each among the 2K best of their own row,
         # so each row proposes only those (never a (rows × vocabulary) score matrix).
-        row_logp, row_tok, state, alpha = self.model.step_candidates(
-            part.enc, part.state, part.prev, min(2 * K, self.model.vocab_size))
+        C = min(2 * K, self.model.vocab_size)
+        row_eos = words = None
+        if self.length.ratio_penalty:  # every row's </s>, whatever its rank: the whole distribution
+            logp, state, alpha = self.model.step(part.enc, part.state, part.prev)
+            (row_logp, row_tok), row_eos = logp.topk(C, dim=1), logp[:, EOS]
+            words = _RowWords.of(part, K, self.length.words.tgt_continues)
+        else:
+            row_logp, row_tok, state, alpha = self.model.step_candidates(part.enc, part.state, part.prev, C)
         if self.length.block_ngram_repeat:
             steps = torch.tensor(part.steps, device=row_tok.device).repeat_interleave(K)
             row_logp = row_logp.masked_fill(
@@ -202,10 +240,12 @@ class _Search:
         coverage, row_cp = self._coverage(part, alpha)
         candidates = self._candidates(part, row_logp, row_tok, row_cp)
         alive_scores, beam_of, tok_of = self._continuations(candidates)
-        seen = _OnHost.of(candidates, alive_scores, beam_of, row_cp)
+        seen = _OnHost.of(candidates, alive_scores, beam_of, row_cp, words)
         sentences = [None if i is None else self.sentences[i] for i in part.active]
         lengths = [t + 1 for t in part.steps]  # words of each hypothesis with this step's
-        self._collect_finished(part, sentences, lengths, seen, att_history)
+        self._collect_finished(part, sentences, lengths, seen, att_history, words)
+        if row_eos is not None:
+            self._collect_row_ends(part, sentences, lengths, row_eos, row_cp, words, att_history)
         keep = self._searching(sentences, lengths, seen)
         if not keep:
             return None
@@ -256,20 +296,29 @@ class _Search:
                            row_cp.gather(1, beam) if row_cp is not None else None)
 
     def _collect_finished(self, part: _Part, sentences, lengths: list[int], seen: _OnHost,
-                          att_history: torch.Tensor | None) -> None:
+                          att_history: torch.Tensor | None, words: _RowWords | None = None) -> None:
         """Move to `finished` every EOS candidate ranked among the first K (and, at a
-        sentence's length limit, the K best candidates whatever they end with)."""
+        sentence's length limit, the K best candidates whatever they end with).  With a
+        length-ratio prior (`words` given) the rows' own </s> are collected instead
+        (`_collect_row_ends`), so here only the cut-offs at the limit."""
         K, top = self.K, seen
         last_step = torch.tensor([s is not None and t >= s.max_len for t, s in zip(lengths, sentences)])
         rank = torch.arange(top.scores.size(1)).unsqueeze(0)
-        ends = ((top.tokens == EOS) | last_step.view(-1, 1)) & (rank < K) & torch.isfinite(top.scores)
+        eos = top.tokens == EOS
+        ends = (last_step.view(-1, 1) & ~eos if words is not None else eos | last_step.view(-1, 1))
+        ends = ends & (rank < K) & torch.isfinite(top.scores)
         js, cs = ends.nonzero(as_tuple=True)
         if not len(js):
             return
         # Ranked in double precision: the scores are reported, and ties are broken by them.
         logprobs = top.scores[js, cs]
+        prior = None
+        if words is not None:  # cut off at the limit: each holds its row's words and this step's
+            rows = js * K + top.beam[js, cs]
+            src_words = torch.tensor([sentences[j].src_words for j in js.tolist()])
+            prior = self.length.ratio_prior(words.with_next().cpu()[rows], src_words)
         scores = self.length.score(logprobs.double(), [lengths[j] for j in js.tolist()],
-                                   top.cp[js, cs] if top.cp is not None else None).tolist()
+                                   top.cp[js, cs] if top.cp is not None else None, prior).tolist()
         history, width = part.history.cpu(), part.history.size(1)  # one transfer for every hypothesis ending here
         rows, ends_with = (js * K + top.beam[js, cs]).tolist(), top.tokens[js, cs].tolist()
         for j, row, token, score, logprob in zip(js.tolist(), rows, ends_with, scores, logprobs.tolist()):
@@ -278,6 +327,30 @@ class _Search:
                 tokens.append(token)  # cut off at the length limit
             att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
             sentences[j].finished.append(Hypothesis(tokens, score, logprob, att))
+
+    def _collect_row_ends(self, part: _Part, sentences, lengths: list[int], row_eos: torch.Tensor,
+                          row_cp: torch.Tensor | None, words: _RowWords, att_history: torch.Tensor | None) -> None:
+        """With a length-ratio prior: every open row of a sentence still searched, ended here
+        by </s>, is a finished hypothesis."""
+        K = self.K
+        logprob = (part.scores.view(-1) + row_eos).float()
+        fields = [logprob, words.words.float()] + ([row_cp.reshape(-1).float()] if row_cp is not None else [])
+        host = torch.stack(fields).cpu()  # one transfer
+        logprob, n_words = host[0].double(), host[1]
+        src_words = torch.tensor([s.src_words if s is not None else 1 for s in sentences]).repeat_interleave(K)
+        row_lengths = [t for t in lengths for _ in range(K)]
+        scores = self.length.score(logprob, row_lengths, host[2] if row_cp is not None else None,
+                                   self.length.ratio_prior(n_words, src_words))
+        live = torch.isfinite(logprob) & torch.tensor([s is not None for s in sentences]).repeat_interleave(K)
+        rows = live.nonzero().view(-1).tolist()
+        if not rows:
+            return
+        history, width = part.history.cpu(), part.history.size(1)
+        for row in rows:
+            j = row // K
+            tokens = history[row, width - part.steps[j]:].tolist()
+            att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
+            sentences[j].finished.append(Hypothesis(tokens, float(scores[row]), float(logprob[row]), att))
 
     def _continuations(self, candidates: _Candidates):
         """The K best candidates of each sentence that do not end here: their scores (n, K), and
@@ -289,7 +362,11 @@ class _Search:
     def _searching(self, sentences, lengths: list[int], seen: _OnHost) -> list[int]:
         """The sentences not done: each judged by its best open hypothesis, scored as the
         finished ones are (its coverage so far included)."""
-        best_alive = self.length.score(seen.best_alive, lengths, seen.best_alive_cp).tolist()
+        prior = None
+        if seen.best_alive_words is not None:
+            src_words = torch.tensor([s.src_words if s is not None else 1 for s in sentences])
+            prior = self.length.ratio_prior(seen.best_alive_words, src_words, reachable=True)
+        best_alive = self.length.score(seen.best_alive, lengths, seen.best_alive_cp, prior).tolist()
         return [j for j, s in enumerate(sentences) if s is not None and not _done(s, self.K, lengths[j], best_alive[j])]
 
     def _leaving(self, part: _Part, keep: list[int], alive_scores: torch.Tensor):

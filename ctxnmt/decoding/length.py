@@ -29,25 +29,66 @@ subwords (OpenNMT-py's -block_ngram_repeat): a word that would complete an n-gra
 in the hypothesis is not proposed.  Search looks only at each row's 2K most probable words,
 so a row with more of them blocked proposes fewer.
 
+With `decoding.length_ratio_penalty` = λ > 0 (ours, issue 34) a finished hypothesis also
+pays for a length out of proportion with its source, in words:
+
+    s(y, x) = log P(y|x) / lp(y) + cp(x; y) − λ · |W(y) / W(x) − r|
+
+W counts words, a word being a run of subwords joined by the BPE separator ("new@@ found@@
+land" is one); r = `decoding.length_ratio`, or with `decoding.length_ratio_rule: data` the
+median W(y)/W(x) of the model's training pairs (prep/lengths.json, `words 0.5`).  Words,
+not subwords: text unlike the training data splits into many more subwords on the source
+side, so a prior in subwords would let its translations grow with them.  Since the prior
+can favour a shorter output than the ones that rank among the K best, every open
+hypothesis's </s> is then a finished candidate at every step (not only those among the
+K best), which needs the whole next-word distribution: such a search calls the model's
+`step`, not `step_candidates` (no fused top-k, no CUDA graphs).  An open hypothesis is
+judged against the finished ones with the prior it could still reach: none while it is
+shorter than r·W(x), its excess beyond that otherwise.
+
 The options, their ranges and their one-line errors are defined once, for the config, the
 command line and the server alike, in ctxnmt.length_options (below the config, which checks them).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ctxnmt.data.prepare import goes_on
 from ctxnmt.errors import ConfigError
 from ctxnmt.length_options import OPTIONS, check, fixed_if_a_given
 
 DATA_QUANTILE = "0.99"  # the ratio quantile `max_len_rule: data` takes as a (a key of prep/lengths.json)
+WORD_RATIO = "words 0.5"  # the word ratio `length_ratio_rule: data` takes as r (likewise)
 
 # A coverage that underflowed to 0 would make log −inf, and every hypothesis of the
 # sentence −inf: ranking would then be arbitrary.
 _TINY = torch.finfo(torch.float32).tiny
+
+
+@dataclass(frozen=True)
+class WordBoundaries:
+    """Which subwords of each vocabulary go on into the next one (end with the BPE separator),
+    as (V,) bool tensors: what counting words needs."""
+    src_continues: torch.Tensor
+    tgt_continues: torch.Tensor
+
+    @classmethod
+    def of(cls, src_vocab, tgt_vocab) -> WordBoundaries:
+        return cls(*(torch.tensor(goes_on(vocab), dtype=torch.bool) for vocab in (src_vocab, tgt_vocab)))
+
+
+def word_starts(ids: torch.Tensor, real: torch.Tensor, continues: torch.Tensor) -> torch.Tensor:
+    """Per row of `ids` (R, T), the words among its `real` positions (R, T): a real subword
+    starts a word unless the real subword before it goes on into it."""
+    goes_on = continues.to(ids.device)[ids] & real
+    before = torch.zeros_like(goes_on)
+    before[:, 1:] = goes_on[:, :-1]
+    return (real & ~before).sum(1)
 
 
 @dataclass(frozen=True)
@@ -60,6 +101,13 @@ class LengthControl:
     max_len_a: float = 2.0
     max_len_b: int = 10
     block_ngram_repeat: int = 0
+    ratio_penalty: float = 0.0  # λ of the length-ratio prior; 0 = off
+    ratio: float = 1.0  # r, output words per source word
+    words: WordBoundaries | None = field(default=None, compare=False, repr=False)  # needed where λ > 0
+
+    def __post_init__(self):
+        if self.ratio_penalty and self.words is None:
+            raise ValueError("a length-ratio prior counts words: give the vocabularies' WordBoundaries")
 
     @property
     def normalises(self) -> bool:
@@ -73,13 +121,24 @@ class LengthControl:
             return ((5 + length) / 6) ** self.alpha
         return float(length) ** self.alpha
 
-    def score(self, logprob: torch.Tensor, lengths: Sequence[int], cp: torch.Tensor | None = None) -> torch.Tensor:
+    def score(self, logprob: torch.Tensor, lengths: Sequence[int], cp: torch.Tensor | None = None,
+              prior: torch.Tensor | None = None) -> torch.Tensor:
         """s(y, x) = log P(y|x) / lp(y) + cp(x; y) for log-probabilities (n, …) whose row i has
-        |y| = lengths[i], in logprob's precision; `cp`: the coverage penalties (n, …), if any."""
+        |y| = lengths[i], in logprob's precision; `cp`: the coverage penalties (n, …), if any;
+        `prior`: the length-ratio prior's terms (n, …), if any."""
         if self.normalises:  # lp is 1 otherwise: skip making the tensor
             lp = torch.tensor([self.lp(t) for t in lengths], dtype=logprob.dtype, device=logprob.device)
             logprob = logprob / lp.view(-1, *[1] * (logprob.dim() - 1))
-        return logprob if cp is None else logprob + cp.to(logprob.dtype)
+        for term in (cp, prior):
+            if term is not None:
+                logprob = logprob + term.to(logprob.dtype)
+        return logprob
+
+    def ratio_prior(self, words: torch.Tensor, src_words: torch.Tensor, reachable: bool = False) -> torch.Tensor:
+        """−λ·|W(y)/W(x) − r| for output and source word counts (broadcast); `reachable`: the
+        best an open hypothesis of W(y) words can still get, −λ·max(0, W(y)/W(x) − r)."""
+        excess = words.double() / src_words.double().clamp(min=1) - self.ratio
+        return -self.ratio_penalty * (excess.clamp(min=0) if reachable else excess.abs())
 
     def max_len(self, src_len: int) -> int:
         """Most output subwords (</s> not counted); every step emits one, so at least 1."""
@@ -95,20 +154,37 @@ def coverage_penalty(coverage: torch.Tensor, src_lens: torch.Tensor, beta: float
     return beta * torch.where(real, logs, torch.zeros_like(logs)).sum(1)
 
 
-def length_control(dec, ratios: Mapping[str, float] | None, warn: Callable[[str], None] | None = None) -> LengthControl:
+def uses_ratios(dec) -> bool:
+    """Whether the settings read the training data's length ratios."""
+    return dec.max_len_rule == "data" or bool(dec.length_ratio_penalty and dec.length_ratio_rule == "data")
+
+
+def length_control(dec, ratios: Mapping[str, float] | None, warn: Callable[[str], None] | None = None,
+                   words: WordBoundaries | None = None) -> LengthControl:
     """The search's settings from a DecodingConfig; `ratios`: the training data's target/source
-    ratio quantiles, read by `max_len_rule: data` (None: not known, and a model directory from
-    before they were recorded: a keeps `max_len_a`, with a warning)."""
-    a = dec.max_len_a
-    if dec.max_len_rule == "data":
-        if ratios is None:
+    ratio quantiles, read by `max_len_rule: data` and `length_ratio_rule: data` (None: not
+    known, and a model directory from before they were recorded: a keeps `max_len_a`, r
+    `length_ratio`, with a warning); `words`: the vocabularies' word boundaries, which a
+    length-ratio prior needs."""
+    def from_data(rule: str, key: str, value: str, what: str) -> float:
+        fallback = getattr(dec, value)
+        if ratios is None or key not in ratios:
             if warn is not None:
-                warn(f"max_len_rule data: no training length ratios for this model (prep/lengths.json or "
-                     f"prep/data.pt); using max_len_a = {a:g} instead")
-        else:
-            a = float(ratios[DATA_QUANTILE])
-    return LengthControl(dec.length_penalty_kind, dec.length_penalty, dec.coverage_penalty, a, dec.max_len_b,
-                         dec.block_ngram_repeat)
+                warn(f"{rule} data: no training {what} for this model (prep/lengths.json or prep/data.pt); "
+                     f"using {value} = {fallback:g} instead")
+            return fallback
+        return float(ratios[key])
+
+    a = dec.max_len_a if dec.max_len_rule != "data" else from_data("max_len_rule", DATA_QUANTILE, "max_len_a",
+                                                                    "length ratios")
+    control = LengthControl(dec.length_penalty_kind, dec.length_penalty, dec.coverage_penalty, a, dec.max_len_b,
+                            dec.block_ngram_repeat)
+    if not dec.length_ratio_penalty:
+        return control
+    r = dec.length_ratio
+    if dec.length_ratio_rule == "data":
+        r = from_data("length_ratio_rule", WORD_RATIO, "length_ratio", "word ratios")
+    return dataclasses.replace(control, ratio_penalty=dec.length_ratio_penalty, ratio=r, words=words)
 
 
 # -- the command line (`translate`, `serve`) -----------------------------------------------
@@ -131,6 +207,13 @@ def add_arguments(parser, default: str = "the config's") -> None:
                             f"ratio (default: {default})")
     group.add_argument("--block-ngram-repeat", type=int, metavar="N",
                        help=f"N 1–10: no output repeats an N-gram of its own subwords; 0 = off (default: {default})")
+    group.add_argument("--length-ratio-penalty", type=float, metavar="LAMBDA",
+                       help=f"λ 0–100 of the length-ratio prior −λ·|words(y)/words(x) − r| (ours); 0 = off "
+                            f"(default: {default})")
+    group.add_argument("--length-ratio", type=float, metavar="R",
+                       help=f"r, output words per source word, 0.05–10 (default: {default})")
+    group.add_argument("--length-ratio-rule", metavar="RULE",
+                       help=f"fixed: R as given; data: R = the training pairs' median (default: {default})")
 
 
 def from_arguments(args) -> dict[str, Any]:
@@ -139,4 +222,7 @@ def from_arguments(args) -> dict[str, Any]:
     check(given, lambda key: "--" + key.replace("_", "-"), ConfigError)
     if given.get("max_len_rule") == "data" and "max_len_a" in given:
         raise ConfigError("--max-len-a has no effect with --max-len-rule data (A then comes from the training data)")
+    if given.get("length_ratio_rule") == "data" and "length_ratio" in given:
+        raise ConfigError("--length-ratio has no effect with --length-ratio-rule data (R then comes from the "
+                          "training data)")
     return fixed_if_a_given(given)

@@ -26,7 +26,7 @@ from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
 from ctxnmt.decoding.graphs import graphed
-from ctxnmt.decoding.length import LengthControl, length_control
+from ctxnmt.decoding.length import LengthControl, WordBoundaries, length_control, uses_ratios
 from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
@@ -225,7 +225,8 @@ class Translator:
             raise ConfigError(f"{unknown[0]}: not a length option (they are {', '.join(OPTIONS)})")
         dec = with_options(self.config.decoding, overrides or {})
         check(decoding_options(dec), str, ConfigError)
-        return length_control(dec, self._length_ratios() if dec.max_len_rule == "data" else None, self._warn_once)
+        return length_control(dec, self._length_ratios() if uses_ratios(dec) else None, self._warn_once,
+                              WordBoundaries.of(self.src_vocab, self.tgt_vocab) if dec.length_ratio_penalty else None)
 
     def _length_ratios(self) -> Mapping[str, float] | None:
         if self._ratios is None:  # read once: from data.pt of an older directory it takes a moment

@@ -43,6 +43,14 @@ class TranslateRequest(BaseModel):
     block_ngram_repeat: int | None = Field(
         None, ge=RANGES["block_ngram_repeat"][0], le=RANGES["block_ngram_repeat"][1],
         description="n > 0: no output repeats an n-gram of its own subwords; 0 = off")
+    length_ratio_penalty: float | None = Field(
+        None, ge=RANGES["length_ratio_penalty"][0], le=RANGES["length_ratio_penalty"][1], allow_inf_nan=False,
+        description="λ of the length-ratio prior −λ·|words(y)/words(x) − r| (ours); 0 = off")
+    length_ratio: float | None = Field(
+        None, ge=RANGES["length_ratio"][0], le=RANGES["length_ratio"][1], allow_inf_nan=False,
+        description="r, output words per source word")
+    length_ratio_rule: Literal[RULES] | None = Field(  # type: ignore[valid-type]
+        None, description="fixed: length_ratio as given; data: the training pairs' median word ratio")
 
 
 class RequestError(Exception):
@@ -85,6 +93,9 @@ def length_options(request: TranslateRequest, server: dict[str, Any], dec) -> di
     given = {key: getattr(request, key) for key in OPTIONS if getattr(request, key) is not None}
     if "max_len_a" in given and given.get("max_len_rule") == "data":
         raise RequestError(422, "max_len_a", "has no effect with max_len_rule data (a then comes from the training data)")
+    if "length_ratio" in given and given.get("length_ratio_rule") == "data":
+        raise RequestError(422, "length_ratio", "has no effect with length_ratio_rule data (r then comes from the "
+                                                "training data)")
     merged = {**server, **fixed_if_a_given(given)}
     found = problem(decoding_options(with_options(dec, merged)))
     if found is not None:

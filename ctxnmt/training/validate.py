@@ -9,7 +9,7 @@ from ctxnmt.config import Config
 from ctxnmt.data.batching import epoch_batches, make_batch
 from ctxnmt.data.documents import check_document_ids, other_document_sentences, previous_sentences
 from ctxnmt.data.prepare import length_ratios, split_paths
-from ctxnmt.decoding.length import length_control
+from ctxnmt.decoding.length import WordBoundaries, length_control, uses_ratios
 from ctxnmt.decoding.translator import translate_ids
 from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import bleu
@@ -57,7 +57,8 @@ def dev_perplexity(model, src: list[list[int]], tgt: list[list[int]], batch_toke
 def _length(config: Config, data):
     """The length settings `translate` will use, the training data's length ratios included."""
     dec = config.decoding
-    return length_control(dec, length_ratios(data.train) if dec.max_len_rule == "data" else None)
+    return length_control(dec, length_ratios(data.train, data.src_vocab, data.tgt_vocab) if uses_ratios(dec) else None,
+                          words=WordBoundaries.of(data.src_vocab, data.tgt_vocab) if dec.length_ratio_penalty else None)
 
 
 def validate(model, data, config: Config, device) -> dict[str, float]:

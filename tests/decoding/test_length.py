@@ -15,11 +15,11 @@ from ctxnmt.cli import main
 from ctxnmt.config import DecodingConfig, ModelConfig
 from ctxnmt.errors import ConfigError
 from ctxnmt.data.batching import pad
-from ctxnmt.data.prepare import Split, length_ratios, load_prepared
+from ctxnmt.data.prepare import Split, count_words, length_ratios, load_prepared
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding import beam as search_module
 from ctxnmt.decoding.beam import beam_search, search_batches
-from ctxnmt.decoding.length import LengthControl, coverage_penalty, length_control
+from ctxnmt.decoding.length import LengthControl, WordBoundaries, coverage_penalty, length_control, word_starts
 from ctxnmt.models.nmt import build_model
 from tests.decoding.test_beam import SRC, random_model, sequence_logprob
 from tests.test_cli import small_corpus, write_config
@@ -212,6 +212,115 @@ def test_the_data_rule_takes_a_from_the_ratios_or_keeps_max_len_a_with_a_warning
     assert length_control(DecodingConfig(), {"0.99": 1.25}) == LengthControl("wu", 0.6, 0.0, 1.25, 5)
 
 
+# -- the length-ratio prior (ours, issue 34) --------------------------------------------
+
+# Which of the 16 test subwords "go on" into the next (end with "@@"): 4–7 do, on both sides.
+GOES_ON = [False] * 4 + [True] * 4 + [False] * 8
+BOUNDARIES = WordBoundaries(torch.tensor(GOES_ON), torch.tensor(GOES_ON))
+
+
+def words_of(ids: list[int]) -> int:
+    """Words written out: a subword starts one unless the subword before it goes on."""
+    return sum(1 for i, tok in enumerate(ids) if i == 0 or not GOES_ON[ids[i - 1]])
+
+
+def test_words_are_counted_across_subwords_and_padding():
+    assert count_words([8, 5, 6, 9, 10], GOES_ON) == words_of([8, 5, 6, 9, 10]) == 3  # 8 | 5 6 9 | 10
+    assert count_words([4], GOES_ON) == 1 and count_words([], GOES_ON) == 0  # a word cut short still counts
+    rows = [[8, 5, 6, 9, 10], [0, 0, 4, 5, 12], [0, 0, 0, 0, 0]]  # left-padded, as search's histories
+    real = torch.tensor([[True] * 5, [False, False, True, True, True], [False] * 5])
+    assert word_starts(torch.tensor(rows), real, BOUNDARIES.tgt_continues).tolist() == [3, 1, 0]
+
+
+def test_the_training_word_ratio_is_the_median_over_the_pairs():
+    from ctxnmt.data.vocab import Vocab
+
+    vocab = Vocab(["new@@", "found@@", "land", "a", "b@@", "c"])  # ids 4–9
+    src = [[7], [7, 8], [4, 6, 7], [8, 9, 8, 9]]  # 1, 2, 2 and 2 words
+    tgt = [[7, 8, EOS], [4, 5, 6, EOS], [7, 7, 7, 7, EOS], [8, 9, EOS]]  # 2, 1, 4 and 1 words
+    found = length_ratios(Split(src, tgt, [], []), vocab, vocab)
+    assert found["words 0.5"] == sorted([2 / 1, 1 / 2, 4 / 2, 1 / 2])[1] == 0.5
+    assert found["0.5"] == length_ratios(Split(src, tgt, [], []))["0.5"]  # the subword quantiles unchanged
+
+
+def test_the_prior_is_minus_lambda_times_the_ratio_s_distance_from_r():
+    control = LengthControl("wu", 0.6, ratio_penalty=2.5, ratio=1.2, words=BOUNDARIES)
+    words, src_words = torch.tensor([0, 3, 6, 12]), torch.tensor([5, 5, 5, 5])
+    expected = [-2.5 * abs(w / 5 - 1.2) for w in (0, 3, 6, 12)]
+    assert control.ratio_prior(words, src_words).tolist() == pytest.approx(expected, abs=1e-12)
+    reachable = [-2.5 * max(0.0, w / 5 - 1.2) for w in (0, 3, 6, 12)]  # shorter ones can still reach r
+    assert control.ratio_prior(words, src_words, reachable=True).tolist() == pytest.approx(reachable, abs=1e-12)
+    with pytest.raises(ValueError, match="counts words"):
+        LengthControl(ratio_penalty=1.0)
+
+
+@pytest.mark.parametrize("kind, alpha, beta, lam, r", [("wu", 0.6, 0.0, 2.0, 1.0), ("power", 1.0, 0.3, 5.0, 0.5),
+                                                      ("none", 0.0, 0.0, 8.0, 2.0)])
+def test_each_hypothesis_score_adds_the_prior_of_its_own_words(kind, alpha, beta, lam, r):
+    """s = log P / lp + cp − λ·|W(y)/W(x) − r| for every hypothesis returned, its log-probability
+    a forced decode's and W counted by `words_of` above."""
+    model = random_model(4)
+    length = LengthControl(kind, alpha, beta, ratio_penalty=lam, ratio=r, words=BOUNDARIES)
+    for sent, hyps in zip(SRC, beam_search(model, *pad(SRC), beam=3, nbest=20, length=length,
+                                           return_attention=True)):
+        assert len(hyps) >= 3
+        for h in hyps:
+            assert h.logprob == pytest.approx(sequence_logprob(model, sent, h.tokens), abs=1e-4)
+            lp = gnmt_lp(len(h.tokens) + 1, alpha) if kind == "wu" else (len(h.tokens) + 1) ** alpha
+            prior = -lam * abs(words_of(h.tokens) / words_of(sent) - r)
+            expected = h.logprob / lp + gnmt_cp(h.attention[:, :len(sent)].tolist(), beta) + prior
+            assert h.score == pytest.approx(expected, abs=1e-4)
+        assert [h.score for h in hyps] == sorted([h.score for h in hyps], reverse=True)
+
+
+def test_the_prior_finds_ends_outside_the_k_best_and_pulls_the_ratio_to_r():
+    """With </s> made unlikely, the K best never end early; the prior still finds the rows'
+    </s> wherever they rank, and a strong one brings each output's word ratio nearer r."""
+    model = random_model(5)
+    with torch.no_grad():
+        model.generator.bias[EOS] -= 4.0
+    sources = SRC + [[5, 9, 10, 11, 12, 13, 14, 15, 9, 10]]
+    plain = beam_search(model, *pad(sources), beam=2, length=LengthControl("wu", 0.6, max_len_a=3.0, max_len_b=5))
+    for r in (0.5, 1.0):
+        pulled = beam_search(model, *pad(sources), beam=2, length=LengthControl(
+            "wu", 0.6, max_len_a=3.0, max_len_b=5, ratio_penalty=50.0, ratio=r, words=BOUNDARIES))
+        gap = [[abs(words_of(h[0].tokens) / words_of(s) - r) for h, s in zip(found, sources)]
+               for found in (plain, pulled)]
+        assert all(b <= a + 1e-9 for a, b in zip(*gap)) and sum(gap[1]) < sum(gap[0])
+    assert [h[0].tokens for h in beam_search(model, *pad(sources), beam=2, length=LengthControl(
+        "wu", 0.6, max_len_a=3.0, max_len_b=5, ratio=0.5, words=BOUNDARIES))] == [h[0].tokens for h in plain]
+
+
+def test_the_prior_survives_batches_joining(monkeypatch):
+    """Joined rows are left-padded: each row's words are counted over its own steps only."""
+    torch.manual_seed(6)
+    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
+    model.eval()
+    sources = [torch.randint(4, 16, (n,)).tolist() for n in [9, 8, 8, 7, 3, 3, 2, 2, 2, 1, 1]]
+    length = LengthControl("wu", 0.6, 0.5, ratio_penalty=3.0, ratio=0.8, words=BOUNDARIES)
+    alone = _in_batches(model, sources, 0, length)
+    joins, join = [], search_module._join
+    monkeypatch.setattr(search_module, "_join", lambda a, b: joins.append(join(a, b)) or joins[-1])
+    joined = _in_batches(model, sources, 3, length)
+    assert joins and any(j is not None for j in joins)
+    for i in alone:
+        assert [h.tokens for h in joined[i]] == [h.tokens for h in alone[i]]
+        assert joined[i][0].score == pytest.approx(alone[i][0].score, abs=1e-5)
+
+
+def test_the_prior_takes_r_from_the_training_words_or_keeps_length_ratio_with_a_warning():
+    dec = DecodingConfig(length_ratio_penalty=4.0, length_ratio=0.9)
+    ratios = {"0.99": 1.25, "words 0.5": 1.13}
+    control = length_control(dec, ratios, words=BOUNDARIES)
+    assert (control.ratio_penalty, control.ratio, control.words) == (4.0, 1.13, BOUNDARIES)
+    warnings = []
+    assert length_control(dec, {"0.99": 1.25}, warnings.append, BOUNDARIES).ratio == 0.9  # recorded before words
+    assert len(warnings) == 1 and "length_ratio_rule data: no training word ratios" in warnings[0]
+    fixed = dataclasses.replace(dec, length_ratio_rule="fixed")
+    assert length_control(fixed, ratios, words=BOUNDARIES).ratio == 0.9
+    assert length_control(DecodingConfig(), ratios).ratio_penalty == 0.0  # off by default
+
+
 # -- the command line and validation, on a tiny trained model ---------------------------
 
 @pytest.fixture(scope="module")
@@ -234,7 +343,9 @@ def translate(tiny, capsys, *options):
 
 def test_prepare_records_the_training_length_ratios(tiny):
     recorded = json.loads((tiny / "m" / "prep" / "lengths.json").read_text())
-    assert recorded == length_ratios(load_prepared(tiny / "m" / "prep").train)
+    prepared = load_prepared(tiny / "m" / "prep")
+    assert recorded == length_ratios(prepared.train, prepared.src_vocab, prepared.tgt_vocab)
+    assert "words 0.5" in recorded and "words 0.5" not in length_ratios(prepared.train)
 
 
 def test_translate_caps_outputs_with_the_max_len_flags(tiny, capsys):
@@ -281,6 +392,10 @@ BAD_FLAGS = [
     (["--max-len-rule", "data", "--max-len-a", "1.5"], "--max-len-a has no effect with --max-len-rule data"),
     (["--block-ngram-repeat", "-1"], "--block-ngram-repeat must be between 0 and 10, not -1"),
     (["--block-ngram-repeat", "11"], "--block-ngram-repeat must be between 0 and 10, not 11"),
+    (["--length-ratio-penalty", "-1"], "--length-ratio-penalty must be between 0 and 100, not -1.0"),
+    (["--length-ratio", "0"], "--length-ratio must be between 0.05 and 10, not 0.0"),
+    (["--length-ratio-rule", "median"], "--length-ratio-rule must be one of fixed, data, not 'median'"),
+    (["--length-ratio-rule", "data", "--length-ratio", "1.2"], "--length-ratio has no effect with --length-ratio-rule data"),
 ]
 
 

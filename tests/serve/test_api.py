@@ -24,7 +24,7 @@ def as_tensor(values) -> torch.Tensor:
 
 LINES = ["el gato 3 .", "", "el gato 5 . el gato 6 .", "el gato 7 ."]
 LENGTH_FIELDS = ("length_penalty", "length_penalty_kind", "coverage_penalty", "max_len_a", "max_len_b", "max_len_rule",
-                 "block_ngram_repeat")
+                 "block_ngram_repeat", "length_ratio_penalty", "length_ratio", "length_ratio_rule")
 DEFAULT_LENGTH = {key: getattr(DecodingConfig(), key) for key in LENGTH_FIELDS}  # the shipped defaults
 
 
@@ -206,6 +206,13 @@ BAD = [  # (body bytes, status, field, words the error must contain)
     (b'{"text": "el gato", "block_ngram_repeat": 11}', 422, "block_ngram_repeat", "less than or equal to 10"),
     (b'{"text": "el gato", "block_ngram_repeat": 1.5}', 422, "block_ngram_repeat", "valid integer"),
     (b'{"text": "el gato", "max_len_rule": "data", "max_len_a": 1}', 422, "max_len_a", "no effect with max_len_rule"),
+    (b'{"text": "el gato", "length_ratio_penalty": -2}', 422, "length_ratio_penalty", "greater than or equal to 0"),
+    (b'{"text": "el gato", "length_ratio_penalty": 101}', 422, "length_ratio_penalty", "less than or equal to 100"),
+    (b'{"text": "el gato", "length_ratio": 0}', 422, "length_ratio", "greater than or equal to 0.05"),
+    (b'{"text": "el gato", "length_ratio": "1"}', 422, "length_ratio", "valid number"),
+    (b'{"text": "el gato", "length_ratio_rule": "median"}', 422, "length_ratio_rule", "'fixed' or 'data'"),
+    (b'{"text": "el gato", "length_ratio_rule": "data", "length_ratio": 1}', 422, "length_ratio",
+     "no effect with length_ratio_rule data"),
     (json.dumps({"text": " ".join(["gato"] * 10000)}).encode(), 413, "text", "10000 words"),
     (json.dumps({"text": ["gato"] * 9}).encode(), 413, "text", "9 sentences, more than the limit of 8"),
     (json.dumps({"text": ["gato " * 10] * 7}).encode(), 413, "text", "350 characters, more than the limit of 300"),
@@ -227,7 +234,8 @@ def test_length_options_per_request_and_per_server_are_the_translators(model_dir
     """A request's length options over the server's (--max-len-b …) over the config's, each
     decoded as `Translator.translate` decodes them; requests differing in them never share a search."""
     client, translator = client_for([model_dirs["base"]], length={"max_len_a": 0.0, "max_len_b": 1})
-    options = {"length_penalty_kind": "wu", "length_penalty": 2.0, "coverage_penalty": 0.3, "max_len_b": 2}
+    options = {"length_penalty_kind": "wu", "length_penalty": 2.0, "coverage_penalty": 0.3, "max_len_b": 2,
+               "length_ratio_penalty": 3.0, "length_ratio": 0.8}
     with client:
         server = client.post("/v1/translate", json={"text": LINES, "attention": True}).json()
         own = client.post("/v1/translate", json={"text": LINES, "beam": 2, "nbest": 2, **options}).json()
