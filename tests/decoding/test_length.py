@@ -423,6 +423,14 @@ def test_validation_decodes_with_the_config_s_length_settings(tiny, capsys, monk
     assert main([str(a) for a in args]) == 0
     ratio = length_ratios(load_prepared(tiny / "v" / "prep").train)["0.99"]
     assert seen and set(seen) == {LengthControl("wu", 0.6, 0.2, ratio, 3)}
+    # the length-ratio prior too, r from the training pairs' words and the vocabularies' boundaries
+    seen.clear()
+    args[4] = f"model_dir={tiny / 'w'}"
+    assert main([str(a) for a in [*args, "--set", "decoding.length_ratio_penalty=3"]]) == 0
+    prepared = load_prepared(tiny / "w" / "prep")
+    words = length_ratios(prepared.train, prepared.src_vocab, prepared.tgt_vocab)["words 0.5"]
+    assert seen and all(c.ratio_penalty == 3.0 and c.ratio == words for c in seen)
+    assert seen[0].words.tgt_continues.tolist() == [t.endswith("@@") for t in prepared.tgt_vocab.tokens()]
 
 
 def test_a_given_a_binds_whatever_rule_the_config_has():
