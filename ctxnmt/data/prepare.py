@@ -110,6 +110,7 @@ def prepare(config: Config, log: Log = to_stderr, force: bool = False) -> Prepar
 
 LENGTHS = "lengths.json"
 RATIO_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
+WORD_RATIO = "words 0.5"  # the median output/source ratio in words (see length_ratios)
 
 
 def length_ratios(split: Split, src_vocab: Vocab | None = None, tgt_vocab: Vocab | None = None) -> dict[str, float]:
@@ -125,7 +126,7 @@ def length_ratios(split: Split, src_vocab: Vocab | None = None, tgt_vocab: Vocab
     if src_vocab is not None and tgt_vocab is not None:
         src_on, tgt_on = goes_on(src_vocab), goes_on(tgt_vocab)
         words = sorted(count_words(t, tgt_on) / count_words(s, src_on) for s, t in pairs)
-        out["words 0.5"] = quantile(words, 0.5)
+        out[WORD_RATIO] = quantile(words, 0.5)
     return out
 
 
@@ -148,12 +149,15 @@ def count_words(ids: list[int], goes_on: list[bool]) -> int:
     return count
 
 
-def load_length_ratios(prep_dir: Path) -> dict[str, float] | None:
+def load_length_ratios(prep_dir: Path, words: bool = False) -> dict[str, float] | None:
     """The training length ratios of a prepared directory: prep/lengths.json, else (a directory
-    prepared before it was written) measured on prep/data.pt; None where neither is there."""
+    prepared before it was written, or, where `words` asks for the word ratio, before it held
+    that) measured on prep/data.pt; None where neither is there."""
     path = Path(prep_dir) / LENGTHS
     if path.is_file():
-        return json.loads(path.read_text())
+        recorded = json.loads(path.read_text())
+        if not words or WORD_RATIO in recorded or not (Path(prep_dir) / "data.pt").is_file():
+            return recorded
     if (Path(prep_dir) / "data.pt").is_file():
         prepared = load_prepared(Path(prep_dir))
         return length_ratios(prepared.train, prepared.src_vocab, prepared.tgt_vocab)

@@ -58,12 +58,11 @@ from typing import Any
 
 import torch
 
-from ctxnmt.data.prepare import goes_on
+from ctxnmt.data.prepare import WORD_RATIO, goes_on
 from ctxnmt.errors import ConfigError
 from ctxnmt.length_options import OPTIONS, check, fixed_if_a_given
 
 DATA_QUANTILE = "0.99"  # the ratio quantile `max_len_rule: data` takes as a (a key of prep/lengths.json)
-WORD_RATIO = "words 0.5"  # the word ratio `length_ratio_rule: data` takes as r (likewise)
 
 # A coverage that underflowed to 0 would make log −inf, and every hypothesis of the
 # sentence −inf: ranking would then be arbitrary.
@@ -154,9 +153,14 @@ def coverage_penalty(coverage: torch.Tensor, src_lens: torch.Tensor, beta: float
     return beta * torch.where(real, logs, torch.zeros_like(logs)).sum(1)
 
 
+def needs_word_ratio(dec) -> bool:
+    """Whether the settings read the training pairs' word ratio."""
+    return bool(dec.length_ratio_penalty) and dec.length_ratio_rule == "data"
+
+
 def uses_ratios(dec) -> bool:
     """Whether the settings read the training data's length ratios."""
-    return dec.max_len_rule == "data" or bool(dec.length_ratio_penalty and dec.length_ratio_rule == "data")
+    return dec.max_len_rule == "data" or needs_word_ratio(dec)
 
 
 def length_control(dec, ratios: Mapping[str, float] | None, warn: Callable[[str], None] | None = None,

@@ -26,7 +26,7 @@ from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
 from ctxnmt.decoding.graphs import graphed
-from ctxnmt.decoding.length import LengthControl, WordBoundaries, length_control, uses_ratios
+from ctxnmt.decoding.length import LengthControl, WordBoundaries, length_control, needs_word_ratio, uses_ratios
 from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
@@ -123,7 +123,7 @@ class Translator:
         # the models it translates with: the one model, or an ensemble's members and how it combines them
         self.members, self.ensemble_mode = members or [model], ensemble_mode
         self.prep_dir = prep_dir  # where `max_len_rule: data` finds the training length ratios
-        self._ratios: tuple[Mapping[str, float] | None] | None = None
+        self._ratios: dict[bool, Mapping[str, float] | None] = {}  # by whether the word ratio was asked for
         # K previous sentences a document-context model reads (0: the model reads none); an
         # ensemble's is its document-context members' (they must agree).
         cfg = config.model
@@ -225,13 +225,14 @@ class Translator:
             raise ConfigError(f"{unknown[0]}: not a length option (they are {', '.join(OPTIONS)})")
         dec = with_options(self.config.decoding, overrides or {})
         check(decoding_options(dec), str, ConfigError)
-        return length_control(dec, self._length_ratios() if uses_ratios(dec) else None, self._warn_once,
+        return length_control(dec, self._length_ratios(needs_word_ratio(dec)) if uses_ratios(dec) else None,
+                              self._warn_once,
                               WordBoundaries.of(self.src_vocab, self.tgt_vocab) if dec.length_ratio_penalty else None)
 
-    def _length_ratios(self) -> Mapping[str, float] | None:
-        if self._ratios is None:  # read once: from data.pt of an older directory it takes a moment
-            self._ratios = (load_length_ratios(self.prep_dir) if self.prep_dir is not None else None,)
-        return self._ratios[0]
+    def _length_ratios(self, words: bool) -> Mapping[str, float] | None:
+        if words not in self._ratios:  # read once: from data.pt of an older directory it takes a moment
+            self._ratios[words] = load_length_ratios(self.prep_dir, words) if self.prep_dir is not None else None
+        return self._ratios[words]
 
     def _document_context(self, lines, doc_ids, owners, src_tokens) -> list[list[list[int]]] | None:
         """Each piece's previous source sentences: its line's previous non-empty lines in the same

@@ -380,6 +380,35 @@ def test_the_data_rule_reads_the_recorded_ratios_and_older_directories_fall_back
             (tiny / "data.pt").rename(tiny / "m" / "prep" / "data.pt")
 
 
+def test_the_prior_reads_the_recorded_word_ratio_and_older_directories_measure_it(tiny, capsys, monkeypatch):
+    from ctxnmt.decoding import translator as translator_module
+
+    seen = []
+    real = translator_module.search_batches
+    monkeypatch.setattr(translator_module, "search_batches",
+                        lambda *args, **kw: seen.append(args[4]) or real(*args, **kw))
+    path = tiny / "m" / "prep" / "lengths.json"
+    recorded = json.loads(path.read_text())
+    code, err, rows = translate(tiny, capsys, "--length-ratio-penalty", "4")
+    assert code == 0 and err == "" and seen[-1].ratio == recorded["words 0.5"] and seen[-1].ratio_penalty == 4.0
+    assert rows and all(r["out"] for r in rows)
+    code, _, _ = translate(tiny, capsys, "--length-ratio-penalty", "4", "--length-ratio", "0.7")
+    assert code == 0 and seen[-1].ratio == 0.7  # a given ratio is the one used
+    path.write_text(json.dumps({k: v for k, v in recorded.items() if k != "words 0.5"}))  # written before words
+    (tiny / "m" / "prep" / "data.pt").rename(tiny / "data.pt")
+    try:
+        code, err, _ = translate(tiny, capsys, "--length-ratio-penalty", "4")
+        assert code == 0 and seen[-1].ratio == DecodingConfig().length_ratio
+        assert err.count("warning: length_ratio_rule data: no training word ratios") == 1
+        (tiny / "data.pt").rename(tiny / "m" / "prep" / "data.pt")
+        code, err, _ = translate(tiny, capsys, "--length-ratio-penalty", "4")
+        assert code == 0 and err == "" and seen[-1].ratio == recorded["words 0.5"]  # measured on data.pt
+    finally:
+        path.write_text(json.dumps(recorded))
+        if (tiny / "data.pt").exists():
+            (tiny / "data.pt").rename(tiny / "m" / "prep" / "data.pt")
+
+
 BAD_FLAGS = [
     (["--length-penalty", "-0.5"], "--length-penalty must be between 0 and 10, not -0.5"),
     (["--length-penalty", "nan"], "--length-penalty must be between 0 and 10"),
