@@ -214,7 +214,7 @@ class DecodingConfig:
     max_len_b: int = 5
     max_len_rule: str = "data"  # fixed: a as above | data: a = the training pairs' 99th-percentile ratio
     block_ngram_repeat: int = 0  # n > 0: no hypothesis repeats an n-gram of its own (OpenNMT-py's); 0 = off
-    # ours (issue 34): λ of the length-ratio prior, −λ·|words(y)/words(x) − r|; 0 = off
+    # ours (issue 34): λ of the length-ratio prior, −λ·|log(words(y) / (r·words(x)))|; 0 = off
     length_ratio_penalty: float = 0.0
     length_ratio: float = 1.1  # r, output words per source word, where length_ratio_rule is fixed
     length_ratio_rule: str = "data"  # data: r = the training pairs' median words(y)/words(x) | fixed

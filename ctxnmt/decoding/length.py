@@ -32,7 +32,7 @@ so a row with more of them blocked proposes fewer.
 With `decoding.length_ratio_penalty` = λ > 0 (ours, issue 34) a finished hypothesis also
 pays for a length out of proportion with its source, in words:
 
-    s(y, x) = log P(y|x) / lp(y) + cp(x; y) − λ · |W(y) / W(x) − r|
+    s(y, x) = log P(y|x) / lp(y) + cp(x; y) − λ · |log(W(y) / (r · W(x)))|
 
 W counts words, a word being a run of subwords joined by the BPE separator ("new@@ found@@
 land" is one); r = `decoding.length_ratio`, or with `decoding.length_ratio_rule: data` the
@@ -44,7 +44,10 @@ hypothesis's </s> is then a finished candidate at every step (not only those amo
 K best), which needs the whole next-word distribution: such a search calls the model's
 `step`, not `step_candidates` (no fused top-k, no CUDA graphs).  An open hypothesis is
 judged against the finished ones with the prior it could still reach: none while it is
-shorter than r·W(x), its excess beyond that otherwise.
+shorter than r·W(x), its excess beyond that otherwise.  The log makes the prior a Laplace
+prior on the log length ratio: twice too long costs what half as long costs (λ·log 2), and
+an empty output (W taken as 1/2) costs the most, which a linear form |W(y)/W(x) − r| does
+not: on the demo model it let empty outputs win on news text (docs/decoding.md).
 
 The options, their ranges and their one-line errors are defined once, for the config, the
 command line and the server alike, in ctxnmt.length_options (below the config, which checks them).
@@ -134,9 +137,10 @@ class LengthControl:
         return logprob
 
     def ratio_prior(self, words: torch.Tensor, src_words: torch.Tensor, reachable: bool = False) -> torch.Tensor:
-        """−λ·|W(y)/W(x) − r| for output and source word counts (broadcast); `reachable`: the
-        best an open hypothesis of W(y) words can still get, −λ·max(0, W(y)/W(x) − r)."""
-        excess = words.double() / src_words.double().clamp(min=1) - self.ratio
+        """−λ·|log(W(y) / (r·W(x)))| for output and source word counts (broadcast; W(y) = 0 is
+        taken as 1/2, W(x) = 0 as 1); `reachable`: the best an open hypothesis of W(y) words
+        can still get, −λ·max(0, log(W(y) / (r·W(x))))."""
+        excess = (words.double().clamp(min=0.5) / (self.ratio * src_words.double().clamp(min=1))).log()
         return -self.ratio_penalty * (excess.clamp(min=0) if reachable else excess.abs())
 
     def max_len(self, src_len: int) -> int:
@@ -212,7 +216,7 @@ def add_arguments(parser, default: str = "the config's") -> None:
     group.add_argument("--block-ngram-repeat", type=int, metavar="N",
                        help=f"N 1–10: no output repeats an N-gram of its own subwords; 0 = off (default: {default})")
     group.add_argument("--length-ratio-penalty", type=float, metavar="LAMBDA",
-                       help=f"λ 0–100 of the length-ratio prior −λ·|words(y)/words(x) − r| (ours); 0 = off "
+                       help=f"λ 0–100 of the length-ratio prior −λ·|log(words(y) / (r·words(x)))| (ours); 0 = off "
                             f"(default: {default})")
     group.add_argument("--length-ratio", type=float, metavar="R",
                        help=f"r, output words per source word, 0.05–10 (default: {default})")

@@ -45,7 +45,7 @@ class TranslateRequest(BaseModel):
         description="n > 0: no output repeats an n-gram of its own subwords; 0 = off")
     length_ratio_penalty: float | None = Field(
         None, ge=RANGES["length_ratio_penalty"][0], le=RANGES["length_ratio_penalty"][1], allow_inf_nan=False,
-        description="λ of the length-ratio prior −λ·|words(y)/words(x) − r| (ours); 0 = off")
+        description="λ of the length-ratio prior −λ·|log(words(y) / (r·words(x)))| (ours); 0 = off")
     length_ratio: float | None = Field(
         None, ge=RANGES["length_ratio"][0], le=RANGES["length_ratio"][1], allow_inf_nan=False,
         description="r, output words per source word")

@@ -243,12 +243,19 @@ def test_the_training_word_ratio_is_the_median_over_the_pairs():
     assert found["0.5"] == length_ratios(Split(src, tgt, [], []))["0.5"]  # the subword quantiles unchanged
 
 
-def test_the_prior_is_minus_lambda_times_the_ratio_s_distance_from_r():
+def prior(words: int, src_words: int, lam: float, r: float) -> float:
+    """−λ·|log(W(y) / (r·W(x)))|, an empty output counted as half a word."""
+    return -lam * abs(math.log(max(words, 0.5) / (r * src_words)))
+
+
+def test_the_prior_is_minus_lambda_times_the_log_ratio_s_distance_from_r():
     control = LengthControl("wu", 0.6, ratio_penalty=2.5, ratio=1.2, words=BOUNDARIES)
     words, src_words = torch.tensor([0, 3, 6, 12]), torch.tensor([5, 5, 5, 5])
-    expected = [-2.5 * abs(w / 5 - 1.2) for w in (0, 3, 6, 12)]
+    expected = [prior(w, 5, 2.5, 1.2) for w in (0, 3, 6, 12)]
     assert control.ratio_prior(words, src_words).tolist() == pytest.approx(expected, abs=1e-12)
-    reachable = [-2.5 * max(0.0, w / 5 - 1.2) for w in (0, 3, 6, 12)]  # shorter ones can still reach r
+    assert expected[1] == pytest.approx(-2.5 * math.log(2), abs=1e-12)  # half r·W(x) costs as twice it
+    assert expected[3] == pytest.approx(-2.5 * math.log(2), abs=1e-12)
+    reachable = [min(0.0, prior(w, 5, 2.5, 1.2)) if w > 6 else 0.0 for w in (0, 3, 6, 12)]  # shorter: r still ahead
     assert control.ratio_prior(words, src_words, reachable=True).tolist() == pytest.approx(reachable, abs=1e-12)
     with pytest.raises(ValueError, match="counts words"):
         LengthControl(ratio_penalty=1.0)
@@ -257,8 +264,8 @@ def test_the_prior_is_minus_lambda_times_the_ratio_s_distance_from_r():
 @pytest.mark.parametrize("kind, alpha, beta, lam, r", [("wu", 0.6, 0.0, 2.0, 1.0), ("power", 1.0, 0.3, 5.0, 0.5),
                                                       ("none", 0.0, 0.0, 8.0, 2.0)])
 def test_each_hypothesis_score_adds_the_prior_of_its_own_words(kind, alpha, beta, lam, r):
-    """s = log P / lp + cp − λ·|W(y)/W(x) − r| for every hypothesis returned, its log-probability
-    a forced decode's and W counted by `words_of` above."""
+    """s = log P / lp + cp − λ·|log(W(y) / (r·W(x)))| for every hypothesis returned, its
+    log-probability a forced decode's and W counted by `words_of` above."""
     model = random_model(4)
     length = LengthControl(kind, alpha, beta, ratio_penalty=lam, ratio=r, words=BOUNDARIES)
     for sent, hyps in zip(SRC, beam_search(model, *pad(SRC), beam=3, nbest=20, length=length,
@@ -267,8 +274,8 @@ def test_each_hypothesis_score_adds_the_prior_of_its_own_words(kind, alpha, beta
         for h in hyps:
             assert h.logprob == pytest.approx(sequence_logprob(model, sent, h.tokens), abs=1e-4)
             lp = gnmt_lp(len(h.tokens) + 1, alpha) if kind == "wu" else (len(h.tokens) + 1) ** alpha
-            prior = -lam * abs(words_of(h.tokens) / words_of(sent) - r)
-            expected = h.logprob / lp + gnmt_cp(h.attention[:, :len(sent)].tolist(), beta) + prior
+            expected = (h.logprob / lp + gnmt_cp(h.attention[:, :len(sent)].tolist(), beta)
+                        + prior(words_of(h.tokens), words_of(sent), lam, r))
             assert h.score == pytest.approx(expected, abs=1e-4)
         assert [h.score for h in hyps] == sorted([h.score for h in hyps], reverse=True)
 
@@ -284,7 +291,7 @@ def test_the_prior_finds_ends_outside_the_k_best_and_pulls_the_ratio_to_r():
     for r in (0.5, 1.0):
         pulled = beam_search(model, *pad(sources), beam=2, length=LengthControl(
             "wu", 0.6, max_len_a=3.0, max_len_b=5, ratio_penalty=50.0, ratio=r, words=BOUNDARIES))
-        gap = [[abs(words_of(h[0].tokens) / words_of(s) - r) for h, s in zip(found, sources)]
+        gap = [[abs(math.log(max(words_of(h[0].tokens), 0.5) / (r * words_of(s)))) for h, s in zip(found, sources)]
                for found in (plain, pulled)]
         assert all(b <= a + 1e-9 for a, b in zip(*gap)) and sum(gap[1]) < sum(gap[0])
     assert [h[0].tokens for h in beam_search(model, *pad(sources), beam=2, length=LengthControl(
