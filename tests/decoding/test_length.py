@@ -37,6 +37,14 @@ def gnmt_cp(attention: list[list[float]], beta: float) -> float:
     return beta * sum(math.log(min(sum(row[i] for row in attention), 1.0)) for i in sources)
 
 
+def eq_14_score(h, sent: list[int], kind: str, alpha: float, beta: float) -> float:
+    """log P(y|x) / lp(y) + cp(x; y) of hypothesis `h` of source `sent`, from its own
+    log-probability and returned attention (|y| counts its </s>)."""
+    n = len(h.tokens) + 1
+    lp = gnmt_lp(n, alpha) if kind == "wu" else n ** alpha
+    return h.logprob / lp + gnmt_cp(h.attention[:, :len(sent)].tolist(), beta)
+
+
 @pytest.mark.parametrize("alpha", [0.2, 0.6, 1.0, 2.0])
 def test_the_wu_length_penalty_is_eq_14_and_power_is_today_s(alpha):
     for length in range(1, 60):
@@ -72,9 +80,7 @@ def test_each_hypothesis_score_is_eq_14_of_its_own_attention(kind, alpha, beta):
         assert len(hyps) >= 2
         for h in hyps:
             assert h.logprob == pytest.approx(sequence_logprob(model, sent, h.tokens), abs=1e-4)
-            lp = gnmt_lp(len(h.tokens) + 1, alpha) if kind == "wu" else (len(h.tokens) + 1) ** alpha
-            expected = h.logprob / lp + gnmt_cp(h.attention[:, :len(sent)].tolist(), beta)
-            assert h.score == pytest.approx(expected, abs=1e-4)
+            assert h.score == pytest.approx(eq_14_score(h, sent, kind, alpha, beta), abs=1e-4)
         assert [h.score for h in hyps] == sorted([h.score for h in hyps], reverse=True)
 
 
@@ -273,9 +279,7 @@ def test_each_hypothesis_score_adds_the_prior_of_its_own_words(kind, alpha, beta
         assert len(hyps) >= 3
         for h in hyps:
             assert h.logprob == pytest.approx(sequence_logprob(model, sent, h.tokens), abs=1e-4)
-            lp = gnmt_lp(len(h.tokens) + 1, alpha) if kind == "wu" else (len(h.tokens) + 1) ** alpha
-            expected = (h.logprob / lp + gnmt_cp(h.attention[:, :len(sent)].tolist(), beta)
-                        + prior(words_of(h.tokens), words_of(sent), lam, r))
+            expected = eq_14_score(h, sent, kind, alpha, beta) + prior(words_of(h.tokens), words_of(sent), lam, r)
             assert h.score == pytest.approx(expected, abs=1e-4)
         assert [h.score for h in hyps] == sorted([h.score for h in hyps], reverse=True)
 
