@@ -13,7 +13,7 @@ import torch
 from ctxnmt.config import load_config
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.decoding.beam import _Search
-from ctxnmt.decoding.length import length_control
+from ctxnmt.decoding.length import WordBoundaries, length_control
 from ctxnmt.training.optim import build_optimizer
 
 CONFIGS = sorted((Path(__file__).parent.parent.parent / "configs").glob("*.yaml"))
@@ -55,7 +55,8 @@ def test_a_shipped_configs_model_trains_one_step_and_searches_one_step(path):
     _one_update(model, nll / len(SRC), config.training)
     model.eval()
     with torch.no_grad():
-        search = _Search(model, config.decoding.beam, length_control(config.decoding, None), True)
+        words = WordBoundaries(torch.zeros(VOCAB, dtype=torch.bool), torch.zeros(VOCAB, dtype=torch.bool))
+        search = _Search(model, config.decoding.beam, length_control(config.decoding, None, words=words), True)
         part = search.advance(search.start([0, 1], src, src_mask, context))
     assert part is not None and part.history.shape == (len(SRC) * config.decoding.beam, 1)
     assert torch.isfinite(part.scores[:, 0]).all()
