@@ -89,16 +89,18 @@ class Update:
 
 @dataclass
 class Window:
-    """The training loss and target tokens since the last log line.  A checkpoint may keep
-    the sums (the language model's does), so that a resumed run logs the uninterrupted
-    run's lines."""
+    """The training loss and target tokens since the last log line.  Checkpoints keep the
+    sums, so that a resumed run logs the uninterrupted run's lines; `timed` counts only the
+    tokens since `start` (this process), what a rate is measured on."""
     loss: float = 0.0
     tokens: int = 0
     start: float = field(default_factory=time.perf_counter)
+    timed: int = 0
 
     def add(self, update: Update) -> None:
         self.loss += update.loss
         self.tokens += update.tokens
+        self.timed += update.tokens
 
     def state(self) -> list:
         return [self.loss, self.tokens]

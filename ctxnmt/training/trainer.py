@@ -167,7 +167,7 @@ class Trainer(TrainingLoop):
 
     def log_window(self, window: Window) -> None:
         p = self.progress
-        rate = window.tokens / (time.perf_counter() - window.start)
+        rate = window.timed / (time.perf_counter() - window.start)
         self.log(f"update {p.update}: loss/token {window.loss / window.tokens:.4f}, "
                  f"{rate:.0f} target tok/s, lr {self.schedule.lr(p.update):.2e}")
         self.log.scalar("train/loss_per_token", window.loss / window.tokens, p.update)
@@ -211,6 +211,7 @@ class Trainer(TrainingLoop):
             "model_config": self.config.to_dict()["model"],
             "src_vocab": self.data.src_vocab.fingerprint(),
             "tgt_vocab": self.data.tgt_vocab.fingerprint(),
+            "window": self.window.state(),  # rank 0's log window: a resumed run logs the same lines
         }
 
     def save(self, *names: str) -> None:
@@ -230,6 +231,7 @@ class Trainer(TrainingLoop):
         self.precision.load_state_dict(payload.get("precision"))
         self.progress = Progress(**payload["progress"])
         self.progress.stopped = ""
+        self.restore_window(payload)
         self._restore_rng(payload)
         self.log(f"resumed from {path} at update {self.progress.update} (epoch {self.progress.epoch + 1}, "
                  f"batch {self.progress.batch_in_epoch})")
