@@ -315,8 +315,7 @@ class _Search:
         prior = None
         if words is not None:  # cut off at the limit: each holds its row's words and this step's
             rows = js * K + top.beam[js, cs]
-            src_words = torch.tensor([sentences[j].src_words for j in js.tolist()])
-            prior = self.length.ratio_prior(words.with_next().cpu()[rows], src_words)
+            prior = self.length.ratio_prior(words.with_next().cpu()[rows], _src_words(sentences)[js])
         scores = self.length.score(logprobs.double(), [lengths[j] for j in js.tolist()],
                                    top.cp[js, cs] if top.cp is not None else None, prior).tolist()
         history, width = part.history.cpu(), part.history.size(1)  # one transfer for every hypothesis ending here
@@ -337,7 +336,7 @@ class _Search:
         fields = [logprob, words.words.float()] + ([row_cp.reshape(-1).float()] if row_cp is not None else [])
         host = torch.stack(fields).cpu()  # one transfer
         logprob, n_words = host[0].double(), host[1]
-        src_words = torch.tensor([s.src_words if s is not None else 1 for s in sentences]).repeat_interleave(K)
+        src_words = _src_words(sentences).repeat_interleave(K)
         row_lengths = [t for t in lengths for _ in range(K)]
         scores = self.length.score(logprob, row_lengths, host[2] if row_cp is not None else None,
                                    self.length.ratio_prior(n_words, src_words))
@@ -364,8 +363,7 @@ class _Search:
         finished ones are (its coverage so far included)."""
         prior = None
         if seen.best_alive_words is not None:
-            src_words = torch.tensor([s.src_words if s is not None else 1 for s in sentences])
-            prior = self.length.ratio_prior(seen.best_alive_words, src_words, reachable=True)
+            prior = self.length.ratio_prior(seen.best_alive_words, _src_words(sentences), reachable=True)
         best_alive = self.length.score(seen.best_alive, lengths, seen.best_alive_cp, prior).tolist()
         return [j for j, s in enumerate(sentences) if s is not None and not _done(s, self.K, lengths[j], best_alive[j])]
 
@@ -428,6 +426,11 @@ def _join(a: _Part, b: _Part) -> _Part | None:
     return _Part(a.active + b.active, a.steps + b.steps, a.src_lens + b.src_lens, width,
                  a.enc.concat(b.enc, width), a.state.concat(b.state, width),
                  torch.cat([a.scores, b.scores]), history, None, torch.cat([a.prev, b.prev]), coverage)
+
+
+def _src_words(sentences: list[_Sentence | None]) -> torch.Tensor:
+    """W(x) of each sentence of a step (1 for one already finished, whose rows search nothing)."""
+    return torch.tensor([s.src_words if s is not None else 1 for s in sentences])
 
 
 def _done(sentence: _Sentence, K: int, length: int, best_alive: float) -> bool:
