@@ -19,8 +19,9 @@ import torch
 from ctxnmt.config import Config, DataConfig
 from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import filter_by_length, read_parallel
-from ctxnmt.data.preprocess import BPE_SEPARATOR, Preprocessor
+from ctxnmt.data.preprocess import Preprocessor
 from ctxnmt.data.vocab import Vocab
+from ctxnmt.data.words import count_words, goes_on
 from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.messages import Log, to_stderr
@@ -124,8 +125,9 @@ def length_ratios(split: Split, src_vocab: Vocab | None = None, tgt_vocab: Vocab
         raise DataError("no pair with a non-empty source to measure length ratios on")
     out = {f"{q:g}": quantile(sorted(len(t) / len(s) for s, t in pairs), q) for q in RATIO_QUANTILES}
     if src_vocab is not None and tgt_vocab is not None:
-        src_on, tgt_on = goes_on(src_vocab), goes_on(tgt_vocab)
-        words = sorted(count_words(t, tgt_on) / count_words(s, src_on) for s, t in pairs)
+        src_words = count_words([s for s, _ in pairs], goes_on(src_vocab))
+        tgt_words = count_words([t for _, t in pairs], goes_on(tgt_vocab))
+        words = sorted(t / s for s, t in zip(src_words, tgt_words))
         out[WORD_RATIO] = quantile(words, 0.5)
     return out
 
@@ -133,20 +135,6 @@ def length_ratios(split: Split, src_vocab: Vocab | None = None, tgt_vocab: Vocab
 def quantile(ordered: list[float], q: float) -> float:
     """The smallest value that at least a share q of `ordered` does not exceed."""
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-def goes_on(vocab: Vocab) -> list[bool]:
-    """For each subword of `vocab`, whether it goes on into the next one (ends with the BPE separator)."""
-    return [token.endswith(BPE_SEPARATOR) for token in vocab.tokens()]
-
-
-def count_words(ids: list[int], goes_on: list[bool]) -> int:
-    """Words of a subword sequence: a subword starts one unless the one before goes on into it."""
-    count, joined = 0, False
-    for i in ids:
-        count += not joined
-        joined = goes_on[i]
-    return count
 
 
 def load_length_ratios(prep_dir: Path, words: bool = False) -> dict[str, float] | None:

@@ -27,7 +27,8 @@ import torch
 from torch.nn import functional as F
 
 from ctxnmt.data.vocab import EOS, PAD
-from ctxnmt.decoding.length import LengthControl, coverage_penalty, word_starts
+from ctxnmt.data.words import word_starts
+from ctxnmt.decoding.length import LengthControl, coverage_penalty
 from ctxnmt.decoding.searchable import Searchable
 from ctxnmt.models.state import State
 

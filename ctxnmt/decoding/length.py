@@ -61,7 +61,8 @@ from typing import Any
 
 import torch
 
-from ctxnmt.data.prepare import WORD_RATIO, goes_on
+from ctxnmt.data.prepare import WORD_RATIO
+from ctxnmt.data.words import WordBoundaries
 from ctxnmt.errors import ConfigError
 from ctxnmt.length_options import OPTIONS, check, fixed_if_a_given
 
@@ -70,27 +71,6 @@ DATA_QUANTILE = "0.99"  # the ratio quantile `max_len_rule: data` takes as a (a 
 # A coverage that underflowed to 0 would make log −inf, and every hypothesis of the
 # sentence −inf: ranking would then be arbitrary.
 _TINY = torch.finfo(torch.float32).tiny
-
-
-@dataclass(frozen=True)
-class WordBoundaries:
-    """Which subwords of each vocabulary go on into the next one (end with the BPE separator),
-    as (V,) bool tensors: what counting words needs."""
-    src_continues: torch.Tensor
-    tgt_continues: torch.Tensor
-
-    @classmethod
-    def of(cls, src_vocab, tgt_vocab) -> WordBoundaries:
-        return cls(*(torch.tensor(goes_on(vocab), dtype=torch.bool) for vocab in (src_vocab, tgt_vocab)))
-
-
-def word_starts(ids: torch.Tensor, real: torch.Tensor, continues: torch.Tensor) -> torch.Tensor:
-    """Per row of `ids` (R, T), the words among its `real` positions (R, T): a real subword
-    starts a word unless the real subword before it goes on into it."""
-    goes_on = continues.to(ids.device)[ids] & real
-    before = torch.zeros_like(goes_on)
-    before[:, 1:] = goes_on[:, :-1]
-    return (real & ~before).sum(1)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
 from ctxnmt.decoding.graphs import graphed
-from ctxnmt.decoding.length import LengthControl, WordBoundaries, length_control, needs_word_ratio, uses_ratios
+from ctxnmt.data.words import WordBoundaries
+from ctxnmt.decoding.length import LengthControl, length_control, needs_word_ratio, uses_ratios
 from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options

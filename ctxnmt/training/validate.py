@@ -9,7 +9,8 @@ from ctxnmt.config import Config
 from ctxnmt.data.batching import epoch_batches, make_batch
 from ctxnmt.data.documents import check_document_ids, other_document_sentences, previous_sentences
 from ctxnmt.data.prepare import length_ratios, split_paths
-from ctxnmt.decoding.length import WordBoundaries, length_control, uses_ratios
+from ctxnmt.data.words import WordBoundaries
+from ctxnmt.decoding.length import length_control, uses_ratios
 from ctxnmt.decoding.translator import translate_ids
 from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import bleu

@@ -15,11 +15,12 @@ from ctxnmt.cli import main
 from ctxnmt.config import DecodingConfig, ModelConfig
 from ctxnmt.errors import ConfigError
 from ctxnmt.data.batching import pad
-from ctxnmt.data.prepare import Split, count_words, length_ratios, load_prepared
+from ctxnmt.data.prepare import Split, length_ratios, load_prepared
 from ctxnmt.data.vocab import EOS
+from ctxnmt.data.words import WordBoundaries, count_words, goes_on, word_starts
 from ctxnmt.decoding import beam as search_module
 from ctxnmt.decoding.beam import beam_search, search_batches
-from ctxnmt.decoding.length import LengthControl, WordBoundaries, coverage_penalty, length_control, word_starts
+from ctxnmt.decoding.length import LengthControl, coverage_penalty, length_control
 from ctxnmt.models.nmt import build_model
 from tests.decoding.test_beam import SRC, random_model, sequence_logprob
 from tests.test_cli import small_corpus, write_config
@@ -231,8 +232,9 @@ def words_of(ids: list[int]) -> int:
 
 
 def test_words_are_counted_across_subwords_and_padding():
-    assert count_words([8, 5, 6, 9, 10], GOES_ON) == words_of([8, 5, 6, 9, 10]) == 3  # 8 | 5 6 9 | 10
-    assert count_words([4], GOES_ON) == 1 and count_words([], GOES_ON) == 0  # a word cut short still counts
+    seqs = [[8, 5, 6, 9, 10], [4], [], [9, 9, 4, 4]]  # 8 | 5 6 9 | 10 and 9 | 9 | 4 4: a word cut short still counts
+    assert count_words(seqs, BOUNDARIES.tgt_continues) == [words_of(s) for s in seqs] == [3, 1, 0, 3]
+    assert count_words([], BOUNDARIES.tgt_continues) == []
     rows = [[8, 5, 6, 9, 10], [0, 0, 4, 5, 12], [0, 0, 0, 0, 0]]  # left-padded, as search's histories
     real = torch.tensor([[True] * 5, [False, False, True, True, True], [False] * 5])
     assert word_starts(torch.tensor(rows), real, BOUNDARIES.tgt_continues).tolist() == [3, 1, 0]
@@ -242,6 +244,7 @@ def test_the_training_word_ratio_is_the_median_over_the_pairs():
     from ctxnmt.data.vocab import Vocab
 
     vocab = Vocab(["new@@", "found@@", "land", "a", "b@@", "c"])  # ids 4–9
+    assert goes_on(vocab).tolist() == [False] * 4 + [True, True, False, False, True, False]
     src = [[7], [7, 8], [4, 6, 7], [8, 9, 8, 9]]  # 1, 2, 2 and 2 words
     tgt = [[7, 8, EOS], [4, 5, 6, EOS], [7, 7, 7, 7, EOS], [8, 9, EOS]]  # 2, 1, 4 and 1 words
     found = length_ratios(Split(src, tgt, [], []), vocab, vocab)

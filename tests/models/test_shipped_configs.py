@@ -13,7 +13,8 @@ import torch
 from ctxnmt.config import load_config
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.decoding.beam import _Search
-from ctxnmt.decoding.length import WordBoundaries, length_control
+from ctxnmt.data.words import WordBoundaries
+from ctxnmt.decoding.length import length_control
 from ctxnmt.training.optim import build_optimizer
 
 CONFIGS = sorted((Path(__file__).parent.parent.parent / "configs").glob("*.yaml"))
