@@ -45,7 +45,16 @@ class Hypothesis:
 class _Sentence:
     max_len: int
     src_words: int = 0  # W(x), counted only for a length-ratio prior
+    keep: int = 1  # finished hypotheses worth keeping: max(K, nbest)
     finished: list[Hypothesis] = field(default_factory=list)
+
+    def settle(self) -> None:
+        """Keep the `keep` best finished hypotheses, best first.  A length-ratio prior ends K
+        rows a step, so unpruned the list would grow with the output (and hold each one's
+        attention).  The sort is stable and later ones are only appended, so what is kept
+        and returned is what sorting the whole list would give."""
+        if len(self.finished) > 1:
+            self.finished = sorted(self.finished, key=lambda h: -h.score)[:self.keep]
 
 
 @dataclass
@@ -104,7 +113,7 @@ def search_batches(model: Searchable, batches, beam: int = 5, nbest: int = 1, le
     sentence is unchanged (its source padding grows, and padding gets zero attention).
     Joining needs decoder states without a time axis; the summaries of target-context
     models grow with t, so their batches run one after the other."""
-    search = _Search(model, beam, length, return_attention)
+    search = _Search(model, beam, length, return_attention, keep=max(beam, nbest))
     pending, waiting, part = iter(batches), [], None
     while True:
         if part is None:
@@ -129,7 +138,7 @@ def search_batches(model: Searchable, batches, beam: int = 5, nbest: int = 1, le
             waiting.append(joining)
         else:
             part = joined
-    return {i: sorted(s.finished, key=lambda h: -h.score)[:nbest] for i, s in search.sentences.items()}
+    return {i: s.finished[:nbest] for i, s in search.sentences.items()}
 
 
 @dataclass
@@ -200,8 +209,9 @@ class _RowWords:
 
 class _Search:
     def __init__(self, model: Searchable, beam: int, length: LengthControl = NO_LENGTH_CONTROL,
-                 return_attention: bool = False):
+                 return_attention: bool = False, keep: int | None = None):
         self.model, self.K, self.length = model, beam, length
+        self.keep = keep or beam
         self.return_attention = return_attention
         self.sentences: dict[int, _Sentence] = {}
 
@@ -211,7 +221,7 @@ class _Search:
         src_words = (word_starts(src, src_mask.bool(), self.length.words.src_continues).tolist()
                      if self.length.ratio_penalty else [0] * len(src_lens))
         for i, n, w in zip(indices, src_lens, src_words):
-            self.sentences[i] = _Sentence(max_len=self.length.max_len(n), src_words=w)
+            self.sentences[i] = _Sentence(max_len=self.length.max_len(n), src_words=w, keep=self.keep)
         B, K = src.size(0), self.K
         enc = self.model.encode(src, src_mask, context, K)  # one copy per sentence, shared by its K rows
         scores = torch.full((B, K), float("-inf"), device=src.device)
@@ -247,6 +257,9 @@ class _Search:
         self._collect_finished(part, sentences, lengths, seen, att_history, words)
         if row_eos is not None:
             self._collect_row_ends(part, sentences, lengths, row_eos, row_cp, words, att_history)
+        for sentence in sentences:
+            if sentence is not None:
+                sentence.settle()
         keep = self._searching(sentences, lengths, seen)
         if not keep:
             return None
@@ -442,5 +455,4 @@ def _done(sentence: _Sentence, K: int, length: int, best_alive: float) -> bool:
         return True
     if len(sentence.finished) < K:
         return False
-    kth = sorted((h.score for h in sentence.finished), reverse=True)[K - 1]
-    return best_alive <= kth
+    return best_alive <= sentence.finished[K - 1].score  # settled: best first

@@ -305,6 +305,22 @@ def test_the_prior_finds_ends_outside_the_k_best_and_pulls_the_ratio_to_r():
         "wu", 0.6, max_len_a=3.0, max_len_b=5, ratio=0.5, words=BOUNDARIES))] == [h[0].tokens for h in plain]
 
 
+@pytest.mark.parametrize("lam", [0.0, 5.0])
+def test_search_keeps_only_the_best_finished_and_returns_what_keeping_all_would(lam, monkeypatch):
+    """A prior ends K rows a step: the search keeps max(K, nbest) finished hypotheses per
+    sentence, and returns the same ones, in the same order, as one that keeps them all."""
+    model = random_model(7)
+    length = LengthControl("wu", 0.6, 0.2, ratio_penalty=lam, ratio=1.0, words=BOUNDARIES)
+    everything = beam_search(model, *pad(SRC), beam=3, nbest=10_000, length=length)
+    held, settle = [], search_module._Sentence.settle
+    monkeypatch.setattr(search_module._Sentence, "settle", lambda s: settle(s) or held.append(len(s.finished)))
+    best = beam_search(model, *pad(SRC), beam=3, nbest=3, length=length)
+    assert held and max(held) == 3
+    assert max(len(h) for h in everything) > 3  # more ended than are kept
+    for kept, every in zip(best, everything):
+        assert [(h.tokens, h.score) for h in kept] == [(h.tokens, h.score) for h in every[:3]]
+
+
 def test_the_prior_survives_batches_joining(monkeypatch):
     """Joined rows are left-padded: each row's words are counted over its own steps only."""
     torch.manual_seed(6)
