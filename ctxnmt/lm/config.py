@@ -8,7 +8,7 @@ from pathlib import Path
 from ctxnmt.config import build_typed, read_raw
 from ctxnmt.errors import ConfigError
 
-SUMMARIES = ("none", "previous", "mean", "mean-with-start", "self-attentive")  # none: the papers' LSTM baseline, no d_t
+SUMMARIES = ("none", "previous", "mean", "mean-with-start", "self-attentive", "self-attentive-with-start")  # none: the papers' LSTM baseline, no d_t
 
 
 @dataclass
@@ -27,7 +27,7 @@ class LMDataConfig:
 
 @dataclass
 class LMModelConfig:
-    summary: str = "previous"  # none | previous | mean | mean-with-start (ours) | self-attentive (content scoring)
+    summary: str = "previous"  # none | previous | mean | mean-with-start (ours) | self-attentive (content scoring) | self-attentive-with-start (ours)
     emb_dim: int = 150
     hidden_dim: int = 300
     layers: int = 1

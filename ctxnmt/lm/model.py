@@ -11,9 +11,12 @@ decoder: `previous` d_t = E w_t; `mean` d_t = average of E w_{r+1} … E w_t, th
 the sentence without its start symbol (the paper's eq. 11, which the LM section reuses; at
 the start symbol itself, where that mean is empty, d_r = E w_r, as the decoder's d_1 = y_0);
 `mean-with-start` (ours, what `mean` computed before) the average of E w_r … E w_t;
-`self-attentive` d_t = Σ_i α_ti E w_i over w_r … w_t with α_t = softmax_i(vᵀ tanh(W_y E w_i))
-(content scoring, the start slot kept as the decoder's is); and `none`, the papers' LSTM
-baseline, g_t = tanh(W_s s_t + b) without W_d or d_t.
+`self-attentive` d_t = Σ_i α_ti E w_i over the same words w_{r+1} … w_t, with α_t =
+softmax_i(vᵀ tanh(W_y E w_i + b)) over them (eqs. 12–14, content scoring; the start symbol
+left out as the mean leaves it out, and d_r = E w_r where no word follows it yet);
+`self-attentive-with-start` (ours, what `self-attentive` computed before) the same over
+w_r … w_t, the start symbol's embedding a value and a slot of the softmax; and `none`, the
+papers' LSTM baseline, g_t = tanh(W_s s_t + b) without W_d or d_t.
 
 d_t restarts at every sentence: the </s> that ends a sentence is the start symbol
 y_0 of the next one (r is its position), so a sentence's summary is exactly what
@@ -36,6 +39,8 @@ from ctxnmt.models.target_context import prefix_average
 State = dict[str, torch.Tensor]
 # exp(START_SCORE) is 0 in float32 and bfloat16 (their smallest subnormal is about e^-103)
 START_SCORE = -1e4
+# Summaries that score their words with another's module (the same parameters, so a seed gives the same weights).
+SCORED_AS = {"self-attentive-with-start": "self-attentive"}
 
 
 class ResidualLM(nn.Module):
@@ -47,7 +52,7 @@ class ResidualLM(nn.Module):
         self.lstm = nn.LSTM(E, H, cfg.layers, batch_first=True, dropout=cfg.dropout if cfg.layers > 1 else 0.0)
         if cfg.summary != "none":  # (created before W_s: a seed gives the weights it gave before `none`)
             # The translation decoder's summary module: its parameters (W_y, v for content) and scores.
-            self.summary = TARGET_CONTEXTS.get(cfg.summary)(emb_dim=E)
+            self.summary = TARGET_CONTEXTS.get(SCORED_AS.get(cfg.summary, cfg.summary))(emb_dim=E)
         self.from_state = nn.Linear(H, E)  # W_s (carries the bias b)
         if cfg.summary != "none":
             self.from_summary = nn.Linear(E, E, bias=False)  # W_d
@@ -76,13 +81,12 @@ class ResidualLM(nn.Module):
         if self.cfg.summary == "previous":
             return emb, carried
         starts = tokens == EOS
-        if self.cfg.summary == "self-attentive":
-            return prefix_average(emb, self.summary.scores(emb), carried, starts=starts)
-        # The means: every word scores 0, so the weighted prefix average is the plain one.  For
-        # eq. 11 the start symbol scores so low that its weight underflows to exactly 0 once any
-        # word of the sentence follows it, and is the whole weight while none does.
-        e = emb.new_zeros(emb.shape[:2])
-        if self.cfg.summary == "mean":
+        # The means: every word scores 0, so the weighted prefix average is the plain one.
+        scored = self.cfg.summary in ("self-attentive", "self-attentive-with-start")
+        e = self.summary.scores(emb) if scored else emb.new_zeros(emb.shape[:2])
+        if not self.cfg.summary.endswith("-with-start"):
+            # Eqs. 11–13 sum over the sentence's words: the start symbol scores so low that its
+            # weight underflows to exactly 0 once any word follows it, and is the whole weight while none does.
             e = e.masked_fill(starts, START_SCORE)
         return prefix_average(emb, e, carried, starts=starts)
 

@@ -24,11 +24,13 @@ FORMAT_VERSION = 1
 # 4: the memory-RNN's memory holds s_1 … s_{t-1}, as eq. 15 sums (s_0 was in it).  5: the
 # gated-aux gate's bias b_z became a key, `doc_gate_bias` (eq. 5 has none), and so did the
 # history of a document's first sentence, `doc_start` (the released code's NULL sentence);
-# before, the gate had a bias and that history summary was zero.
-DEFINITIONS = 5
+# before, the gate had a bias and that history summary was zero.  6: the language model's
+# `self-attentive` summary followed eqs. 12–13, its start symbol left out (the old computation
+# is `self-attentive-with-start`).
+DEFINITIONS = 6
 # (model config key, old value): (the name of the old computation, the definitions that changed it)
 RENAMED = {("target_context", "mean"): ("mean-with-start", 2), ("output", "adaptive"): ("adaptive-gain3", 2),
-           ("summary", "mean"): ("mean-with-start", 3)}
+           ("summary", "mean"): ("mean-with-start", 3), ("summary", "self-attentive"): ("self-attentive-with-start", 6)}
 RETIRED = {("decoder", "memory-rnn"): ("the memory-RNN before it followed eqs. 15 and 17 (ctxnmt before definitions 4)",
                                       4)}
 

@@ -32,6 +32,10 @@ def tiny_model(summary: str) -> ResidualLM:
     return ResidualLM(LMModelConfig(summary=summary, emb_dim=8, hidden_dim=10, dropout=0.0), 14).eval()
 
 
+def summary_with_start(model: ResidualLM) -> bool:
+    return model.cfg.summary == "self-attentive-with-start"
+
+
 def literal_logprobs(model: ResidualLM, stream: list[int]) -> torch.Tensor:
     """log p(w_{t+1} | w_≤t), one token at a time, from the equations (docs/lm.md)."""
     lstm, E = model.lstm, model.embedding.weight
@@ -53,10 +57,13 @@ def literal_logprobs(model: ResidualLM, stream: list[int]) -> torch.Tensor:
             d = torch.stack(sentence[1:]).mean(0) if len(sentence) > 1 else sentence[0]
         elif model.cfg.summary == "mean-with-start":  # ours: the start symbol counted
             d = torch.stack(sentence).mean(0)
-        else:  # content: α_ti = softmax_i(vᵀ tanh(W_y E w_i + b))
+        else:  # content, eqs. 12–14 (AAAI): α_ti = softmax_i(vᵀ tanh(W_y E w_i + b)) over the words
+            # w_{r+1} … w_t (the start symbol left out, as eq. 11's mean; alone, d = its embedding);
+            # ours, `-with-start`: over w_r … w_t, the start symbol's embedding included
+            words = sentence if summary_with_start(model) or len(sentence) == 1 else sentence[1:]
             sa = model.summary
-            e = torch.stack([(sa.v.weight[0] * torch.tanh(sa.W_y.weight @ y + sa.W_y.bias)).sum() for y in sentence])
-            d = (torch.softmax(e, 0).unsqueeze(1) * torch.stack(sentence)).sum(0)
+            e = torch.stack([(sa.v.weight[0] * torch.tanh(sa.W_y.weight @ y + sa.W_y.bias)).sum() for y in words])
+            d = (torch.softmax(e, 0).unsqueeze(1) * torch.stack(words)).sum(0)
         residual = 0.0 if d is None else model.from_summary.weight @ d
         g_t = torch.tanh(model.from_state.weight @ h + model.from_state.bias + residual)
         out.append(torch.log_softmax(E @ g_t + model.out_bias, 0)[target])

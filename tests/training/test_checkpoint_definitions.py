@@ -61,6 +61,17 @@ def test_each_rename_applies_only_to_checkpoints_older_than_its_change(tmp_path)
     assert load_checkpoint(tmp_path / "lm3.pt")["model_config"]["summary"] == "mean"
 
 
+@pytest.mark.parametrize("definitions, states", [(1, "self-attentive-with-start"), (5, "self-attentive-with-start"),
+                                                 (6, "self-attentive")])
+def test_an_lm_trained_before_eqs_12_13_states_its_start_inclusive_summary(tmp_path, definitions, states):
+    """Definitions 6 left the start symbol out of the LM's self-attentive summary; the translation
+    decoder's `self-attentive` (the released code's start slot) did not change."""
+    _checkpoint_of(tmp_path / "lm.pt", definitions, summary="self-attentive")
+    assert load_checkpoint(tmp_path / "lm.pt")["model_config"]["summary"] == states
+    _checkpoint_of(tmp_path / "nmt.pt", definitions, target_context="self-attentive")
+    assert load_checkpoint(tmp_path / "nmt.pt")["model_config"]["target_context"] == "self-attentive"
+
+
 def test_an_old_gated_aux_checkpoint_states_its_gate_bias(tmp_path):
     """Before definitions 5 the gated-aux gate had a bias b_z and no key said so: an old
     checkpoint states it, so the paper's bias-free config (eq. 5) refuses it by name."""
