@@ -63,7 +63,7 @@ class ModelConfig:
     share_src_tgt_embeddings: bool = False  # only meaningful with a joint vocabulary
     learned_start: bool = False  # y_0 embedding: zero vector (dl4mt) or a learned vector
     # "pytorch": torch defaults (uniform ±1/√fan_in), the default because it learns far faster in
-    # short budgets; "normal": the papers' N(0, 0.01) with orthogonal square recurrent blocks, which
+    # short budgets; "normal": the papers' N(0, 0.01) with dl4mt's orthogonal square recurrent blocks, which
     # at small sizes leaves most gradients below Adam's eps (benchmarks/init_gradients.py).
     init: str = "pytorch"
     dropout_emb: float = 0.0

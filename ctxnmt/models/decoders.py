@@ -263,10 +263,13 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
       s̃_t = Σ_{i=1}^{t-1} softmax_i(e_ti) s_i                                     (eqs. 15–16)
       s'_t = GRU_1(E y_{t-1}, s̃_t)
       c_t  = attention(s'_t) as in the cGRU
-      s_t  = z ⊙ s'_t + (1 − z) ⊙ tanh(W c_t + U (r ⊙ s̃_t)),  r, z from c_t and s̃_t  (A.3.2)
+      s_t  = z ⊙ s'_t + (1 − z) ⊙ tanh(W c_t + r ⊙ (U s̃_t)),  r, z from c_t and s̃_t  (A.3.2)
 
     Both transitions read s̃_t where the cGRU reads a previous state (the appendix's
-    U, U_z, U_r act on s̃_t); the update keeps s'_t as the state it refines.  The score
+    U, U_z, U_r act on s̃_t); the update keeps s'_t as the state it refines.  A.3.2's
+    E y_{t-1} terms in the second transition come from the appendix's notation for the
+    baseline (A.3), which the dl4mt cGRU the papers ran does not have, so they are left
+    out as the baseline leaves them (docs/target-context.md).  The score
     reads e_ti = a(h_i, y_{t-1}, s̃_{t-1}) as eq. 17 has it (the appendix's W_s s_t cannot
     be: s_t is what the step computes).  The memory holds s_1 … s_{t-1}, the states the
     step has computed, and s_0 never enters it (eq. 15's sum and the appendix's

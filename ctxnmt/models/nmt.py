@@ -175,8 +175,9 @@ class NMTModel(nn.Module):
 
 
 def init_weights(model: nn.Module, scheme: str) -> None:
-    """'normal' is the papers' setting: N(0, 0.01) weights, orthogonal square blocks
-    in recurrent matrices, zero biases.  'pytorch' keeps torch's defaults."""
+    """'normal': the papers' N(0, 0.01) weights, except dl4mt's orthogonal square blocks in
+    the recurrent matrices (the papers state N(0, 0.01) for all; dl4mt, their code, makes
+    the recurrent blocks orthogonal), and zero biases.  'pytorch' keeps torch's defaults."""
     if scheme == "pytorch":
         if model.cfg.tie_embeddings:
             # N(0, 1) embeddings would start a shared softmax layer with logits of

@@ -39,7 +39,7 @@ class DeepOutput(nn.Module):
 
 @OUTPUTS.register("adaptive")
 class AdaptiveOutput(DeepOutput):
-    """Adaptive output state (Li, Li, Zhang, eqs. 17–21), in the form of the authors' released code:
+    """Adaptive output state (Li, Li, Zhang, eqs. 18–21), in the form of the authors' released code:
 
       o_k = P_k x_k for (x_k, P_k) = (s_t, W_st), (d_t, W_yt), (c_t, W_ct)   the usual projections
       õ_t = o_s + o_y + o_c                                                 the query

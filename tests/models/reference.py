@@ -11,7 +11,9 @@ def sigmoid(x):
 
 
 def gru_step(cell, x, h, carry=None):
-    """dl4mt GRU: r, z from W x + U h; candidate tanh(W x + r ⊙ (U h)); h' = z h + (1-z) h̃."""
+    """dl4mt GRU: r, z from W x + U h; candidate tanh(W x + r ⊙ (U h)); h' = z h + (1-z) h̃.
+    Li et al.'s eq. 11 and Zhang et al.'s eq. 7 print U (r ⊙ h); their released code, and the
+    dl4mt baseline both compare against, compute r ⊙ (U h) (docs/encoders-and-adaptive.md)."""
     H = cell.hidden_size
     W, b, U = cell.W.weight, cell.W.bias, cell.U.weight
     Wr, Wz, Wh = W[:H], W[H:2 * H], W[2 * H:]
@@ -24,9 +26,9 @@ def gru_step(cell, x, h, carry=None):
 
 
 def adaptive_gru_step(cell, x, h, scaled_candidate=False, gain=1.0, open_gate=None, carry=None):
-    """Hyper-gated GRU: g = σ(W_g x + U_g h);
-    r = σ((1-g) ⊙ W_r x + g ⊙ U_r h), z likewise; h̃ = tanh((1-g) ⊙ W x + g ⊙ r ⊙ (U h));
-    h' = g ⊙ z ⊙ h + (1-z) ⊙ h̃.  scaled_candidate: the released code's second transition,
+    """Hyper-gated GRU (Li et al., eqs. 13–17): g = σ(W_g x + U_g h) (13);
+    r = σ((1-g) ⊙ W_r x + g ⊙ U_r h) (14), z likewise (15); h̃ = tanh((1-g) ⊙ W x + g ⊙ r ⊙ (U h))
+    (16, with the reset as in `gru_step`); h' = g ⊙ z ⊙ h + (1-z) ⊙ h̃ (17).  scaled_candidate: the released code's second transition,
     h̃ = (1-g) ⊙ tanh(W x + g ⊙ r ⊙ (U h)).  gain: the weighted sums of r, z and h̃ times k
     (2 in adaptive-gru-scaled).  open_gate g₀ (adaptive-gru-balanced): the input terms weighed
     by (1-g)/(1-g₀) and the state terms by g/g₀ instead."""
@@ -84,8 +86,10 @@ def birnn_layer(layer, xs, h0=None):
 
 
 def context_aware_encode(enc, xs, context_reverse, h0=None):
-    """CAEncoder: h^c from the future GRU (read against the context-aware direction), then
-    h̃_i = GRU_lower(E x_i, h^a_{i∓1}), h^a_i = GRU_upper(h^c_i, h̃_i); annotations h^a_i."""
+    """CAEncoder (Zhang et al.): h^c from the future GRU, read against the context-aware
+    direction (eq. 6); h̃_i = GRU_lower(E x_i, h^a_{i∓1}) (eq. 8); h^a_i = GRU_upper(h^c_i, h̃_i)
+    (eq. 9); annotations h^a_i; FCAE's context-aware layer runs left to right (eq. 10), BCAE's
+    right to left (eq. 11)."""
     future = run_cell(enc.future, xs, reverse=not context_reverse, h0=h0)
     h = torch.zeros(enc.hidden_dim) if h0 is None else h0
     annotations = [None] * len(xs)
@@ -148,7 +152,9 @@ def additive_attention(att, s_prime, annotations):
 
 
 def self_attentive_rnn_term(model, earlier_states, s):
-    """W_mt s̃_t, s̃_t = Σ_{i<t} α_ti s_i, α_t = softmax_i(vᵀ tanh(W_m s_i + W_s s_t)); s̃_1 = 0."""
+    """The self-attentive RNN's output term (extended paper, eqs. 18–21 and appendix A.3.3):
+    W_mt s̃_t, s̃_t = Σ_{i=1}^{t-1} α_ti s_i, α_t = softmax_i(vᵀ tanh(W_m s_i + W_s s_t));
+    s̃_1 = 0, the empty sum."""
     dec = model.decoder
     if not earlier_states:
         return dec.from_memory.weight @ torch.zeros_like(s)
@@ -188,7 +194,10 @@ def rnnsearch_logprobs(model, src_ids, tgt_ids, summary=None):
     memory, tilde, s_0 = [], s, s  # memory-rnn: s_1 … s_{t-1} (eq. 15)
     for t, y in enumerate(tgt_ids):
         y_prev = prev_embs[-1]
-        if model.cfg.decoder == "memory-rnn":  # appendix A.3.2: both transitions read s̃_t
+        if model.cfg.decoder == "memory-rnn":
+            # appendix A.3.2's change to the baseline, s_{t-1} → s̃_t, in both transitions'
+            # recurrent terms; its GRU_2 input terms in E y_{t-1} are A.3's notation, not dl4mt's
+            # cGRU the papers ran, and are left out as the baseline's are (docs/target-context.md)
             tilde = memory_rnn_read(model, memory, y_prev, tilde, s_0)
             s_prime = cell_step(dec.gru1, y_prev, tilde)
             alpha, c = additive_attention(dec.attention, s_prime, annotations)

@@ -14,7 +14,7 @@ import torch
 from ctxnmt.config import load_config
 from tests.models import reference as ref
 from tests.models.test_rnnsearch import SRC, TGT, batch_logprobs, small_model
-from tests.models.test_target_context import literal_mean
+from tests.models.test_target_context import literal_mean, literal_scored
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SWITCHES = ("encoder", "decoder", "cell", "encoder_cell", "target_context", "output")
@@ -77,11 +77,44 @@ def test_cross_sentence_configs_embed_the_history_with_their_own_matrix(name):
     assert model.document.history_emb.weight.data_ptr() != model.src_emb.weight.data_ptr()
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("doc-*gated-aux*.yaml")))
-def test_cross_sentence_configs_gate_as_eq_5(name):
-    """Wang et al.'s eq. 5, z_t = σ(U_z s_{t-1} + W_z y_{t-1} + C_z c_t), has no bias: the
-    paper's gated configs have none (b_z is ours: `doc_gate_bias: true`), and their
-    teacher-forced log-probabilities are the literal reference's (eqs. 5-6)."""
+# The switch each paper-named config of these systems turns on (its name's prefix), everything
+# else the baseline's: the self-attentive residual (extended paper eqs. 10–13), the memory-RNN
+# (eqs. 14–17, A.3.2), the self-attentive RNN (eqs. 18–21, A.3.3), and Zhang et al.'s encoders
+# (FCAE eq. 10, BCAE eq. 11, the two-layer Stack-RNNSearch).
+PAPER_SWITCH = {"self-attentive-residual": ("target_context", "self-attentive"),
+                "memory-rnn": ("decoder", "memory-rnn"), "self-attentive-rnn": ("decoder", "self-attentive-rnn"),
+                "fcae": ("encoder", "fcae"), "bcae": ("encoder", "bcae"), "stacked-birnn": ("encoder", "stacked-birnn")}
+BASELINE = {"encoder": "birnn", "decoder": "cgru", "cell": "gru", "encoder_cell": "", "target_context": "previous",
+            "output": "deep"}
+
+
+def _paper_config(name: str) -> str:
+    return next(system for system in PAPER_SWITCH if name in (f"{system}.yaml", f"{system}-small.yaml"))
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")
+                                        if any(p.name in (f"{k}.yaml", f"{k}-small.yaml") for k in PAPER_SWITCH)))
+def test_target_context_and_encoder_configs_compute_their_papers_equations(name):
+    """Each config switches on its paper's component and nothing of ours, and its teacher-forced
+    log-probabilities are the literal per-step reference's (tests/models/reference.py, written
+    from the equations cited above)."""
+    key, value = PAPER_SWITCH[_paper_config(name)]
+    sw = switches(name)
+    assert sw == {**BASELINE, key: value}
+    model = small_model(**sw)
+    summary = literal_scored(model, value) if key == "target_context" else None
+    logp, _ = batch_logprobs(model, SRC, TGT)
+    for b, (s, t) in enumerate(zip(SRC, TGT)):
+        expected, _ = ref.rnnsearch_logprobs(model, s, t, summary)
+        torch.testing.assert_close(logp[b, : len(t)], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("doc-*.yaml")))
+def test_cross_sentence_configs_compute_eqs_1_to_6(name):
+    """Every cross-sentence config against the literal reference of Wang et al.'s hierarchical
+    summary (eqs. 1–2) and its integration (init: the released code's, the paper being silent;
+    aux: eq. 4; gated aux: eqs. 5–6).  Eq. 5, z_t = σ(U_z s_{t-1} + W_z y_{t-1} + C_z c_t), has
+    no bias: the paper's gated configs have none (b_z is ours: `doc_gate_bias: true`)."""
     from ctxnmt.models.nmt import build_model
     from tests.models import reference_document as ref_doc
     from tests.models.test_document_context import CONTEXT, SRC as DOC_SRC, TGT as DOC_TGT, forward_logprobs
@@ -90,7 +123,9 @@ def test_cross_sentence_configs_gate_as_eq_5(name):
     cfg.emb_dim, cfg.hidden_dim, cfg.att_dim, cfg.dropout_out, cfg.init = 8, 10, 9, 0.0, "pytorch"
     torch.manual_seed(0)
     model = build_model(cfg, 16, 16).eval()
-    assert model.decoder.document.gate_word.bias is None
+    assert cfg.doc_aux in ("none", "aux", "gated-aux")  # not the released code's gate, ours
+    if cfg.doc_aux == "gated-aux":
+        assert model.decoder.document.gate_word.bias is None
     logp = forward_logprobs(model, DOC_SRC, DOC_TGT, CONTEXT)
     for b, (s, t, ctx) in enumerate(zip(DOC_SRC, DOC_TGT, CONTEXT)):
         expected = ref_doc.document_logprobs(model, s, t, ctx)

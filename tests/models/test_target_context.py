@@ -31,7 +31,12 @@ def literal_mean_with_start(t, prev, s, c):
 
 
 def literal_scored(model, name):
-    """d_t = Σ_{i<t} softmax_i(e_ti) E y_i with the papers' score functions, one word at a time."""
+    """d_t = Σ_i softmax_i(e_ti) E y_i, one word at a time: the extended paper's eqs. 10–13
+    (the AAAI version's eqs. 12–14: `self-attentive` is its "simple" score, -sum, -product and
+    -dot the others; content+scope is the extended paper's eq. 12).  The sums run over
+    i = 0 … t−1, y_0 included: the papers' prose ("from y_0 to y_{t−1}") and the authors'
+    released `cond_att_layer`, whose start slot is the zero y_0 (with `learned_start`, our
+    learned y_0), where the equations' indices start at 1."""
     sa = model.decoder.summary
 
     def score(y, s, c):
