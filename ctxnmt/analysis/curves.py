@@ -25,6 +25,7 @@ from ctxnmt.utils.io import atomic_write
 _VALIDATION = re.compile(r"validation at update (\d+) \((\d+) target tokens\): (.*)$")
 _START = re.compile(r"^\S+ \S+ (?:model|LM): [\d,]+ parameters")  # both trainers log their model at every start
 _RESUME = re.compile(r"resumed from .* at update (\d+) \(")
+NOT_INTERRUPTED = "none"  # what a run's interruptions read when its log shows no resume or restart
 
 
 @dataclass
@@ -73,7 +74,7 @@ class Starts:
         parts = [f"resumed at {', '.join(f'{u:,}' for u in self.resumed_at)}"] if self.resumed_at else []
         if self.fresh_restarts:
             parts.append(f"restarted from update 0 {self.fresh_restarts}×")
-        return "; ".join(parts) or "none"
+        return "; ".join(parts) or NOT_INTERRUPTED
 
 
 def read_starts(model_dir: Path) -> Starts:

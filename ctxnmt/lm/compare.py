@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxnmt.analysis.curves import logged_interruptions
+from ctxnmt.analysis.curves import NOT_INTERRUPTED, logged_interruptions
 from ctxnmt.config import config_difference
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
@@ -45,7 +45,8 @@ RUN_FACTS = ("dev_ppl", "updates", "minutes")  # from each run's results.json, r
 
 def interruption_cell(seeds: list[int], described: list[str]) -> str:
     """The seeds whose training was interrupted, each with what its log shows; `none` if no seed's was."""
-    return "; ".join(f"{seed}: {text}" for seed, text in zip(seeds, described) if text != "none") or "none"
+    shown = "; ".join(f"{seed}: {text}" for seed, text in zip(seeds, described) if text != NOT_INTERRUPTED)
+    return shown or NOT_INTERRUPTED
 
 
 def source_cell(seeds: list[int], sources: list[str]) -> str:
