@@ -9,12 +9,11 @@ run, so that a report on a new machine keeps the committed rows without retraini
 """
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from ctxnmt.errors import DataError
+from ctxnmt.utils.io import copy_into
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "length-buckets.png")
 RUN_FILES = ("config.yaml", "train.log", "done.json", "decode.json", "scores.json",
@@ -65,17 +64,4 @@ def restore_results(source: Path, root: Path) -> list[Path]:
 
 def _copy_run(run_dir: Path, target: Path) -> None:
     """The run's small files into `target`, which may already hold a prepared `prep`."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    try:
-        for path in _run_files(run_dir):
-            shutil.copyfile(path, tmp / path.name)
-        if target.exists():  # the markers last, so an interrupted restore leaves no run that looks whole
-            for path in sorted(tmp.iterdir(), key=lambda p: p.name in ("config.yaml", "decode.json")):
-                os.replace(path, target / path.name)
-            tmp.rmdir()
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    copy_into(_run_files(run_dir), target, last=("config.yaml", "decode.json"))

@@ -31,6 +31,9 @@ def register(sub) -> None:
     c.add_argument("--out", required=True, help="directory for the runs ({out}/{name}/seed{s}) and report.md/.json")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="an override for every config (repeatable), e.g. --set training.max_epochs=20")
+    c.add_argument("--export", metavar="DIR",
+                   help="then copy the report and every finished run's small files (config.yaml, train.log, "
+                        "test.logprobs, results.json) to DIR, to be committed: `--report --out DIR` reports them again")
     runs.add_arguments(c, "NAME[:SEED]", "report the runs under --out that have finished (e.g. committed ones)")
     c.set_defaults(func=cmd_compare)
 
@@ -62,7 +65,7 @@ def cmd_compare(args) -> int:
     runs.check_arguments(args)
     rows = compare(args.configs, args.overrides, args.seeds, Path(args.out), only=args.only,
                    log=stderr_log("lm compare: "), train=not args.report,
-                   jobs=args.jobs)
+                   jobs=args.jobs, export=Path(args.export) if args.export else None)
     if rows is not None:
         print((Path(args.out) / "report.md").read_text(encoding="utf-8").rstrip())
     return 0

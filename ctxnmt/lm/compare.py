@@ -34,13 +34,17 @@ from ctxnmt.lm.config import load_lm_config
 from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import LINE_SCORES
 from ctxnmt.training.runs import PlannedRun, RunState, directory_state, split_for_report, train_unfinished
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, copy_into
 from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.messages import Log, stderr_log
 from ctxnmt.utils.selectors import select
 
 TRIALS = 10000
 RUN_FACTS = ("dev_ppl", "updates", "minutes")  # from each run's results.json, reported beside its test perplexity
+# What `--report` needs of a finished run (results.json marks it finished), and the report itself:
+# the small files `--export` copies, to be committed.
+RUN_FILES = ("config.yaml", "train.log", LINE_SCORES, "results.json")
+REPORT_FILES = ("report.md", "report.json")
 
 
 def interruption_cell(seeds: list[int], described: list[str]) -> str:
@@ -226,11 +230,30 @@ def run_key(run: tuple[str, int, object]) -> tuple[str, int]:
     return run[2].name, run[1]
 
 
+def export_comparison(out: Path, run_dirs: list[Path], dest: Path) -> list[Path]:
+    """Copy the report under `out` and each finished run's small files (RUN_FILES) to `dest`,
+    keeping the layout ({name}/seed{s}); returns the copies."""
+    if dest.resolve() == out.resolve():
+        return []
+    copied = []
+    for directory in run_dirs:
+        files = [directory / name for name in RUN_FILES if (directory / name).is_file()]
+        target = dest / directory.relative_to(out)
+        copy_into(files, target, last=("results.json",))
+        copied += [target / f.name for f in files]
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in REPORT_FILES:
+        shutil.copyfile(out / name, dest / name)
+        copied.append(dest / name)
+    return copied
+
+
 def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path,
-            log: Log = stderr_log("lm compare: "), only: list[str] | None = None, train: bool = True, jobs: int = 1) -> list[dict] | None:
+            log: Log = stderr_log("lm compare: "), only: list[str] | None = None, train: bool = True, jobs: int = 1,
+            export: Path | None = None) -> list[dict] | None:
     """Train what is missing (of `only`'s runs, if given; nothing unless `train`; up to
-    `jobs` at once), then report the finished runs; None, and no report, while none has
-    finished."""
+    `jobs` at once), then report the finished runs (and copy them and the report to `export`);
+    None, and no report, while none has finished."""
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"--seeds must be distinct, got {seeds}")
     runs = [(path, seed, run_config(path, overrides, seed, out)) for path in configs for seed in seeds]
@@ -262,4 +285,7 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
                   fh, indent=1)
     with atomic_write(out / "report.md", "w") as fh:
         fh.write(markdown(rows, names[0], seeds, waiting, shell_command(configs, overrides, seeds, out), left_out))
+    if export is not None:
+        copied = export_comparison(out, [Path(config.model_dir) for _, _, config in finished], export)
+        log(f"exported {len(copied)} files to {export}" if copied else f"{export} is --out: nothing to copy")
     return rows

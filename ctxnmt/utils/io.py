@@ -4,8 +4,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO
 
 
@@ -59,3 +61,23 @@ def file_sha256(path: str | os.PathLike) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def copy_into(files: Iterable[Path], target: Path, last: tuple[str, ...] = ()) -> None:
+    """Copy `files` into directory `target` (created, or already holding other files) so that
+    an interruption never leaves a copy that looks whole: they are copied to a temporary
+    sibling first, then moved in, the names in `last` (what marks the copy complete) last."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        for path in files:
+            shutil.copyfile(path, tmp / path.name)
+        if target.exists():
+            for path in sorted(tmp.iterdir(), key=lambda p: p.name in last):
+                os.replace(path, target / path.name)
+            tmp.rmdir()
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -376,6 +376,9 @@ def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_c
     assert code == 0 and (out / "lm-previous/seed2/results.json").is_file()
     assert not (out / "lm-previous/seed1").exists()
     assert "not finished yet: lm-previous:1" in err
+    code, _, _ = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--report", "--export",
+                      tmp_path / "export"], capsys)  # the unfinished seed has nothing to export
+    assert code == 0 and sorted(p.name for p in (tmp_path / "export/lm-previous").iterdir()) == ["seed2"]
     assert "Not finished yet: lm-previous:1." in stdout and "| lm-previous | 2 | " in stdout
     saved = out / "lm-previous/seed2/config.yaml"
     finished_config = saved.read_text(encoding="utf-8")
@@ -392,21 +395,25 @@ def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_c
     code, stdout, _ = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-previous:1"],
                           capsys)
     assert code == 0 and "| lm-previous | 1, 2 | " in stdout and "Not finished" not in stdout
+    code, _, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--report", "--export", out], capsys)
+    assert code == 0 and f"{out} is --out: nothing to copy" in err
     code, _, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out, "--only", "lm-mean"], capsys)
     assert code == 2 and "--only 'lm-mean' names no run of this comparison" in err
 
 
 def test_report_reads_finished_runs_wherever_they_were_copied_and_trains_nothing(tiny_corpus, tmp_path, capsys):
-    """The committed results: config.yaml, results.json, test.logprobs and train.log of each run,
-    copied elsewhere, give the same report with --report; runs missing there are reported as such."""
+    """The committed results: --export copies config.yaml, results.json, test.logprobs and
+    train.log of each run (no checkpoint) and the report; elsewhere they give the same report
+    with --report; runs missing there are reported as such."""
     [path] = lm_configs(tmp_path, tiny_corpus, "previous")
     out, copy = tmp_path / "cmp", tmp_path / "committed"
     args = ["lm", "compare", path, "--seeds", "1", "2"]
-    assert run([*args, "--out", out], capsys)[0] == 0
-    for seed in (1, 2):
-        (copy / f"lm-previous/seed{seed}").mkdir(parents=True)
-        for name in ("config.yaml", "results.json", "test.logprobs", "train.log"):
-            shutil.copy(out / f"lm-previous/seed{seed}" / name, copy / f"lm-previous/seed{seed}" / name)
+    code, _, err = run([*args, "--out", out, "--export", copy], capsys)
+    assert code == 0 and f"exported 10 files to {copy}" in err
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file()) == sorted(
+        ["report.json", "report.md"] + [f"lm-previous/seed{seed}/{name}" for seed in (1, 2)
+                                        for name in ("config.yaml", "results.json", "test.logprobs", "train.log")])
+    assert (copy / "report.md").read_text() == (out / "report.md").read_text()
     code, stdout, _ = run([*args, "--out", copy, "--report"], capsys)
     assert code == 0 and json.loads((copy / "report.json").read_text()) == json.loads((out / "report.json").read_text())
     assert (copy / "report.md").read_text() == (out / "report.md").read_text().replace(str(out), str(copy))
