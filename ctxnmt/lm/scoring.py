@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ctxnmt.config import first_difference, lookup
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.errors import CheckpointError
@@ -48,6 +49,19 @@ class TextScore:
         return [f"{logprob:.4f}\t{n}\n" for logprob, n in zip(self.line_logprobs, self.line_tokens)]
 
 
+def check_trained_as(payload: dict, path: Path, config: LMConfig, vocab: Vocab, where: Path) -> None:
+    """Refuse a checkpoint trained with another vocabulary or model than `config` (read from
+    `where`), naming the first model setting that differs: e.g. one whose summary has since
+    been renamed (ctxnmt.utils.checkpoint, RENAMED) states its old name."""
+    if payload.get("vocab") != vocab.fingerprint():
+        raise CheckpointError(f"{path}: was trained with a different vocabulary than {where.parent / 'vocab.txt'}")
+    saved, wanted = payload.get("model_config", {}), asdict(config.model)
+    key = first_difference(saved, wanted)
+    if key is not None:
+        raise CheckpointError(f"{path}: model.{key} is {lookup(saved, key)!r} in the checkpoint but "
+                              f"{lookup(wanted, key)!r} in {where}")
+
+
 def load_lm(model_dir: str | Path, checkpoint: str = "best") -> tuple[LMConfig, Vocab, ResidualLM]:
     model_dir = Path(model_dir)
     if not (model_dir / "config.yaml").is_file():
@@ -56,10 +70,7 @@ def load_lm(model_dir: str | Path, checkpoint: str = "best") -> tuple[LMConfig, 
     vocab = Vocab.load(model_dir / "vocab.txt")
     path = model_dir / "checkpoints" / f"{checkpoint}.pt"
     payload = load_checkpoint(path)
-    if payload.get("vocab") != vocab.fingerprint():
-        raise CheckpointError(f"{path}: was trained with a different vocabulary than {model_dir / 'vocab.txt'}")
-    if payload.get("model_config") != asdict(config.model):
-        raise CheckpointError(f"{path}: its model settings differ from {model_dir / 'config.yaml'}")
+    check_trained_as(payload, path, config, vocab, model_dir / "config.yaml")
     model = ResidualLM(config.model, len(vocab))
     load_model_state(model, payload, path)
     return config, vocab, model.eval()

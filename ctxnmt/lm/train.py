@@ -17,7 +17,7 @@ from ctxnmt.errors import CheckpointError
 from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig
 from ctxnmt.lm.model import ResidualLM, detach
-from ctxnmt.lm.scoring import perplexity
+from ctxnmt.lm.scoring import check_trained_as, perplexity
 from ctxnmt.training.distributed import World, rng_state, set_rng_state
 from ctxnmt.training.loop import TrainingLoop, Window, position_in
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
@@ -129,8 +129,7 @@ class LMTrainer(TrainingLoop):
         payload = load_checkpoint(path)
         if "optimizer" not in payload:
             raise CheckpointError(f"{path}: holds no training state to resume from")
-        if payload.get("vocab") != self.vocab.fingerprint() or payload.get("model_config") != asdict(self.config.model):
-            raise CheckpointError(f"{path}: was trained with another model config or vocabulary than {self.model_dir}")
+        check_trained_as(payload, path, self.config, self.vocab, self.model_dir / "config.yaml")
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         self.schedule.load_state_dict(payload["schedule"])

@@ -364,8 +364,24 @@ def test_resume_refuses_a_checkpoint_of_another_model(tiny_corpus, tmp_path, cap
     cfg = write_config(tmp_path, tiny_corpus, "mean")
     assert run(["lm", "train", cfg, "--quiet", "--set", "training.max_updates=10"], capsys)[0] == 0
     code, _, err = run(["lm", "train", cfg, "--quiet", "--resume", "--set", "model.hidden_dim=20"], capsys)
-    assert code == 2 and "was trained with another model config or vocabulary" in err
+    assert code == 2 and "model.hidden_dim is 24 in the checkpoint but 20 in " in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_an_lm_trained_before_eqs_12_13_is_refused_by_name(tiny_corpus, tmp_path, capsys):
+    """A self-attentive LM trained before definitions 6 computed the start-inclusive summary:
+    scoring it as `self-attentive` (eqs. 12–13) is refused, naming the key and its old name."""
+    from ctxnmt.utils.checkpoint import load_checkpoint
+
+    cfg = write_config(tmp_path, tiny_corpus, "self-attentive")
+    assert run(["lm", "train", cfg, "--quiet", "--set", "training.max_updates=10"], capsys)[0] == 0
+    best = tmp_path / "model/checkpoints/best.pt"
+    payload = torch.load(best, weights_only=True)
+    torch.save({**payload, "definitions": 5}, best)
+    code, _, err = run(["lm", "score", tmp_path / "model", "-i", tiny_corpus / "test.en"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "model.summary is 'self-attentive-with-start' in the checkpoint but 'self-attentive' in " in err
+    assert load_checkpoint(best)["model_config"]["summary"] == "self-attentive-with-start"
 
 
 def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_corpus, tmp_path, capsys):
