@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ctxnmt.analysis.curves import last_quarter_gain, logged_interruptions, read_validations
-from ctxnmt.config import Config, config_difference, load_config
+from ctxnmt.config import Config, config_difference, from_dict, load_config, validate
 from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
-from ctxnmt.training.runs import RunState, directory_state
+from ctxnmt.training.runs import RunState, directory_state, saved_as_trained
 from ctxnmt.training.trainer import Trainer
 from ctxnmt.utils.selectors import select
 
@@ -81,7 +81,9 @@ def run_state(run: Run) -> RunState:
 
     def difference(saved_path: Path) -> str:
         try:
-            saved = load_config(saved_path).to_dict()
+            trained = from_dict(saved_as_trained(saved_path, "done.json"))
+            validate(trained)
+            saved = trained.to_dict()
         except ConfigError as err:
             raise ConfigError(f"{run.model_dir}: its config.yaml no longer loads ({err})") from None
         return config_difference(saved, run.config.to_dict(), ignore=NOT_COMPARED)

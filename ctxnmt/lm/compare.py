@@ -26,14 +26,16 @@ from pathlib import Path
 import numpy as np
 
 from ctxnmt.analysis.curves import NOT_INTERRUPTED, logged_interruptions
-from ctxnmt.config import config_difference
+from ctxnmt.config import build_typed, config_difference
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
 from ctxnmt.evaluation.significance import SigResult
-from ctxnmt.lm.config import load_lm_config
+from ctxnmt.lm.config import LMConfig, load_lm_config
+from ctxnmt.lm.config import validate as validate_lm
 from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import LINE_SCORES
-from ctxnmt.training.runs import PlannedRun, RunState, directory_state, split_for_report, train_unfinished
+from ctxnmt.training.runs import (PlannedRun, RunState, directory_state, saved_as_trained, split_for_report,
+                                  train_unfinished)
 from ctxnmt.utils.io import atomic_write, copy_into
 from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.messages import Log, stderr_log
@@ -72,7 +74,9 @@ def run_state(config) -> RunState:
     same config.yaml) or FRESH; another config is an error."""
 
     def difference(saved: Path) -> str:  # a run is the same run wherever it was copied: model_dir aside
-        return config_difference(asdict(load_lm_config(saved)), asdict(config), ignore=("model_dir",))
+        trained = build_typed(LMConfig, saved_as_trained(saved, "results.json"))
+        validate_lm(trained)
+        return config_difference(asdict(trained), asdict(config), ignore=("model_dir",))
 
     return directory_state(Path(config.model_dir), difference, "this comparison; use another --out or delete it",
                            finished="results.json")

@@ -18,7 +18,7 @@ def train_and_score(config, quiet: bool = False, resume: bool = False, score_onl
     if not score_only:
         LMTrainer(config, resume=resume, quiet=quiet).train()
     done = json.loads((Path(config.model_dir) / "done.json").read_text(encoding="utf-8"))
-    progress = LMProgress(**{key: value for key, value in done.items() if key != "source"})
+    progress = LMProgress(**{key: value for key, value in done.items() if key not in ("source", "definitions")})
     d = config.data
     scores = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}")
               for split in ("dev", "test")}
@@ -26,6 +26,7 @@ def train_and_score(config, quiet: bool = False, resume: bool = False, score_onl
         fh.writelines(scores["test"].per_line())
     record = {"updates": progress.update, "minutes": progress.elapsed / 60, "stopped": progress.stopped,
               "source": done.get("source", "not recorded"),
+              **({"definitions": done["definitions"]} if "definitions" in done else {}),
               **{f"{k}_ppl": v.perplexity for k, v in scores.items()}}
     with atomic_write(Path(config.model_dir) / "results.json", "w") as fh:
         json.dump(record, fh, indent=1)

@@ -42,6 +42,7 @@ from ctxnmt.training.budget import budget_reached
 from ctxnmt.training.distributed import LAUNCHER_PID, PeerFailure, World
 from ctxnmt.training.log import TrainingLog
 from ctxnmt.training.optim import PlateauSchedule, plateau_stop
+from ctxnmt.utils.checkpoint import DEFINITIONS
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.preemption import Preempted, StopSignals, agreed_stop, stop_votes
@@ -194,7 +195,7 @@ class TrainingLoop(ABC):
             raise Preempted(message, stop.signal)
         if self.world.is_main:
             with atomic_write(self.model_dir / "done.json", "w") as fh:
-                json.dump(self.record(), fh, indent=1)
+                json.dump({**self.record(), "definitions": DEFINITIONS}, fh, indent=1)
         self._close(f"training stopped: {p.stopped}; {p.update} updates in {p.elapsed / 60:.1f} min, "
                     f"best dev {self.metric} {self.best_so_far()}")
         return p

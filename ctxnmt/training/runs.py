@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ctxnmt.errors import ConfigError
+from ctxnmt.config import read_yaml_mapping
+from ctxnmt.errors import CheckpointError, ConfigError
+from ctxnmt.utils.checkpoint import DEFINITIONS, directory_definitions, upgrade_model_config
 from ctxnmt.utils.messages import Log
 from ctxnmt.utils.processes import check_jobs, run_side_by_side
 from ctxnmt.utils.selectors import label
@@ -32,6 +34,21 @@ class RunState(enum.Enum):
     def doing(self) -> str:
         return {RunState.FRESH: "training", RunState.RESUME: "resuming from its last checkpoint",
                 RunState.TRAINED: "scoring its finished training", RunState.DONE: "already trained"}[self]
+
+
+def saved_as_trained(saved: Path, record: str) -> dict[str, Any]:
+    """The raw config a run directory saved (its config.yaml), its model section restated in
+    today's names where the run was trained under older definitions (as its record `record`
+    or its checkpoints say): a run whose model's name has since come to mean another
+    computation then differs from a plan that names the new one, instead of passing for it."""
+    raw = read_yaml_mapping(saved, "not a mapping of config sections")
+    written = directory_definitions(saved.parent, record)
+    if written is not None and written < DEFINITIONS and isinstance(raw.get("model"), dict):
+        try:
+            upgrade_model_config(raw["model"], written, saved.parent)
+        except CheckpointError as err:
+            raise ConfigError(str(err)) from None
+    return raw
 
 
 def directory_state(directory: Path, difference: Callable[[Path], str], where: str, finished: str = "done.json"

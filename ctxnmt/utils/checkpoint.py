@@ -8,6 +8,7 @@ checkpoint from another model or vocabulary is refused with a clear error.
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -80,17 +81,44 @@ def _upgrade_definitions(payload: dict[str, Any], path: Path) -> None:
     written = payload.get("definitions", 1)
     if written >= DEFINITIONS:
         return
-    saved = payload.get("model_config", {})
+    upgrade_model_config(payload.setdefault("model_config", {}), written, path)
+    payload["definitions"] = DEFINITIONS
+
+
+def upgrade_model_config(saved: dict[str, Any], written: int, where: str | Path) -> None:
+    """A model config written under definitions `written`, restated in today's names (in
+    place): a value since renamed gets its new name, a key added since gets the value the
+    run computed with; a computation that no longer exists is a CheckpointError naming `where`."""
     for (key, old), (what, changed_in) in RETIRED.items():
         if written < changed_in and saved.get(key) == old:
-            raise CheckpointError(f"{path}: trained with {what}, which no longer exists; retrain it")
+            raise CheckpointError(f"{where}: trained with {what}, which no longer exists; retrain it")
     for (key, old), (new, changed_in) in RENAMED.items():
         if written < changed_in and saved.get(key) == old:
             saved[key] = new
     for applies, added, then, added_in in UNRECORDED:
         if written < added_in and applies(saved):
             saved.setdefault(added, then)
-    payload["definitions"] = DEFINITIONS
+
+
+def directory_definitions(model_dir: Path, record: str) -> int | None:
+    """The definitions a run directory was trained under: as its finished record (`record`,
+    e.g. done.json) states them, else as its checkpoints do; None where neither tells (a
+    copy without checkpoints made before records kept them)."""
+    try:
+        stated = json.loads((model_dir / record).read_text(encoding="utf-8")).get("definitions")
+    except (OSError, ValueError, AttributeError):
+        stated = None
+    if stated is not None:
+        return int(stated)
+    for name in ("best.pt", "last.pt"):
+        path = model_dir / "checkpoints" / name
+        if path.is_file():
+            try:  # mmap: only the few bytes of the header are read, not the weights
+                payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except Exception:  # a corrupt checkpoint: the commands that load it say so
+                return None
+            return payload.get("definitions", 1) if isinstance(payload, dict) else None
+    return None
 
 
 def check_compatible(payload: dict[str, Any], path: str | Path, model_cfg: dict, src_fp: str, tgt_fp: str) -> None:

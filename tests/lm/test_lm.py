@@ -537,3 +537,34 @@ def test_a_second_lm_trainer_on_a_busy_directory_is_refused(tiny_corpus, tmp_pat
         LMTrainer(config, quiet=True)
     first.train()
     LMTrainer(config, resume=True, quiet=True).train()
+
+
+def test_a_comparison_does_not_report_a_run_of_an_older_definition_under_the_new_one(tiny_corpus, tmp_path, capsys):
+    """A finished `self-attentive` run trained before definitions 6 (start-inclusive) is not
+    reported as eqs. 12–13: its record, or else its checkpoint, says which definitions it
+    was trained under, and the comparison names the difference; a copy that tells neither
+    (committed before records kept it) is taken as it stands."""
+    from ctxnmt.utils.checkpoint import DEFINITIONS
+
+    [path] = lm_configs(tmp_path, tiny_corpus, "self-attentive")
+    out = tmp_path / "cmp"
+    args = ["lm", "compare", path, "--seeds", "1", "--out", out]
+    assert run(args, capsys)[0] == 0
+    run_dir = out / "lm-self-attentive/seed1"
+    results = run_dir / "results.json"
+    record = json.loads(results.read_text())
+    assert record["definitions"] == DEFINITIONS == json.loads((run_dir / "done.json").read_text())["definitions"]
+    message = "model.summary is 'self-attentive-with-start' there but 'self-attentive'"
+    results.write_text(json.dumps({**record, "definitions": 5}))
+    code, _, err = run([*args, "--report"], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    del record["definitions"]  # a record from before they were kept: the checkpoint tells
+    results.write_text(json.dumps(record))
+    for name in ("best.pt", "last.pt"):
+        checkpoint = run_dir / "checkpoints" / name
+        if checkpoint.is_file():
+            torch.save({**torch.load(checkpoint, weights_only=True), "definitions": 5}, checkpoint)
+    code, _, err = run([*args, "--report"], capsys)
+    assert code == 2 and message in err
+    shutil.rmtree(run_dir / "checkpoints")  # a committed copy: nothing tells, it stands as it is
+    assert run([*args, "--report"], capsys)[0] == 0

@@ -92,3 +92,40 @@ def test_an_old_document_checkpoint_states_its_zero_start(tmp_path):
     assert load_checkpoint(tmp_path / "old.pt")["model_config"]["doc_start"] == "zero"
     _checkpoint_of(tmp_path / "sentence.pt", 4, doc_init_enc=False, doc_init_dec=False, doc_aux="none")
     assert "doc_start" not in load_checkpoint(tmp_path / "sentence.pt")["model_config"]
+
+
+def _run_directory(path, definitions, model, checkpoint_definitions=None):
+    """A finished run's directory: config.yaml with `model`, done.json stating `definitions`
+    (None: not stated), and best.pt written under `checkpoint_definitions` (None: no checkpoint)."""
+    import json
+
+    import yaml
+
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump({"model": dict(model), "seed": 1}))
+    (path / "done.json").write_text(json.dumps({"update": 10} if definitions is None
+                                               else {"update": 10, "definitions": definitions}))
+    if checkpoint_definitions is not None:
+        (path / "checkpoints").mkdir()
+        _checkpoint_of(path / "checkpoints/best.pt", checkpoint_definitions, **model)
+    return path / "config.yaml"
+
+
+def test_a_run_directory_states_its_model_in_todays_names(tmp_path):
+    """What a run directory trained under older definitions computed, in today's names: its
+    done.json says which definitions, else its checkpoint; neither (a committed copy): as saved."""
+    from ctxnmt.errors import ConfigError
+    from ctxnmt.training.runs import saved_as_trained
+
+    saved = _run_directory(tmp_path / "a", 1, {"target_context": "mean", "output": "adaptive"})
+    assert saved_as_trained(saved, "done.json")["model"] == {"target_context": "mean-with-start",
+                                                             "output": "adaptive-gain3"}
+    saved = _run_directory(tmp_path / "b", None, {"target_context": "mean"}, checkpoint_definitions=1)
+    assert saved_as_trained(saved, "done.json")["model"]["target_context"] == "mean-with-start"
+    saved = _run_directory(tmp_path / "c", None, {"target_context": "mean"})
+    assert saved_as_trained(saved, "done.json")["model"]["target_context"] == "mean"
+    saved = _run_directory(tmp_path / "d", 4, {"doc_aux": "gated-aux"})
+    assert saved_as_trained(saved, "done.json")["model"]["doc_gate_bias"] is True  # a key added in 5
+    saved = _run_directory(tmp_path / "e", 3, {"decoder": "memory-rnn"})
+    with pytest.raises(ConfigError, match="memory-RNN before it followed eqs. 15 and 17.*retrain it"):
+        saved_as_trained(saved, "done.json")
