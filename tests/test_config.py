@@ -108,7 +108,8 @@ def test_unknown_component_name_lists_known_ones():
 
 # -- configs by difference (base:) -----------------------------------------------------------
 
-ALL_CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+ALL_CONFIGS = sorted([*(Path(__file__).parent.parent / "configs").glob("*.yaml"),
+                      *(Path(__file__).parent.parent / "configs" / "variants").glob("*.yaml")])
 RESOLVED = Path(__file__).parent / "fixtures" / "resolved-configs"
 
 

@@ -17,7 +17,8 @@ from ctxnmt.data.words import WordBoundaries
 from ctxnmt.decoding.length import length_control
 from ctxnmt.training.optim import build_optimizer
 
-CONFIGS = sorted((Path(__file__).parent.parent.parent / "configs").glob("*.yaml"))
+CONFIGS = sorted([*(Path(__file__).parent.parent.parent / "configs").glob("*.yaml"),
+                  *(Path(__file__).parent.parent.parent / "configs" / "variants").glob("*.yaml")])
 SRC, TGT = [[5, 6, 7, 8], [9, 10]], [[11, 12, 13, 2], [14, 2]]
 VOCAB = 20
 
