@@ -8,7 +8,8 @@ from pathlib import Path
 from ctxnmt.config import build_typed, read_raw
 from ctxnmt.errors import ConfigError
 
-SUMMARIES = ("none", "previous", "mean", "mean-with-start", "self-attentive", "self-attentive-with-start")  # none: the papers' LSTM baseline, no d_t
+# none: the papers' LSTM baseline, no d_t; the -with-start forms are ours
+SUMMARIES = ("none", "previous", "mean", "mean-with-start", "self-attentive", "self-attentive-with-start")
 
 
 @dataclass
@@ -27,7 +28,7 @@ class LMDataConfig:
 
 @dataclass
 class LMModelConfig:
-    summary: str = "previous"  # none | previous | mean | mean-with-start (ours) | self-attentive (content scoring) | self-attentive-with-start (ours)
+    summary: str = "previous"  # one of SUMMARIES; self-attentive: content scoring
     emb_dim: int = 150
     hidden_dim: int = 300
     layers: int = 1

@@ -28,7 +28,8 @@ def gru_step(cell, x, h, carry=None):
 def adaptive_gru_step(cell, x, h, scaled_candidate=False, gain=1.0, open_gate=None, carry=None):
     """Hyper-gated GRU (Li et al., eqs. 13–17): g = σ(W_g x + U_g h) (13);
     r = σ((1-g) ⊙ W_r x + g ⊙ U_r h) (14), z likewise (15); h̃ = tanh((1-g) ⊙ W x + g ⊙ r ⊙ (U h))
-    (16, with the reset as in `gru_step`); h' = g ⊙ z ⊙ h + (1-z) ⊙ h̃ (17).  scaled_candidate: the released code's second transition,
+    (16, with the reset as in `gru_step`); h' = g ⊙ z ⊙ h + (1-z) ⊙ h̃ (17).
+    scaled_candidate: the released code's second transition,
     h̃ = (1-g) ⊙ tanh(W x + g ⊙ r ⊙ (U h)).  gain: the weighted sums of r, z and h̃ times k
     (2 in adaptive-gru-scaled).  open_gate g₀ (adaptive-gru-balanced): the input terms weighed
     by (1-g)/(1-g₀) and the state terms by g/g₀ instead."""
