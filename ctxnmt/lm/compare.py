@@ -188,19 +188,20 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
         lines += [f"Left out: {'; '.join(left_out)}.", ""]
     lines += ["| system | seeds | test ppl (mean ± sd) | per seed | Δ vs baseline, same seed (mean ± sd) "
               "| p per seed (paired AR) | p over seeds (stratified AR) | p over seeds (t-test on Δ) "
-              "| lower on every seed | dev ppl | updates | train min | interruptions | source |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| smallest detectable Δ | lower on every seed | dev ppl | updates | train min | interruptions | source |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         per_seed = ", ".join(f"{p:.2f}" for p in row["test_ppl"])
         if row["system"] == baseline:
-            cells = ["baseline", "", "", "", ""]
+            cells = ["baseline", "", "", "", "", ""]
         elif "delta" in row:
             per_seed_p = ", ".join(f"{seed}: {_p(p)}" for seed, p in row["p_per_seed"].items()) or "–"
             seeds_t = row["t_over_seeds"]
             cells = [_pm(row["delta_mean"], row["delta_sd"]), per_seed_p, _p(row["p_over_seeds"]),
-                     _p(seeds_t["p_value"] if seeds_t else None), "yes" if row["lower_every_seed"] else "no"]
+                     _p(seeds_t["p_value"] if seeds_t else None),
+                     f"{seeds_t['detectable']:.2f}" if seeds_t else "–", "yes" if row["lower_every_seed"] else "no"]
         else:  # none of its seeds has a finished baseline yet
-            cells = ["–", "–", "–", "–", ""]
+            cells = ["–", "–", "–", "–", "–", ""]
         cells += [_pm(*_mean_sd(row["dev_ppl"])), f"{statistics.fmean(row['updates']):,.0f}",
                   f"{statistics.fmean(row['minutes']):.1f}",
                   interruption_cell(row["seeds"], row["interruptions"]), source_cell(row["seeds"], row["source"])]
@@ -211,7 +212,9 @@ def markdown(rows: list[dict], baseline: str, seeds: list[int], waiting: list[st
               "seed (Clark et al. 2011), the statistic being the perplexity of the pooled lines; a seed whose "
               "run kept no per-line scores is not tested.  t-test on Δ: the per-seed differences as the sample "
               "of a two-sided one-sample t-test (n − 1 degrees of freedom): the stratified test resamples lines "
-              "within seeds, this one asks whether the seeds agree.  dev ppl: of the best checkpoint (the one tested); "
+              "within seeds, this one asks whether the seeds agree.  smallest detectable Δ: the smallest "
+              "mean difference (in perplexity) that t-test would call significant (p < 0.05) at this row's spread "
+              "of per-seed differences, t(0.975, n − 1) · sd / √n.  dev ppl: of the best checkpoint (the one tested); "
               "updates and train min (validation excluded): means over the seeds.  interruptions: per seed, the "
               "updates a run resumed at from its `last.pt` and its restarts from update 0, as its train.log shows "
               "them (a restart on another machine, whose log went with it, cannot show).  source: the commit "

@@ -202,6 +202,10 @@ def test_compare_trains_each_config_and_seed_once_and_reports_mean_and_per_seed_
     if delta[0] != delta[1]:
         t = statistics.fmean(delta) / (statistics.stdev(delta) / math.sqrt(2))
         assert mean["t_over_seeds"]["p_value"] == pytest.approx(1 - 2 / math.pi * math.atan(abs(t)), rel=1e-3)
+        # the smallest mean Δ that test calls significant: t(0.975, 1) = tan(0.475 π) = 12.706…, times sd / √2
+        detectable = math.tan(0.475 * math.pi) * statistics.stdev(delta) / math.sqrt(2)
+        assert mean["t_over_seeds"]["detectable"] == pytest.approx(detectable, rel=1e-6)
+        assert f"| {detectable:.2f} | " in stdout
     results = [json.loads((out / "lm-mean" / f"seed{seed}" / "results.json").read_text()) for seed in (1, 2)]
     assert mean["dev_ppl"] == [r["dev_ppl"] for r in results] and mean["updates"] == [20, 20]
     dev = statistics.fmean(mean["dev_ppl"]), statistics.stdev(mean["dev_ppl"])
