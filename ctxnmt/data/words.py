@@ -37,14 +37,19 @@ def word_starts(ids: torch.Tensor, real: torch.Tensor, continues: torch.Tensor) 
     return (real & ~before).sum(1)
 
 
+CHUNK = 4096  # sequences padded together: memory stays bounded whatever the corpus size
+
+
 def count_words(seqs: Sequence[Sequence[int]], continues: torch.Tensor) -> list[int]:
     """The words of each subword sequence (a word cut short still counts; an empty one has none)."""
-    if not seqs:
-        return []
-    width = max(1, max(len(s) for s in seqs))
-    ids = torch.zeros(len(seqs), width, dtype=torch.long)
-    real = torch.zeros(len(seqs), width, dtype=torch.bool)
-    for row, seq in enumerate(seqs):
-        ids[row, :len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-        real[row, :len(seq)] = True
-    return word_starts(ids, real, continues).tolist()
+    counts: list[int] = []
+    for start in range(0, len(seqs), CHUNK):
+        chunk = seqs[start:start + CHUNK]
+        width = max(1, max(len(s) for s in chunk))
+        ids = torch.zeros(len(chunk), width, dtype=torch.long)
+        real = torch.zeros(len(chunk), width, dtype=torch.bool)
+        for row, seq in enumerate(chunk):
+            ids[row, :len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+            real[row, :len(seq)] = True
+        counts += word_starts(ids, real, continues).tolist()
+    return counts

@@ -246,7 +246,7 @@ def export_comparison(out: Path, run_dirs: list[Path], dest: Path) -> list[Path]
     for directory in run_dirs:
         files = [directory / name for name in RUN_FILES if (directory / name).is_file()]
         target = dest / directory.relative_to(out)
-        copy_into(files, target, last=("results.json",))
+        copy_into(files, target, last=("results.json",), replace=True)  # no stale file of an earlier export stays
         copied += [target / f.name for f in files]
     dest.mkdir(parents=True, exist_ok=True)
     for name in REPORT_FILES:

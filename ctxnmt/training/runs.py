@@ -7,15 +7,20 @@ mixed with one trained under other settings, and a finished run is never trained
 """
 from __future__ import annotations
 
+import copy
 import enum
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 from ctxnmt.config import read_yaml_mapping
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.utils.checkpoint import DEFINITIONS, directory_definitions, upgrade_model_config
+from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.messages import Log
 from ctxnmt.utils.processes import check_jobs, run_side_by_side
 from ctxnmt.utils.selectors import label
@@ -40,15 +45,43 @@ def saved_as_trained(saved: Path, record: str) -> dict[str, Any]:
     """The raw config a run directory saved (its config.yaml), its model section restated in
     today's names where the run was trained under older definitions (as its record `record`
     or its checkpoints say): a run whose model's name has since come to mean another
-    computation then differs from a plan that names the new one, instead of passing for it."""
+    computation then differs from a plan that names the new one, instead of passing for it.
+    A finished run so restated is rewritten in today's names (`restate`)."""
     raw = read_yaml_mapping(saved, "not a mapping of config sections")
     written = directory_definitions(saved.parent, record)
-    if written is not None and written < DEFINITIONS and isinstance(raw.get("model"), dict):
-        try:
-            upgrade_model_config(raw["model"], written, saved.parent)
-        except CheckpointError as err:
-            raise ConfigError(str(err)) from None
+    if written is None or written >= DEFINITIONS or not isinstance(raw.get("model"), dict):
+        return raw
+    model = copy.deepcopy(raw["model"])
+    try:
+        upgrade_model_config(model, written, saved.parent)
+    except CheckpointError as err:
+        raise ConfigError(str(err)) from None
+    if model == raw["model"]:
+        return raw
+    raw = {**raw, "model": model}
+    if (saved.parent / "done.json").is_file():
+        restate(saved.parent, raw)
     return raw
+
+
+def restate(directory: Path, raw: dict[str, Any]) -> None:
+    """Rewrite a finished run's config.yaml in today's names and stamp its records (done.json,
+    results.json) with today's definitions, so that what loads it (translation and scoring,
+    which compare config.yaml with the checkpoint, itself restated when loaded) and any copy
+    of its small files read the computation it was trained with.  Only a finished run: one
+    still training may belong to another process (perhaps an older checkout), and resuming
+    rewrites config.yaml anyway."""
+    with atomic_write(directory / "config.yaml", "w") as fh:
+        yaml.safe_dump(raw, fh, sort_keys=False)
+    for name in ("done.json", "results.json"):
+        path = directory / name
+        try:
+            stated = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(stated, dict):
+            with atomic_write(path, "w") as fh:
+                json.dump({**stated, "definitions": DEFINITIONS}, fh, indent=1)
 
 
 def directory_state(directory: Path, difference: Callable[[Path], str], where: str, finished: str = "done.json"

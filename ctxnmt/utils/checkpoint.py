@@ -108,16 +108,16 @@ def directory_definitions(model_dir: Path, record: str) -> int | None:
         stated = json.loads((model_dir / record).read_text(encoding="utf-8")).get("definitions")
     except (OSError, ValueError, AttributeError):
         stated = None
-    if stated is not None:
-        return int(stated)
+    if isinstance(stated, int) and not isinstance(stated, bool):
+        return stated
     for name in ("best.pt", "last.pt"):
         path = model_dir / "checkpoints" / name
-        if path.is_file():
-            try:  # mmap: only the few bytes of the header are read, not the weights
-                payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except Exception:  # a corrupt checkpoint: the commands that load it say so
-                return None
-            return payload.get("definitions", 1) if isinstance(payload, dict) else None
+        try:  # mmap: only the few bytes of the header are read, not the weights
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception:  # missing or corrupt: the other one may tell (the commands that load it say why not)
+            continue
+        if isinstance(payload, dict):
+            return payload.get("definitions", 1)
     return None
 
 

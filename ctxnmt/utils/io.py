@@ -63,16 +63,22 @@ def file_sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def copy_into(files: Iterable[Path], target: Path, last: tuple[str, ...] = ()) -> None:
-    """Copy `files` into directory `target` (created, or already holding other files) so that
-    an interruption never leaves a copy that looks whole: they are copied to a temporary
-    sibling first, then moved in, the names in `last` (what marks the copy complete) last."""
+def copy_into(files: Iterable[Path], target: Path, last: tuple[str, ...] = (), replace: bool = False) -> None:
+    """Copy `files` into directory `target` (created, or already holding other files, which
+    stay unless `replace`) so that an interruption never leaves a copy that looks whole: they
+    are copied to a temporary sibling first, then moved in, the names in `last` (what marks
+    the copy complete) last; with `replace`, the old directory is swapped out whole."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
         for path in files:
             shutil.copyfile(path, tmp / path.name)
-        if target.exists():
+        if target.exists() and replace:
+            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old."))
+            os.replace(target, old / target.name)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        elif target.exists():
             for path in sorted(tmp.iterdir(), key=lambda p: p.name in last):
                 os.replace(path, target / path.name)
             tmp.rmdir()

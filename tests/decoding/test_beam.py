@@ -286,11 +286,15 @@ class OnDevice(torch.Tensor):
 
 
 @pytest.mark.parametrize("beam", [1, 5])
-def test_a_search_step_reads_the_device_once_and_once_more_when_hypotheses_end(beam):
+def test_a_search_step_reads_the_device_once_and_once_more_when_hypotheses_end(beam, monkeypatch):
     """One read of the device per step for the bookkeeping, and one more for the words of the
     hypotheses that end there (not one per hypothesis, nor per value read)."""
+    from ctxnmt.decoding import beam as search_module
     from ctxnmt.decoding.beam import _Search
 
+    made = []  # every hypothesis that ends, counted as it is made (the kept lists are capped at K)
+    hypothesis = search_module.Hypothesis
+    monkeypatch.setattr(search_module, "Hypothesis", lambda *a, **k: made.append(1) or hypothesis(*a, **k))
     model = random_model(3)
     src, mask = pad(SRC)
     search = _Search(model, beam, LengthControl(kind="wu", alpha=0.6, beta=0.2), False)
@@ -298,10 +302,10 @@ def test_a_search_step_reads_the_device_once_and_once_more_when_hypotheses_end(b
         part = search.start(list(range(len(SRC))), src.as_subclass(OnDevice), mask.as_subclass(OnDevice))
         steps = ends = 0
         while part is not None:
-            OnDevice.reads, finished = 0, sum(len(s.finished) for s in search.sentences.values())
+            OnDevice.reads, finished = 0, len(made)
             part = search.advance(part)
             steps += 1
-            ended = sum(len(s.finished) for s in search.sentences.values()) - finished
+            ended = len(made) - finished
             ends += ended > 0
             assert 1 <= OnDevice.reads <= 1 + (ended > 0), (steps, ended, OnDevice.reads)
     assert ends > 0 and all(len(s.finished) >= beam for s in search.sentences.values())

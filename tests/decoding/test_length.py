@@ -235,6 +235,14 @@ def test_words_are_counted_across_subwords_and_padding():
     seqs = [[8, 5, 6, 9, 10], [4], [], [9, 9, 4, 4]]  # 8 | 5 6 9 | 10 and 9 | 9 | 4 4: a word cut short still counts
     assert count_words(seqs, BOUNDARIES.tgt_continues) == [words_of(s) for s in seqs] == [3, 1, 0, 3]
     assert count_words([], BOUNDARIES.tgt_continues) == []
+    from ctxnmt.data import words as words_module
+
+    many = seqs * 5
+    words_module.CHUNK, chunk = 3, words_module.CHUNK  # padded a few at a time, counted the same
+    try:
+        assert count_words(many, BOUNDARIES.tgt_continues) == [words_of(s) for s in many]
+    finally:
+        words_module.CHUNK = chunk
     rows = [[8, 5, 6, 9, 10], [0, 0, 4, 5, 12], [0, 0, 0, 0, 0]]  # left-padded, as search's histories
     real = torch.tensor([[True] * 5, [False, False, True, True, True], [False] * 5])
     assert word_starts(torch.tensor(rows), real, BOUNDARIES.tgt_continues).tolist() == [3, 1, 0]

@@ -434,6 +434,9 @@ def test_report_reads_finished_runs_wherever_they_were_copied_and_trains_nothing
         ["report.json", "report.md"] + [f"lm-previous/seed{seed}/{name}" for seed in (1, 2)
                                         for name in ("config.yaml", "results.json", "test.logprobs", "train.log")])
     assert (copy / "report.md").read_text() == (out / "report.md").read_text()
+    (copy / "lm-previous/seed1/stale.txt").write_text("an earlier export's")  # a re-export replaces each run whole
+    assert run([*args, "--out", out, "--report", "--export", copy], capsys)[0] == 0
+    assert not (copy / "lm-previous/seed1/stale.txt").exists() and (copy / "lm-previous/seed1/results.json").is_file()
     code, stdout, _ = run([*args, "--out", copy, "--report"], capsys)
     assert code == 0 and json.loads((copy / "report.json").read_text()) == json.loads((out / "report.json").read_text())
     assert (copy / "report.md").read_text() == (out / "report.md").read_text().replace(str(out), str(copy))
@@ -544,31 +547,56 @@ def test_a_second_lm_trainer_on_a_busy_directory_is_refused(tiny_corpus, tmp_pat
 
 
 def test_a_comparison_does_not_report_a_run_of_an_older_definition_under_the_new_one(tiny_corpus, tmp_path, capsys):
-    """A finished `self-attentive` run trained before definitions 6 (start-inclusive) is not
-    reported as eqs. 12–13: its record, or else its checkpoint, says which definitions it
-    was trained under, and the comparison names the difference; a copy that tells neither
-    (committed before records kept it) is taken as it stands."""
+    """A finished `self-attentive` LM trained before definitions 6 (start-inclusive) is not
+    reported as eqs. 12–13: its record, or else its checkpoint, says which definitions it was
+    trained under, and the comparison names the difference.  Such a finished run is restated
+    in today's names (config.yaml, records), so a plan naming its computation accepts, scores
+    and reports it; a copy that tells neither (committed before records kept it) stands as saved."""
+    import yaml
+
     from ctxnmt.utils.checkpoint import DEFINITIONS
 
     [path] = lm_configs(tmp_path, tiny_corpus, "self-attentive")
+    old_name = tmp_path / "old.yaml"  # the same run, planned as the computation it was trained with
+    old_name.write_text(path.read_text().replace("summary: self-attentive,", "summary: self-attentive-with-start,"))
     out = tmp_path / "cmp"
-    args = ["lm", "compare", path, "--seeds", "1", "--out", out]
-    assert run(args, capsys)[0] == 0
+    args = ["lm", "compare", "--seeds", "1", "--out", out]
+    assert run([*args[:2], path, *args[2:]], capsys)[0] == 0
     run_dir = out / "lm-self-attentive/seed1"
-    results = run_dir / "results.json"
-    record = json.loads(results.read_text())
-    assert record["definitions"] == DEFINITIONS == json.loads((run_dir / "done.json").read_text())["definitions"]
-    message = "model.summary is 'self-attentive-with-start' there but 'self-attentive'"
-    results.write_text(json.dumps({**record, "definitions": 5}))
-    code, _, err = run([*args, "--report"], capsys)
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
-    del record["definitions"]  # a record from before they were kept: the checkpoint tells
-    results.write_text(json.dumps(record))
-    for name in ("best.pt", "last.pt"):
-        checkpoint = run_dir / "checkpoints" / name
-        if checkpoint.is_file():
+    records = {name: json.loads((run_dir / name).read_text()) for name in ("done.json", "results.json")}
+    assert records["done.json"]["definitions"] == records["results.json"]["definitions"] == DEFINITIONS
+
+    def trained_before_definitions_6(record_states_it: bool):
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        (run_dir / "config.yaml").write_text(yaml.safe_dump({**config, "model": {**config["model"],
+                                                                                 "summary": "self-attentive"}}))
+        for name, record in records.items():
+            stated = {k: v for k, v in record.items() if k != "definitions"}
+            (run_dir / name).write_text(json.dumps({**stated, "definitions": 5} if record_states_it else stated))
+        for checkpoint in (run_dir / "checkpoints").glob("*.pt"):
             torch.save({**torch.load(checkpoint, weights_only=True), "definitions": 5}, checkpoint)
-    code, _, err = run([*args, "--report"], capsys)
-    assert code == 2 and message in err
-    shutil.rmtree(run_dir / "checkpoints")  # a committed copy: nothing tells, it stands as it is
-    assert run([*args, "--report"], capsys)[0] == 0
+
+    message = "model.summary is 'self-attentive-with-start' there but 'self-attentive'"
+    for record_states_it in (True, False):  # its record says so, or (an older record) its checkpoint
+        trained_before_definitions_6(record_states_it)
+        code, _, err = run([*args[:2], path, *args[2:], "--report"], capsys)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+        assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["summary"] == "self-attentive-with-start"
+        assert json.loads((run_dir / "results.json").read_text())["definitions"] == DEFINITIONS  # restated
+        code, stdout, _ = run([*args[:2], old_name, *args[2:], "--report"], capsys)
+        assert code == 0 and "| lm-self-attentive | 1 | " in stdout
+    trained_before_definitions_6(True)  # trained, not yet scored: scored as what it was trained with
+    (run_dir / "results.json").unlink()
+    code, _, err = run([*args[:2], old_name, *args[2:]], capsys)
+    assert code == 0 and "scoring its finished training" in err
+    scored = json.loads((run_dir / "results.json").read_text())
+    assert scored["definitions"] == DEFINITIONS and scored["test_ppl"] != pytest.approx(
+        records["results.json"]["test_ppl"])  # the start-inclusive computation it was trained with, not eqs. 12–13
+    code, stdout, _ = run(["lm", "score", run_dir, "-i", tiny_corpus / "test.en"], capsys)
+    assert code == 0 and f"perplexity {scored['test_ppl']:.2f} " in stdout
+    copy = tmp_path / "committed/lm-self-attentive/seed1"  # a copy that tells nothing stands as saved
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("checkpoints"))
+    trained_before_definitions_6(False)
+    for name in ("config.yaml", "done.json", "results.json"):
+        shutil.copy(run_dir / name, copy / name)
+    assert run([*args[:2], path, "--seeds", "1", "--out", tmp_path / "committed", "--report"], capsys)[0] == 0

@@ -129,3 +129,20 @@ def test_a_run_directory_states_its_model_in_todays_names(tmp_path):
     saved = _run_directory(tmp_path / "e", 3, {"decoder": "memory-rnn"})
     with pytest.raises(ConfigError, match="memory-RNN before it followed eqs. 15 and 17.*retrain it"):
         saved_as_trained(saved, "done.json")
+
+
+def test_a_run_directorys_definitions_read_past_a_bad_record_or_checkpoint(tmp_path):
+    """A record whose definitions are not a number is passed over for the checkpoints, and a
+    corrupt best.pt for last.pt; nothing readable: None."""
+    import json
+
+    from ctxnmt.utils.checkpoint import directory_definitions
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "done.json").write_text(json.dumps({"definitions": "six"}))
+    (tmp_path / "checkpoints/best.pt").write_bytes(b"not a checkpoint")
+    assert directory_definitions(tmp_path, "done.json") is None
+    _checkpoint_of(tmp_path / "checkpoints/last.pt", 3, summary="mean")
+    assert directory_definitions(tmp_path, "done.json") == 3
+    (tmp_path / "done.json").write_text(json.dumps({"definitions": 4}))
+    assert directory_definitions(tmp_path, "done.json") == 4
