@@ -257,9 +257,6 @@ class _Search:
         self._collect_finished(part, sentences, lengths, seen, att_history, words)
         if row_eos is not None:
             self._collect_row_ends(part, sentences, lengths, row_eos, row_cp, words, att_history)
-        for sentence in sentences:
-            if sentence is not None:
-                sentence.settle()
         keep = self._searching(sentences, lengths, seen)
         if not keep:
             return None
@@ -340,6 +337,7 @@ class _Search:
                 tokens.append(token)  # cut off at the length limit
             att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
             sentences[j].finished.append(Hypothesis(tokens, score, logprob, att))
+        _settle(sentences, set(js.tolist()))
 
     def _collect_row_ends(self, part: _Part, sentences, lengths: list[int], row_eos: torch.Tensor,
                           row_cp: torch.Tensor | None, words: _RowWords, att_history: torch.Tensor | None) -> None:
@@ -364,6 +362,7 @@ class _Search:
             tokens = history[row, width - part.steps[j]:].tolist()
             att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
             sentences[j].finished.append(Hypothesis(tokens, float(scores[row]), float(logprob[row]), att))
+        _settle(sentences, {row // K for row in rows})
 
     def _continuations(self, candidates: _Candidates):
         """The K best candidates of each sentence that do not end here: their scores (n, K), and
@@ -440,6 +439,12 @@ def _join(a: _Part, b: _Part) -> _Part | None:
     return _Part(a.active + b.active, a.steps + b.steps, a.src_lens + b.src_lens, width,
                  a.enc.concat(b.enc, width), a.state.concat(b.state, width),
                  torch.cat([a.scores, b.scores]), history, None, torch.cat([a.prev, b.prev]), coverage)
+
+
+def _settle(sentences: list[_Sentence | None], touched: set[int]) -> None:
+    """Settle the sentences that gained finished hypotheses this step (the others are settled)."""
+    for j in touched:
+        sentences[j].settle()
 
 
 def _src_words(sentences: list[_Sentence | None]) -> torch.Tensor:

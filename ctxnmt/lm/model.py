@@ -82,7 +82,7 @@ class ResidualLM(nn.Module):
             return emb, carried
         starts = tokens == EOS
         # The means: every word scores 0, so the weighted prefix average is the plain one.
-        scored = self.cfg.summary in ("self-attentive", "self-attentive-with-start")
+        scored = SCORED_AS.get(self.cfg.summary, self.cfg.summary) == "self-attentive"
         e = self.summary.scores(emb) if scored else emb.new_zeros(emb.shape[:2])
         if not self.cfg.summary.endswith("-with-start"):
             # Eqs. 11–13 sum over the sentence's words: the start symbol scores so low that its
