@@ -9,6 +9,7 @@ run, so that a report on a new machine keeps the committed rows without retraini
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -27,13 +28,14 @@ def _run_files(directory: Path) -> list[Path]:
 
 
 def export_results(root: Path, dest: Path) -> list[Path]:
-    """Copy the report, every run's and ensemble's small files and the significance results
-    from experiment directory `root` to `dest`, keeping the layout; returns the copies."""
+    """Copy the report, the small files of every run and ensemble it reports and the
+    significance results from experiment directory `root` to `dest`, keeping the layout;
+    returns the copies.  A run the report leaves out (still training, trained under another
+    config, or of a system no longer in the experiment) is not exported: a copy would be
+    restored on a new machine as if it were one of the experiment's results."""
     sources = [root / name for name in REPORT_FILES if (root / name).is_file()]
-    for group in ("systems", "ensembles"):
-        for run_dir in sorted((root / group).glob("*/seed*")):
-            if group == "ensembles" or (run_dir / "done.json").is_file():  # a run still training is left out
-                sources += _run_files(run_dir)
+    for run_dir in reported_run_dirs(root):
+        sources += _run_files(run_dir)
     sources += sorted((root / "significance").glob("*.json"))
     sources += sorted((root / "external").glob("*.json"))
     copied = []
@@ -43,6 +45,23 @@ def export_results(root: Path, dest: Path) -> list[Path]:
         shutil.copyfile(source, target)
         copied.append(target)
     return copied
+
+
+def reported_run_dirs(root: Path) -> list[Path]:
+    """The directories of the trained runs and ensembles that `root`'s report.json lists."""
+    report = root / "report.json"
+    if not report.is_file():
+        raise DataError(f"{report}: no report to export (write one with --report first)")
+    dirs = []
+    for entry in json.loads(report.read_text(encoding="utf-8"))["runs"]:
+        if entry.get("seed") is None:  # an external output or a significance entry
+            continue
+        for group in ("systems", "ensembles"):
+            run_dir = root / group / entry["system"] / f"seed{entry['seed']}"
+            if run_dir.is_dir():
+                dirs.append(run_dir)
+                break
+    return dirs
 
 
 def restore_results(source: Path, root: Path) -> list[Path]:

@@ -422,9 +422,11 @@ def test_export_copies_the_small_results_and_never_a_checkpoint(finished, tmp_pa
         (work / "exp/systems/base/seed1234/test.hyp.en").read_bytes()
     assert f"exported {len(copied)} files to results" in capsys.readouterr().out
     (work / "exp/systems/mean/seed1234/done.json").unlink()  # as if still training
+    shutil.copytree(work / "exp/systems/base/seed1234", work / "exp/systems/dropped/seed1234")  # a system since removed
     with chdir(work):
         assert main(["experiment", "tiny-experiment.yaml", "--report", "--export", "again"]) == 0
     assert not (work / "again/systems/mean").exists() and (work / "again/systems/base/seed1234/test.hyp.en").exists()
+    assert not (work / "again/systems/dropped").exists()  # finished, but not one of the report's runs
 
 
 def exported_with_ensemble(finished, tmp_path) -> tuple[Path, Path]:
