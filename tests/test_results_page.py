@@ -1,0 +1,82 @@
+"""docs/results.md's at-a-glance table says what the committed reports say.
+
+Each row names its system as the report does (in backticks); its seeds, Δ, p-values and
+smallest detectable Δ must be the report's own numbers at the table's precision, so a
+re-exported report that moves a number fails here until the page follows it.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "results.md"
+REPORTS = {"translation": ROOT / "experiments/results/reproduction/report.json",
+           "lm": ROOT / "experiments/results/lm/report.json"}
+
+
+def glance_rows() -> list[list[str]]:
+    """The table's body rows, each as its cells."""
+    text = PAGE.read_text(encoding="utf-8")
+    block = text[text.index("**At a glance.**"):]
+    table = [line for line in block.split("\n\n")[1].splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
+
+
+def signed(x: float, unit: str = "") -> str:
+    return f"{x:+.2f}".replace("-", "−") + unit
+
+
+def p_value(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def first_number(cell: str) -> str:
+    """A p cell's number, without its '(worse)'."""
+    return re.sub(r"\s*\(.*\)$", "", cell.strip())
+
+
+def expected_translation(row: dict) -> tuple[str, str, str, str]:
+    """(seeds, Δ, p cell, detectable) as the reproduction report gives them."""
+    sig = row["significance"]
+    if len(row["seeds"]) == 1:
+        return "1", signed(sig["deltas"][0]), p_value(sig["p_values"][0]), "–"
+    pooled, seeds_t = sig["over_seeds"], sig["seeds_t"]
+    return (str(len(row["seeds"])), signed(pooled["delta"]),
+            f"{p_value(pooled['p_value'])} / {p_value(seeds_t['p_value'])}", f"{seeds_t['detectable']:.2f}")
+
+
+def expected_lm(row: dict) -> tuple[str, str, str, str]:
+    t = row["t_over_seeds"]
+    return (str(len(row["paired_seeds"])), signed(row["delta_mean"], " ppl"),
+            f"{p_value(row['p_over_seeds'])} / {p_value(t['p_value'])}", f"{t['detectable']:.2f}")
+
+
+def report_rows() -> dict[str, dict]:
+    rows = {}
+    for kind, path in REPORTS.items():
+        for row in json.loads(path.read_text(encoding="utf-8"))["rows"]:
+            rows[row["system"]] = {"kind": kind, **row}
+    return rows
+
+
+ROWS = glance_rows()
+
+
+def test_the_table_has_every_published_system():
+    assert len(ROWS) >= 10
+    assert all(re.search(r"`[^`]+`", cells[0]) for cells in ROWS), "every row names its report system"
+
+
+@pytest.mark.parametrize("cells", ROWS, ids=lambda cells: re.search(r"`([^`]+)`", cells[0]).group(1))
+def test_each_row_is_its_report_s_numbers(cells):
+    name = re.search(r"`([^`]+)`", cells[0]).group(1)
+    reports = report_rows()
+    assert name in reports, f"{name}: in no committed report"
+    row = reports[name]
+    seeds, delta, p_cell, detectable = (expected_lm if row["kind"] == "lm" else expected_translation)(row)
+    stated_p = " / ".join(first_number(part) for part in cells[4].split(" / "))
+    assert (cells[2], cells[3], stated_p, cells[5]) == (seeds, delta, p_cell, detectable)
