@@ -6,6 +6,7 @@ re-exported report that moves a number fails here until the page follows it.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -34,7 +35,7 @@ def p_value(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def first_number(cell: str) -> str:
+def without_label(cell: str) -> str:
     """A p cell's number, without its '(worse)'."""
     return re.sub(r"\s*\(.*\)$", "", cell.strip())
 
@@ -55,7 +56,9 @@ def expected_lm(row: dict) -> tuple[str, str, str, str]:
             f"{p_value(row['p_over_seeds'])} / {p_value(t['p_value'])}", f"{t['detectable']:.2f}")
 
 
+@functools.cache
 def report_rows() -> dict[str, dict]:
+    """Every committed report's rows by system name, read once for all the table's rows."""
     rows = {}
     for kind, path in REPORTS.items():
         for row in json.loads(path.read_text(encoding="utf-8"))["rows"]:
@@ -78,5 +81,5 @@ def test_each_row_is_its_report_s_numbers(cells):
     assert name in reports, f"{name}: in no committed report"
     row = reports[name]
     seeds, delta, p_cell, detectable = (expected_lm if row["kind"] == "lm" else expected_translation)(row)
-    stated_p = " / ".join(first_number(part) for part in cells[4].split(" / "))
+    stated_p = " / ".join(without_label(part) for part in cells[4].split(" / "))
     assert (cells[2], cells[3], stated_p, cells[5]) == (seeds, delta, p_cell, detectable)
