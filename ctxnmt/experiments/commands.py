@@ -45,8 +45,12 @@ def cmd_experiment(args) -> int:
     if paths is not None:
         print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())
         if args.export:
-            copied = export_results(experiment.root, Path(args.export))
+            copied, unreported = export_results(experiment.root, Path(args.export))
             print(f"exported {len(copied)} files to {args.export}")
+            if unreported:
+                print(f"left in {args.export}, not in this report: "
+                      f"{', '.join(str(d.relative_to(args.export)) for d in unreported)} "
+                      "(delete them if their system was removed; --restore brings back runs this machine lacks)")
     return 0
 
 

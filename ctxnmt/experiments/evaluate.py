@@ -242,5 +242,10 @@ def external_output(name: str, path: str, test: TestSet, root: Path) -> Output:
     hyp = Path(path)
     lines = read_lines(hyp, allow_empty=True)
     _check_aligned(hyp, lines, test)
-    scores = score_output(hyp, test, root / "external" / f"{name}.scores.json")
+    scores = score_output(hyp, test, external_scores_path(root, name))
     return Output(name, None, hyp, lines, scores)
+
+
+def external_scores_path(root: Path, name: str) -> Path:
+    """Where experiment directory `root` keeps the scores of its external output `name`."""
+    return root / "external" / f"{name}.scores.json"

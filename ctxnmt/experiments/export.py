@@ -3,14 +3,14 @@
 Run directories hold checkpoints (tens of MB each) that never belong in git; the numbers
 of a report, and everything needed to re-score or re-test them, are a few small files:
 the report itself, each run's test output, scores, decoding record, effective config and
-training log (its validations are the learning curve), and the significance results.
+training log (its validations are the learning curve), and the significance results.  The
+report lists them (report.json's `files`), so an export copies exactly what it reports.
 Restoring copies a run's small files back into an experiment directory that lacks the
 run, so that a report on a new machine keeps the committed rows without retraining them.
 """
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from ctxnmt.errors import DataError
@@ -27,41 +27,48 @@ def _run_files(directory: Path) -> list[Path]:
     return files + sorted(p for pattern in RUN_PATTERNS for p in directory.glob(pattern) if p.is_file())
 
 
-def export_results(root: Path, dest: Path) -> list[Path]:
-    """Copy the report, the small files of every run and ensemble it reports and the
-    significance results from experiment directory `root` to `dest`, keeping the layout;
-    returns the copies.  A run the report leaves out (still training, trained under another
-    config, or of a system no longer in the experiment) is not exported: a copy would be
-    restored on a new machine as if it were one of the experiment's results."""
-    sources = [root / name for name in REPORT_FILES if (root / name).is_file()]
-    for run_dir in reported_run_dirs(root):
-        sources += _run_files(run_dir)
-    sources += sorted((root / "significance").glob("*.json"))
-    sources += sorted((root / "external").glob("*.json"))
+def export_results(root: Path, dest: Path) -> tuple[list[Path], list[Path]]:
+    """Copy what experiment directory `root`'s report was computed from to `dest`, keeping
+    the layout: the report, the small files of each run and ensemble it lists, its external
+    outputs' scores and its significance results.  Returns the copies, and the run
+    directories in `dest` that the report does not list (left in place: the report may lack
+    them only because this machine does; delete them where their system was removed).
+
+    A run the report leaves out (still training, trained under another config, or of a
+    system no longer in the experiment) is not exported: a copy would be restored on a new
+    machine as if it were one of the experiment's results.  Each run directory, and the
+    significance and external directories, are swapped in whole, so no file of an earlier
+    export stays among them (a test of a seed set since grown, an output since re-decoded);
+    the report comes last, so an interrupted export never holds a report newer than its runs."""
+    files = report_files(root)
     copied = []
-    for source in sources:
-        target = dest / source.relative_to(root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        copied.append(target)
-    return copied
+    for run in files["runs"]:
+        sources = _run_files(root / run)
+        copy_into(sources, dest / run, last=("config.yaml", "decode.json"), replace=True)
+        copied += [dest / run / source.name for source in sources]
+    for group in ("external", "significance"):
+        sources = [root / name for name in files[group]]
+        if sources or (dest / group).exists():
+            copy_into(sources, dest / group, replace=True)
+        copied += [dest / group / source.name for source in sources]
+    reports = [root / name for name in REPORT_FILES if (root / name).is_file()]
+    copy_into(reports, dest, last=("report.json",))
+    copied += [dest / source.name for source in reports]
+    reported = {dest / run for run in files["runs"]}
+    unreported = [d for group in ("systems", "ensembles") for d in sorted((dest / group).glob("*/seed*"))
+                  if d.is_dir() and d not in reported]
+    return copied, unreported
 
 
-def reported_run_dirs(root: Path) -> list[Path]:
-    """The directories of the trained runs and ensembles that `root`'s report.json lists."""
+def report_files(root: Path) -> dict[str, list[str]]:
+    """What `root`'s report.json says the report was computed from (paths relative to `root`)."""
     report = root / "report.json"
     if not report.is_file():
         raise DataError(f"{report}: no report to export (write one with --report first)")
-    dirs = []
-    for entry in json.loads(report.read_text(encoding="utf-8"))["runs"]:
-        if entry.get("seed") is None:  # an external output or a significance entry
-            continue
-        for group in ("systems", "ensembles"):
-            run_dir = root / group / entry["system"] / f"seed{entry['seed']}"
-            if run_dir.is_dir():
-                dirs.append(run_dir)
-                break
-    return dirs
+    files = json.loads(report.read_text(encoding="utf-8")).get("files")
+    if files is None:
+        raise DataError(f"{report}: lists no files (written by an earlier ctxnmt): write it again with --report")
+    return files
 
 
 def restore_results(source: Path, root: Path) -> list[Path]:

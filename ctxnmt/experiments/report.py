@@ -213,9 +213,12 @@ def significance_command(baseline_hyp: Path, system_hyp: Path, test: TestSet, ex
 
 def write_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: list[dict[str, Any]],
                  buckets: dict[str, list[Bucket]], signatures: list[str],
-                 not_reported: list[str] | None = None) -> dict[str, Path]:
+                 not_reported: list[str] | None = None, files: dict[str, list[str]] | None = None
+                 ) -> dict[str, Path]:
     """report.md, report.csv, report.json and length-buckets.png in the experiment directory;
-    `not_reported` names the runs and ensembles of the experiment that the report lacks, and why."""
+    `not_reported` names the runs and ensembles of the experiment that the report lacks, and why;
+    `files`, what the report was computed from (runs, external, significance: paths relative
+    to the experiment directory), is what an export copies."""
     root = experiment.root
     root.mkdir(parents=True, exist_ok=True)
     paths = {"md": root / "report.md", "csv": root / "report.csv", "json": root / "report.json",
@@ -226,7 +229,8 @@ def write_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: l
     _write_text(paths["md"], markdown_report(experiment, test, rows, buckets, signatures, paths["plot"].name, runs,
                                              not_reported))
     _write_text(paths["csv"], csv_report(rows, experiment.baseline))
-    _write_text(paths["json"], json.dumps(json_report(experiment, test, rows, runs, buckets, not_reported), indent=1,
+    _write_text(paths["json"], json.dumps(json_report(experiment, test, rows, runs, buckets, not_reported, files),
+                                          indent=1,
                                           ensure_ascii=False) + "\n")
     return paths
 
@@ -330,7 +334,8 @@ def _csv_number(value: float | None) -> str:
 
 
 def json_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: list[dict[str, Any]],
-                buckets: dict[str, list[Bucket]], not_reported: list[str] | None = None) -> dict[str, Any]:
+                buckets: dict[str, list[Bucket]], not_reported: list[str] | None = None,
+                files: dict[str, list[str]] | None = None) -> dict[str, Any]:
     return {
         "experiment": asdict(experiment),
         "test": {"src": str(test.src_path), "ref": str(test.ref_path), "sentences": len(test.refs)},
@@ -341,6 +346,7 @@ def json_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: li
                   "values": r.values, "significance": r.significance, "commands": r.commands} for r in rows],
         "runs": runs,
         "not_reported": not_reported or [],
+        "files": files or {"runs": [], "external": [], "significance": []},
         "length_buckets": {name: [_bucket_dict(b) for b in bs] for name, bs in buckets.items()},
     }
 

@@ -20,6 +20,7 @@ from ctxnmt.experiments.evaluate import (
     TestSet,
     document_ids,
     external_output,
+    external_scores_path,
     hyp_path,
     load_test_set,
     replicate_significance,
@@ -119,28 +120,46 @@ def _tag(output: Output) -> str:
 
 
 def significance_tests(experiment: Experiment, outputs: dict[str, list[Output]],
-                       test: TestSet) -> dict[str, list[dict[str, Any]]]:
+                       test: TestSet) -> tuple[dict[str, list[dict[str, Any]]], list[Path]]:
+    """Each system's paired test against the baseline, seed by seed, and the files that hold them."""
     baseline = outputs[experiment.baseline]
-    cache = experiment.root / "significance"
-    tests = {name: [significance(b, s, test, experiment.significance, cache / f"{_tag(s)}-vs-{_tag(b)}.json")
-                    for b, s in seed_pairs(baseline, system)]
-             for name, system in outputs.items() if name != experiment.baseline}
-    return {name: results for name, results in tests.items() if results}
+    tests: dict[str, list[dict[str, Any]]] = {}
+    files = []
+    for name, system in outputs.items():
+        for b, s in seed_pairs(baseline, system) if name != experiment.baseline else []:
+            files.append(experiment.root / "significance" / f"{_tag(s)}-vs-{_tag(b)}.json")
+            tests.setdefault(name, []).append(significance(b, s, test, experiment.significance, files[-1]))
+    return tests, files
 
 
 def replicate_tests(experiment: Experiment, outputs: dict[str, list[Output]],
-                    test: TestSet) -> dict[str, dict[str, Any]]:
-    """Per system trained with two or more of the baseline's seeds: one test over all its seed pairs."""
+                    test: TestSet) -> tuple[dict[str, dict[str, Any]], list[Path]]:
+    """Per system trained with two or more of the baseline's seeds: one test over all its seed
+    pairs; and the files that hold them."""
     baseline = outputs[experiment.baseline]
-    cache = experiment.root / "significance"
     tests = {}
+    files = []
     for name, system in outputs.items():
         pairs = seed_pairs(baseline, system) if name != experiment.baseline and system[0].seed is not None else []
         if len(pairs) >= 2:
             seeds = "-".join(str(s.seed) for _, s in pairs)
-            tests[name] = replicate_significance(pairs, test, experiment.significance,
-                                                 cache / f"{name}-seeds{seeds}-vs-{experiment.baseline}.json")
-    return tests
+            files.append(experiment.root / "significance" / f"{name}-seeds{seeds}-vs-{experiment.baseline}.json")
+            tests[name] = replicate_significance(pairs, test, experiment.significance, files[-1])
+    return tests, files
+
+
+def report_files(root: Path, outputs: dict[str, list[Output]], significance_files: list[Path]) -> dict[str, list[str]]:
+    """What the report was computed from, relative to the experiment directory `root`: the
+    directories of its trained runs and ensembles, the scores of its external outputs and its
+    significance results.  `--export` copies these and nothing else."""
+    def relative(paths) -> list[str]:
+        return [str(Path(path).relative_to(root)) for path in paths]
+
+    trained = [o for outs in outputs.values() for o in outs if o.seed is not None]
+    external = [o for outs in outputs.values() for o in outs if o.seed is None]
+    return {"runs": relative(o.hyp_path.parent for o in trained),
+            "external": relative(external_scores_path(root, o.system) for o in external),
+            "significance": relative(significance_files)}
 
 
 def row_commands(experiment: Experiment, name: str, runs: list[Run], outputs: dict[str, list[Output]],
@@ -213,11 +232,11 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
         if spec.external:
             outputs[spec.name] = [external_output(spec.name, spec.output, test, experiment.root)]
     outputs = {spec.name: outputs[spec.name] for spec in experiment.systems if spec.name in outputs}  # file order
-    tests = significance_tests(experiment, outputs, test)
+    tests, pair_files = significance_tests(experiment, outputs, test)
     buckets = {name: mean_buckets([length_buckets(test.src, o.lines, test.refs) for o in outs])
                for name, outs in outputs.items()}
     metric = experiment.significance.metric
-    over_seeds = replicate_tests(experiment, outputs, test)
+    over_seeds, replicate_files = replicate_tests(experiment, outputs, test)
     rows = [rep.make_row(name, experiment.system(name).external, outs,
                          row_commands(experiment, name, runs, outputs, test),
                          rep.summarise_tests(tests[name], metric, over_seeds.get(name)) if name in tests else None)
@@ -225,7 +244,8 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
     signatures = list(dict.fromkeys(sig for outs in outputs.values() for o in outs
                                     for sig in o.scores["signatures"].values()))
     not_reported = [f"{name} (not finished)" for name in waiting] + disagreeing + ensembles_left_out
-    paths = rep.write_report(experiment, test, rows, run_details(outputs, tests), buckets, signatures, not_reported)
+    paths = rep.write_report(experiment, test, rows, run_details(outputs, tests), buckets, signatures, not_reported,
+                             report_files(experiment.root, outputs, pair_files + replicate_files))
     log(f"report written to {paths['md']}")
     return paths
 

@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from ctxnmt.cli import main
+from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import score_all
 from ctxnmt.experiments.runner import run_experiment
 from ctxnmt.experiments.spec import load_experiment
@@ -427,6 +428,46 @@ def test_export_copies_the_small_results_and_never_a_checkpoint(finished, tmp_pa
         assert main(["experiment", "tiny-experiment.yaml", "--report", "--export", "again"]) == 0
     assert not (work / "again/systems/mean").exists() and (work / "again/systems/base/seed1234/test.hyp.en").exists()
     assert not (work / "again/systems/dropped").exists()  # finished, but not one of the report's runs
+
+
+def test_export_replaces_what_an_earlier_export_left_and_names_runs_the_report_lacks(finished, tmp_path, capsys):
+    """An export mirrors its report: files an earlier export left in a run directory or among
+    the significance tests (a seed set since grown) go; a run directory the report does not
+    list stays, named, since the report may lack it only because this machine does."""
+    work = copy_experiment(finished, tmp_path)
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--export", "results"]) == 0
+    listed = report(work)["files"]
+    assert listed["runs"] == ["systems/base/seed1234", "systems/mean/seed1234"]
+    assert listed["external"] == ["external/dropper.scores.json"]
+    assert listed["significance"] and all(name.startswith("significance/") for name in listed["significance"])
+    out = work / "results"
+    (out / "systems/base/seed1234/test.hyp.old").write_text("an earlier decoding\n", encoding="utf-8")
+    (out / "significance/mean-seeds1-2-vs-base.json").write_text("{}\n", encoding="utf-8")
+    shutil.copytree(out / "systems/base/seed1234", out / "systems/removed/seed1")
+    capsys.readouterr()
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--export", "results"]) == 0
+    assert not (out / "systems/base/seed1234/test.hyp.old").exists()
+    assert sorted(p.name for p in (out / "significance").iterdir()) == \
+        sorted(Path(name).name for name in listed["significance"])
+    assert (out / "systems/removed/seed1/test.hyp.en").exists()
+    assert "left in results, not in this report: systems/removed/seed1 (delete them" in capsys.readouterr().out
+    assert json.loads((out / "report.json").read_text(encoding="utf-8"))["files"] == listed
+
+
+def test_export_of_a_report_that_lists_no_files_is_a_clear_error(finished, tmp_path, capsys):
+    from ctxnmt.experiments.export import export_results
+
+    work = copy_experiment(finished, tmp_path)
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report"]) == 0
+    written = json.loads((work / "exp/report.json").read_text(encoding="utf-8"))
+    del written["files"]  # as written before reports listed them
+    (work / "exp/report.json").write_text(json.dumps(written), encoding="utf-8")
+    with pytest.raises(DataError, match=r"report.json: lists no files .* write it again with --report"):
+        export_results(work / "exp", work / "results")
+    assert not (work / "results").exists()
 
 
 def exported_with_ensemble(finished, tmp_path) -> tuple[Path, Path]:
