@@ -72,19 +72,24 @@ def report_files(root: Path) -> dict[str, list[str]]:
 
 
 def restore_results(source: Path, root: Path) -> list[Path]:
-    """Copy every finished run's and ensemble's small files from an export `source` into experiment
-    directory `root` where that run is absent (no config.yaml there; an ensemble: no decode.json),
-    each run directory appearing whole; returns the restored run directories."""
+    """Copy the small files of every run and ensemble that export `source`'s report lists into
+    experiment directory `root` where that run is absent (no config.yaml there; an ensemble: no
+    decode.json), each run directory appearing whole; returns the restored run directories.
+    An export whose report predates its `files` list offers every run directory it holds."""
     if not (source / "report.json").is_file():
         raise DataError(f"{source}: not an exported experiment (no report.json there)")
+    listed = json.loads((source / "report.json").read_text(encoding="utf-8")).get("files")
+    run_dirs = ([source / run for run in listed["runs"]] if listed is not None
+                else [d for group in ("systems", "ensembles") for d in sorted((source / group).glob("*/seed*"))])
     restored = []
-    for group, marker in (("systems", "config.yaml"), ("ensembles", "decode.json")):
-        for run_dir in sorted((source / group).glob("*/seed*")):
-            target = root / run_dir.relative_to(source)
-            if (target / marker).exists() or not (run_dir / "decode.json").is_file():
-                continue  # a local run wins; an export without its translation record cannot stand in
-            _copy_run(run_dir, target)
-            restored.append(target)
+    for run_dir in run_dirs:
+        relative = run_dir.relative_to(source)
+        target = root / relative
+        marker = "decode.json" if relative.parts[0] == "ensembles" else "config.yaml"
+        if (target / marker).exists() or not (run_dir / "decode.json").is_file():
+            continue  # a local run wins; an export without its translation record cannot stand in
+        _copy_run(run_dir, target)
+        restored.append(target)
     return restored
 
 

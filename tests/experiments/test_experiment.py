@@ -454,6 +454,11 @@ def test_export_replaces_what_an_earlier_export_left_and_names_runs_the_report_l
     assert (out / "systems/removed/seed1/test.hyp.en").exists()
     assert "left in results, not in this report: systems/removed/seed1 (delete them" in capsys.readouterr().out
     assert json.loads((out / "report.json").read_text(encoding="utf-8"))["files"] == listed
+    shutil.rmtree(work / "exp")  # a new machine: --restore brings back the report's runs, not the stray one
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--restore", "results"]) == 0
+    assert "restored 2 runs from results" in capsys.readouterr().out
+    assert not (work / "exp/systems/removed").exists()
 
 
 def test_export_of_a_report_that_lists_no_files_is_a_clear_error(finished, tmp_path, capsys):
