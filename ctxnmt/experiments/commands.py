@@ -46,7 +46,8 @@ def cmd_experiment(args) -> int:
         print(paths["md"].read_text(encoding="utf-8").split("\n## ")[0].rstrip())
         if args.export:
             copied, unreported = export_results(experiment.root, Path(args.export))
-            print(f"exported {len(copied)} files to {args.export}")
+            print(f"exported {len(copied)} files to {args.export}" if copied
+                  else f"{args.export} is the experiment directory: nothing to copy")
             if unreported:
                 print(f"left in {args.export}, not in this report: "
                       f"{', '.join(str(d.relative_to(args.export)) for d in unreported)} "

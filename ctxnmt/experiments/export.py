@@ -41,6 +41,8 @@ def export_results(root: Path, dest: Path) -> tuple[list[Path], list[Path]]:
     export stays among them (a test of a seed set since grown, an output since re-decoded);
     the report comes last, so an interrupted export never holds a report newer than its runs."""
     files = report_files(root)
+    if dest.resolve() == root.resolve():  # swapping a run directory in whole would drop its checkpoints
+        return [], []
     copied = []
     for run in files["runs"]:
         sources = _run_files(root / run)

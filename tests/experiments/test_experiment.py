@@ -461,6 +461,17 @@ def test_export_replaces_what_an_earlier_export_left_and_names_runs_the_report_l
     assert not (work / "exp/systems/removed").exists()
 
 
+def test_export_into_the_experiment_directory_itself_copies_nothing_and_keeps_the_checkpoints(
+        finished, tmp_path, capsys):
+    work = copy_experiment(finished, tmp_path)
+    checkpoints = sorted(p.relative_to(work) for p in (work / "exp").rglob("*.pt"))
+    assert checkpoints
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--export", "exp"]) == 0
+    assert "exp is the experiment directory: nothing to copy" in capsys.readouterr().out
+    assert sorted(p.relative_to(work) for p in (work / "exp").rglob("*.pt")) == checkpoints
+
+
 def test_export_of_a_report_that_lists_no_files_is_a_clear_error(finished, tmp_path, capsys):
     from ctxnmt.experiments.export import export_results
 
