@@ -99,8 +99,15 @@ def train_runs(chosen: list[tuple[int, object, RunState]], jobs: int, log: Log) 
             clear_fresh(config, state, log)
 
     train_unfinished([PlannedRun(f"{config.name} seed {seed}", Path(config.model_dir), state, config.training.threads,
-                                 train_and_score, (config, True, state is RunState.RESUME, state is RunState.TRAINED))
-                      for seed, config, state in chosen], jobs, log, before=clear)
+                                 train_from_now, (config,)) for seed, config, state in chosen], jobs, log, before=clear)
+
+
+def train_from_now(config) -> None:
+    """Train (or score) a run from its state now, not the planned one: the plan may be hours
+    old, and another process (an --only beside this one) may have finished or begun it since."""
+    state = run_state(config)
+    if state is not RunState.DONE:
+        train_and_score(config, True, state is RunState.RESUME, state is RunState.TRAINED)
 
 
 def line_statistics(directory: Path) -> np.ndarray | None:

@@ -44,15 +44,13 @@ class LMTrainer(TrainingLoop):
     def __init__(self, config: LMConfig, resume: bool = False, quiet: bool = False):
         self.config = config
         t = config.training
-        super().__init__(t, config.model_dir, World(), quiet=quiet, tensorboard=False)
+        super().__init__(t, config.model_dir, World(), quiet=quiet, tensorboard=False, resume=resume)
         self.device = torch.device(t.device)
         train_words = lm_data.read_split(config.data, "train")
         self.vocab = lm_data.build_vocab(train_words, config.data)
-        self.vocab.save(self.model_dir / "vocab.txt")
         self.train_data = lm_data.batchify(lm_data.stream(train_words, self.vocab), t.batch_size,
                                            "training text").to(self.device)
         self.dev = lm_data.stream(lm_data.read_split(config.data, "dev"), self.vocab).to(self.device)
-        save_config(config, self.model_dir / "config.yaml")
         self.model = ResidualLM(config.model, len(self.vocab)).to(self.device)
         self.optimizer = build_optimizer(self.model.parameters(), t)
         self.schedule = PlateauSchedule(t.lr, 0, t.lr_decay, t.lr_patience, t.min_lr, higher_is_better=False)
@@ -64,6 +62,9 @@ class LMTrainer(TrainingLoop):
         self.log(f"source: {source_revision()}")  # at every start, so a resume on other code shows
         if resume:
             self._restore(self.ckpt_dir / "last.pt")
+        # after the restore's checks: a refused resume leaves the directory's record as it was
+        self.vocab.save(self.model_dir / "vocab.txt")
+        save_config(config, self.model_dir / "config.yaml")
 
     # -- the loop's parts ----------------------------------------------------------
     def epoch_units(self, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import torch
 from tqdm import tqdm
 
+from ctxnmt.errors import DataError
 from ctxnmt.training.budget import budget_reached
 from ctxnmt.training.distributed import LAUNCHER_PID, PeerFailure, World
 from ctxnmt.training.log import TrainingLog
@@ -118,15 +119,18 @@ class TrainingLoop(ABC):
     checkpoint_every: int = 0
 
     def __init__(self, training, model_dir: str | Path, world: World, quiet: bool = False,
-                 tensorboard: bool = True, progress_bar: bool = False):
+                 tensorboard: bool = True, progress_bar: bool = False, resume: bool = False):
         """`training`: the config's training section (budgets, valid_every, log_every, patience,
-        seed, threads).  Takes the model directory's lock and seeds torch."""
+        seed, threads).  Takes the model directory's lock, refuses to start afresh where a
+        training already is (unless `resume`), and seeds torch."""
         self.training = training
         self.world = world
         self.model_dir = Path(model_dir)
         self.model_dir.mkdir(parents=True, exist_ok=True)
         self.lock = TrainingLock(self.model_dir).acquire() if world.is_main else None
         self.ckpt_dir = self.model_dir / "checkpoints"
+        if not resume:
+            self._refuse_to_start_over()
         self.ckpt_dir.mkdir(exist_ok=True)
         self.log = TrainingLog(self.model_dir, tensorboard=tensorboard, quiet=quiet, enabled=world.is_main)
         self.progress_bar = progress_bar and not quiet and world.is_main
@@ -134,6 +138,17 @@ class TrainingLoop(ABC):
         self._validated_at = -1
         setup_threads(training.threads, world.local_size)
         torch.manual_seed(training.seed)
+
+    def _refuse_to_start_over(self) -> None:
+        """A fresh start would overwrite the checkpoints (and done.json) of the training already
+        in the directory: hours of work lost to a forgotten --resume or a second command."""
+        held = [name for name in ("done.json", "checkpoints/last.pt")
+                if (self.model_dir / name).is_file()]
+        if held:
+            if self.lock is not None:
+                self.lock.release()
+            raise DataError(f"{self.model_dir}: already holds a training ({', '.join(held)}); continue it "
+                            "with --resume, or train into another model_dir (or delete that one)")
 
     # -- what a trainer says -----------------------------------------------------------------
     @abstractmethod

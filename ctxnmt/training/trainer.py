@@ -62,13 +62,11 @@ class Trainer(TrainingLoop):
         self.config = config
         t = config.training
         super().__init__(t, config.model_dir, init_world(torch.device(t.device).type), quiet=quiet,
-                         progress_bar=progress_bar)
+                         progress_bar=progress_bar, resume=resume)
         self.metric = self.metric_name = t.selection_metric
         self.checkpoint_every = t.checkpoint_every
         self.device = device_for(self.world, t.device)
         self.data: Prepared = self._prepare()
-        if self.world.is_main:
-            save_config(config, self.model_dir / "config.yaml")
         self.src_lens, self.tgt_lens = [len(s) for s in self.data.train.src], [len(s) for s in self.data.train.tgt]
         self.train_context = document_context(self.data.train, config, "train", t.document_context)
         document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
@@ -84,6 +82,8 @@ class Trainer(TrainingLoop):
         self.progress = Progress()
         if resume:
             self._restore(self.ckpt_dir / "last.pt")
+        if self.world.is_main:  # after the restore's checks: a refused resume leaves the directory's record as it was
+            save_config(config, self.model_dir / "config.yaml")
         self.loss_fn = self._wrap(_Loss(self.model))
         self.graphs = self._graphs()
         self.log(f"model: {count_parameters(self.model):,} parameters "

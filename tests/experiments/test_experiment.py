@@ -586,3 +586,17 @@ def test_two_jobs_train_the_runs_side_by_side_into_the_same_models(finished, tmp
     with chdir(work):
         assert main(["experiment", "tiny-experiment.yaml", "--jobs", "0"]) == 2
     assert "--jobs must be at least 1, not 0" in capsys.readouterr().err
+
+
+def test_a_run_planned_fresh_but_finished_meanwhile_is_not_trained_again(finished, tmp_path):
+    """`ctxnmt experiment` plans every run's state at its start; hours later another process
+    (an --only beside it) may have finished one.  Training reads the state again first."""
+    from ctxnmt.experiments.runs import plan_runs, train
+    from ctxnmt.training.runs import RunState
+
+    work = copy_experiment(finished, tmp_path)
+    with chdir(work):
+        run = plan_runs(load_experiment(work / "tiny-experiment.yaml"))[0]
+        before = {p: p.read_bytes() for p in run.model_dir.rglob("*") if p.is_file()}
+        train(run, RunState.FRESH, quiet=True)  # as planned before the other process finished it
+        assert {p: p.read_bytes() for p in run.model_dir.rglob("*") if p.is_file()} == before
