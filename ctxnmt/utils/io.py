@@ -43,15 +43,15 @@ def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         raise
 
 
-def _keep_umask_permissions(tmp_path: str) -> None:
-    """Give the file the mode a plain ``open()`` would have given it.
+def _keep_umask_permissions(tmp_path: str | os.PathLike, directory: bool = False) -> None:
+    """Give the file (or directory) the mode a plain ``open()`` (``mkdir``) would have given it.
 
-    mkstemp creates files as 0600; corpus files and checkpoints are meant to be
-    shared like any other output.
+    mkstemp and mkdtemp create them as 0600 and 0700; corpus files, checkpoints and
+    exported results are meant to be shared like any other output.
     """
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp_path, 0o666 & ~umask)
+    os.chmod(tmp_path, (0o777 if directory else 0o666) & ~umask)
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -71,6 +71,7 @@ def copy_into(files: Iterable[Path], target: Path, last: tuple[str, ...] = (), r
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
+        _keep_umask_permissions(tmp, directory=True)
         for path in files:
             shutil.copyfile(path, tmp / path.name)
         if target.exists() and replace:
@@ -79,7 +80,7 @@ def copy_into(files: Iterable[Path], target: Path, last: tuple[str, ...] = (), r
             os.replace(tmp, target)
             shutil.rmtree(old, ignore_errors=True)
         elif target.exists():
-            for path in sorted(tmp.iterdir(), key=lambda p: p.name in last):
+            for path in sorted(tmp.iterdir(), key=lambda p: last.index(p.name) + 1 if p.name in last else 0):
                 os.replace(path, target / path.name)
             tmp.rmdir()
         else:

@@ -1,0 +1,50 @@
+"""copy_into: a copied directory appears whole, its completion markers last, shared like any output."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ctxnmt.utils import io
+from ctxnmt.utils.io import copy_into
+
+
+def sources(tmp_path, names, folder="src"):
+    src = tmp_path / folder
+    src.mkdir()
+    for name in names:
+        (src / name).write_text(name, encoding="utf-8")
+    return [src / name for name in names]
+
+
+@pytest.mark.parametrize("last", [("decode.json", "config.yaml"), ("config.yaml", "decode.json")])
+def test_the_markers_named_last_are_moved_in_last_and_in_the_order_given(tmp_path, monkeypatch, last):
+    """An interruption between two moves must never leave the first marker without the other:
+    a restored run counts as present by config.yaml, and decode.json must be there by then."""
+    files = sources(tmp_path, ["decode.json", "train.log", "config.yaml", "test.hyp.en", "a.json"])
+    target = tmp_path / "run"
+    target.mkdir()  # an existing directory: the files are moved in one by one
+    moved = []
+    replace = os.replace
+
+    def recording(src, dst):
+        moved.append(os.path.basename(dst))
+        replace(src, dst)
+
+    monkeypatch.setattr(io.os, "replace", recording)
+    copy_into(files, target, last=last)
+    assert tuple(moved[-2:]) == last
+    assert sorted(p.name for p in target.iterdir()) == sorted(f.name for f in files)
+
+
+def test_a_copied_directory_has_the_mode_mkdir_gives_not_mkdtemp_s(tmp_path):
+    """mkdtemp makes 0700 directories; an export or a restored run is shared like any output."""
+    (tmp_path / "out" / "swapped").mkdir(parents=True)
+    umask = os.umask(0o022)
+    try:
+        copy_into(sources(tmp_path, ["a"]), tmp_path / "out" / "new")  # a new directory: moved in whole
+        copy_into(sources(tmp_path, ["b"], "src2"), tmp_path / "out" / "swapped", replace=True)  # swapped in whole
+    finally:
+        os.umask(umask)
+    for name in ("new", "swapped"):
+        assert (tmp_path / "out" / name).stat().st_mode & 0o777 == 0o755, name
