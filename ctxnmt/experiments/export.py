@@ -43,10 +43,11 @@ def export_results(root: Path, dest: Path) -> tuple[list[Path], list[Path]]:
     files = report_files(root)
     if dest.resolve() == root.resolve():  # swapping a run directory in whole would drop its checkpoints
         return [], []
+    _refuse_training_directories(dest, files["runs"])
     copied = []
     for run in files["runs"]:
         sources = _run_files(root / run)
-        copy_into(sources, dest / run, last=("config.yaml", "decode.json"), replace=True)
+        copy_into(sources, dest / run, last=("decode.json", "config.yaml"), replace=True)
         copied += [dest / run / source.name for source in sources]
     for group in ("external", "significance"):
         sources = [root / name for name in files[group]]
@@ -60,6 +61,16 @@ def export_results(root: Path, dest: Path) -> tuple[list[Path], list[Path]]:
     unreported = [d for group in ("systems", "ensembles") for d in sorted((dest / group).glob("*/seed*"))
                   if d.is_dir() and d not in reported]
     return copied, unreported
+
+
+def _refuse_training_directories(dest: Path, runs: list[str]) -> None:
+    """An export swaps each run directory in whole: where DEST is another experiment's
+    directory, that would delete its checkpoints."""
+    for run in runs:
+        for held in ("checkpoints", "prep"):
+            if (dest / run / held).exists():
+                raise DataError(f"{dest / run}: holds {held}/, a training's directory, not an export: "
+                                "export somewhere else")
 
 
 def report_files(root: Path) -> dict[str, list[str]]:
@@ -96,5 +107,6 @@ def restore_results(source: Path, root: Path) -> list[Path]:
 
 
 def _copy_run(run_dir: Path, target: Path) -> None:
-    """The run's small files into `target`, which may already hold a prepared `prep`."""
-    copy_into(_run_files(run_dir), target, last=("config.yaml", "decode.json"))
+    """The run's small files into `target`, which may already hold a prepared `prep`;
+    config.yaml, by which a run counts as present, last, after the decode.json it needs."""
+    copy_into(_run_files(run_dir), target, last=("decode.json", "config.yaml"))

@@ -472,6 +472,19 @@ def test_export_into_the_experiment_directory_itself_copies_nothing_and_keeps_th
     assert sorted(p.relative_to(work) for p in (work / "exp").rglob("*.pt")) == checkpoints
 
 
+def test_export_over_another_experiment_s_training_is_refused_and_deletes_nothing(finished, tmp_path, capsys):
+    """The same system and seed names in another experiment's directory: swapping its run
+    directories in whole would delete their checkpoints."""
+    work = copy_experiment(finished, tmp_path)
+    shutil.copytree(work / "exp", work / "other")
+    before = sorted(p.relative_to(work) for p in (work / "other").rglob("*") if p.is_file())
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--export", "other"]) != 0
+    err = capsys.readouterr().err
+    assert "other/systems/base/seed1234: holds checkpoints/, a training's directory, not an export" in err
+    assert sorted(p.relative_to(work) for p in (work / "other").rglob("*") if p.is_file()) == before
+
+
 def test_export_of_a_report_that_lists_no_files_is_a_clear_error(finished, tmp_path, capsys):
     from ctxnmt.experiments.export import export_results
 
