@@ -53,6 +53,13 @@ def decode_lines(data: bytes, name: str) -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         _raise_decode_error(name, data)
+    return split_lines(text)
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of `text`: a line ends at \n (or \r\n), and only there (not at the other
+    breaks str.splitlines knows, such as U+2028, which a sentence may hold), and a final
+    line break starts no new line."""
     lines = text.split("\n")
     if lines[-1] == "":  # the usual final newline does not start a new line
         lines.pop()

@@ -66,7 +66,7 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: 
             return error(413, "body", f"body: {declared} bytes, more than the limit of "
                                       f"{settings.limits.max_body_bytes}")
         try:
-            req = parse_request(await request.body(), settings.limits)
+            req = parse_request(await _read_body(request, settings.limits.max_body_bytes), settings.limits)
             beam = req.beam or settings.beam
             if req.nbest > beam:
                 raise RequestError(422, "nbest", f"{req.nbest} is more than the beam ({beam})")
@@ -98,6 +98,18 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: 
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, read no further than `limit` bytes: a chunked request declares no length,
+    and reading it whole first would let one request take the server's memory."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, "body", f"more than the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _request_body() -> dict:

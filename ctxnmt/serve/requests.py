@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ctxnmt.data.corpus import split_lines
 from ctxnmt.length_options import KINDS, OPTIONS, RANGES, RULES, decoding_options, fixed_if_a_given, problem, with_options
 from ctxnmt.serve.settings import MAX_BEAM, Limits
 
@@ -70,6 +71,10 @@ def parse_request(body: bytes, limits: Limits) -> TranslateRequest:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise RequestError(400, "body", f"invalid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    except RecursionError:
+        raise RequestError(400, "body", "invalid JSON (nested too deeply)") from None
+    except ValueError as err:  # e.g. an integer of more digits than Python converts
+        raise RequestError(400, "body", f"invalid JSON ({err})") from None
     if not isinstance(data, dict):
         raise RequestError(422, "body", f"expected a JSON object, not {type(data).__name__}")
     try:
@@ -83,8 +88,9 @@ def parse_request(body: bytes, limits: Limits) -> TranslateRequest:
 
 
 def sentences(request: TranslateRequest) -> list[str]:
-    """The text's lines (a final line break starts no new line), or the list as it is."""
-    return request.text.splitlines() if isinstance(request.text, str) else list(request.text)
+    """The text's lines, split as `ctxnmt translate` splits a file and the page splits its
+    text (at \n or \r\n; a final line break starts no new line), or the list as it is."""
+    return split_lines(request.text) if isinstance(request.text, str) else list(request.text)
 
 
 def length_options(request: TranslateRequest, server: dict[str, Any], dec) -> dict[str, Any]:
@@ -125,7 +131,7 @@ def _check_text(request: TranslateRequest, limits: Limits) -> None:
     lines = sentences(request)
     for i, line in enumerate(lines):
         where = "text" if isinstance(request.text, str) else f"text[{i}]"
-        if isinstance(request.text, list) and len(line.splitlines()) > 1:
+        if isinstance(request.text, list) and len(split_lines(line)) > 1:
             raise RequestError(422, where, "a sentence of the list may not contain a line break")
         try:
             line.encode("utf-8")

@@ -3,6 +3,7 @@ analysis functions they come from, /v1/models, /health, /docs, document mode, an
 one-line 4xx for each kind of bad input (after which the server still answers)."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -14,7 +15,8 @@ from ctxnmt.config import DecodingConfig
 from ctxnmt.analysis.gates import encoder_gates, output_weights
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding.translator import Translator
-from ctxnmt.serve.app import create_app
+from ctxnmt.serve.app import _read_body, create_app
+from ctxnmt.serve.requests import RequestError
 from ctxnmt.serve.settings import Limits, ServeSettings
 
 
@@ -213,6 +215,8 @@ BAD = [  # (body bytes, status, field, words the error must contain)
     (b'{"text": "el gato", "length_ratio_rule": "median"}', 422, "length_ratio_rule", "'fixed' or 'data'"),
     (b'{"text": "el gato", "length_ratio_rule": "data", "length_ratio": 1}', 422, "length_ratio",
      "no effect with length_ratio_rule data"),
+    (b'{"text": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400, "body", "invalid JSON (nested too deeply)"),
+    (b'{"text": "el gato", "beam": ' + b"9" * 5000 + b"}", 400, "body", "invalid JSON (Exceeds the limit"),
     (json.dumps({"text": " ".join(["gato"] * 10000)}).encode(), 413, "text", "10000 words"),
     (json.dumps({"text": ["gato"] * 9}).encode(), 413, "text", "9 sentences, more than the limit of 8"),
     (json.dumps({"text": ["gato " * 10] * 7}).encode(), 413, "text", "350 characters, more than the limit of 300"),
@@ -257,4 +261,33 @@ def test_an_oversized_body_is_refused_before_it_is_read(rich):
     client, _ = rich
     answer = client.post("/v1/translate", content=b"x" * (2 << 20), headers={"content-type": "application/json"})
     assert answer.status_code == 413 and answer.json()["field"] == "body"
+    chunked = (b"x" * (64 << 10) for _ in range(64))  # no Content-Length to refuse it by
+    answer = client.post("/v1/translate", content=chunked, headers={"content-type": "application/json"})
+    assert answer.status_code == 413 and answer.json()["error"].startswith("body: more than the limit of ")
+    assert client.post("/v1/translate", json={"text": "el gato 3 ."}).status_code == 200  # still serving
     assert client.get("/nowhere").json() == {"error": "/nowhere: Not Found", "field": "path"}
+
+
+def test_a_chunked_body_is_read_no_further_than_the_limit():
+    """A body without a Content-Length is read only until it passes the limit, not whole."""
+
+    read = []
+
+    class Chunked:
+        async def stream(self):
+            for _ in range(64):
+                read.append(64 << 10)
+                yield b"x" * (64 << 10)
+
+    with pytest.raises(RequestError, match="more than the limit of 1048576 bytes"):
+        asyncio.run(_read_body(Chunked(), 1 << 20))
+    assert sum(read) == (1 << 20) + (64 << 10)  # the chunk that passed the limit, and no more
+
+
+def test_text_is_split_into_sentences_as_translate_splits_a_file(rich):
+    """At \n and \r\n only, as `ctxnmt translate` reads a file and the page splits its text:
+    a U+2028 or a form feed inside a sentence (str.splitlines would break there) is no new
+    sentence, so the page's cards keep their sources."""
+    client, _ = rich
+    answer = client.post("/v1/translate", json={"text": "el gato\u2028perro\r\nel perro\x0c3 .\n"})
+    assert answer.status_code == 200 and len(answer.json()["sentences"]) == 2
