@@ -38,13 +38,14 @@ class Hypothesis:
     tokens: list[int]  # without the final EOS
     score: float  # log-probability / lp(y) + cp(x; y) (ctxnmt.decoding.length)
     logprob: float
-    attention: torch.Tensor | None = None  # (len(tokens) + 1, S): one row per output incl. EOS
+    attention: torch.Tensor | None = None  # (len(tokens) + 1, S): one row per output incl. EOS, a column per source position
 
 
 @dataclass
 class _Sentence:
     max_len: int
     src_words: int = 0  # W(x), counted only for a length-ratio prior
+    src_len: int = 0  # its source positions: the columns of its hypotheses' attention (not the batch's padding)
     keep: int = 1  # finished hypotheses worth keeping: max(K, nbest)
     finished: list[Hypothesis] = field(default_factory=list)
 
@@ -221,7 +222,7 @@ class _Search:
         src_words = (word_starts(src, src_mask.bool(), self.length.words.src_continues).tolist()
                      if self.length.ratio_penalty else [0] * len(src_lens))
         for i, n, w in zip(indices, src_lens, src_words):
-            self.sentences[i] = _Sentence(max_len=self.length.max_len(n), src_words=w, keep=self.keep)
+            self.sentences[i] = _Sentence(max_len=self.length.max_len(n), src_words=w, src_len=n, keep=self.keep)
         B, K = src.size(0), self.K
         enc = self.model.encode(src, src_mask, context, K)  # one copy per sentence, shared by its K rows
         scores = torch.full((B, K), float("-inf"), device=src.device)
@@ -335,7 +336,7 @@ class _Search:
             tokens = history[row, width - part.steps[j]:].tolist()
             if token != EOS:
                 tokens.append(token)  # cut off at the length limit
-            att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
+            att = _attention(att_history, row, lengths[j], sentences[j])
             sentences[j].finished.append(Hypothesis(tokens, score, logprob, att))
         _settle(sentences, set(js.tolist()))
 
@@ -360,7 +361,7 @@ class _Search:
         for row in rows:
             j = row // K
             tokens = history[row, width - part.steps[j]:].tolist()
-            att = att_history[row, att_history.size(1) - lengths[j]:] if att_history is not None else None
+            att = _attention(att_history, row, lengths[j], sentences[j])
             sentences[j].finished.append(Hypothesis(tokens, float(scores[row]), float(logprob[row]), att))
         _settle(sentences, {row // K for row in rows})
 
@@ -445,6 +446,14 @@ def _settle(sentences: list[_Sentence | None], touched: set[int]) -> None:
     """Settle the sentences that gained finished hypotheses this step (the others are settled)."""
     for j in touched:
         sentences[j].settle()
+
+
+def _attention(att_history: torch.Tensor | None, row: int, length: int, sentence: _Sentence) -> torch.Tensor | None:
+    """Row `row`'s attention over its last `length` steps, over its own source positions only:
+    the batch's padding columns (zero weight) depend on which sentences it was searched with."""
+    if att_history is None:
+        return None
+    return att_history[row, att_history.size(1) - length:, :sentence.src_len]
 
 
 def _src_words(sentences: list[_Sentence | None]) -> torch.Tensor:
