@@ -171,6 +171,14 @@ def test_translate_missing_model_dir(tmp_path, capsys):
     assert code == 2 and "not a model directory" in err
 
 
+@pytest.mark.parametrize("flag,value", [("--beam", "0"), ("--beam", "-2"), ("--nbest", "0"), ("--batch-size", "-1")])
+def test_translate_search_sizes_below_one_are_refused_before_loading(tmp_path, capsys, flag, value):
+    """--nbest 0 printed empty lines and exited 0; --beam 0 used the config's beam; negative
+    values were tracebacks."""
+    code, _, err = run(["translate", tmp_path / "nothing", flag, value], capsys)
+    assert code != 0 and err.strip() == f"ctxnmt translate: error: {flag} must be at least 1, got {value}"
+
+
 def test_overlong_input_is_translated_in_pieces_with_a_warning(tmp_path, capsys):
     from ctxnmt.decoding.translator import Translator
 

@@ -54,6 +54,9 @@ def _read_input(path: str | None) -> list[str]:
 def cmd_translate(args) -> int:
     if args.doc_ids and args.doc_blank_lines:
         raise ConfigError("--doc-ids and --doc-blank-lines are two ways of giving documents; use one")
+    for flag, value in (("--beam", args.beam), ("--nbest", args.nbest), ("--batch-size", args.batch_size)):
+        if value is not None and value < 1:  # 0 would mean the config's beam, or empty outputs, silently
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
     options = length.from_arguments(args)
     model_dirs = [args.model_dir, *args.ensemble]
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir, checkpoint=args.checkpoint,

@@ -209,7 +209,7 @@ def length_buckets(srcs: Sequence[str], hyps: Sequence[str], refs: Sequence[str]
     noisy points.
     """
     if width < 1:
-        raise ValueError("bucket width must be positive")
+        raise ConfigError(f"bucket width must be at least 1, not {width}")
     check_pair(hyps, refs)
     if len(srcs) != len(hyps):
         raise DataError(f"{len(srcs)} source sentences but {len(hyps)} hypotheses")

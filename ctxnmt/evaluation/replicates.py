@@ -28,7 +28,7 @@ from scipy import stats
 
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.metrics import check_metrics, check_pair
-from ctxnmt.evaluation.significance import SigResult
+from ctxnmt.evaluation.significance import SigResult, check_seed
 
 TEST = "stratified-ar"
 DEFAULT_TRIALS = 10000
@@ -85,6 +85,7 @@ def stratified_result(a: np.ndarray, b: np.ndarray, replicates: int, score, metr
                       trials: int = DEFAULT_TRIALS, seed: int = 12345) -> SigResult:
     """The test on (replicates × sentences, statistics) rows of the baseline (a) and the
     system (b), replicate by replicate, with `score` the corpus metric of summed rows."""
+    check_seed(seed)  # as the paired tests: a positive seed (numpy refuses a negative one with a traceback)
     if trials < 1:
         raise ConfigError(f"the number of trials must be positive, not {trials}")
     base_score, system_score = score(a.sum(0)), score(b.sum(0))

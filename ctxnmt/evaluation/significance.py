@@ -74,7 +74,7 @@ def _sacrebleu_seed(seed: int | None):
             os.environ["SACREBLEU_SEED"] = old
 
 
-def _check_seed(seed: int | None) -> None:
+def check_seed(seed: int | None) -> None:
     # sacreBLEU tests `if seed` when seeding each system, so 0 would silently
     # leave the system-side resampling unseeded and results irreproducible.
     if seed is not None and seed <= 0:
@@ -92,7 +92,7 @@ def _resampling_test(test_type: str, baseline_hyps, system_hyps, refs, metric: s
                      n: int, seed: int | None, scorer=None) -> SigResult:
     check_metrics([metric])
     _check_systems(baseline_hyps, system_hyps, refs)
-    _check_seed(seed)
+    check_seed(seed)
     scorer = scorer or _corpus_metric(metric)
     systems = [("baseline", list(baseline_hyps)), ("system", list(system_hyps))]
     with _sacrebleu_seed(seed):

@@ -138,6 +138,7 @@ def test_stratified_ar_over_replicates_groups_the_files_per_system(files, tmp_pa
     (["--significance", "stratified-ar", "--replicates", "2"], "needs a multiple of 2 --hyp files, at least two "
                                                                  "systems; got 3"),
     (["--significance", "stratified-ar", "--replicates", "0"], "--replicates must be positive"),
+    (["--significance", "stratified-ar", "--seed", "-1"], "seed must be a positive integer or None, not -1"),
 ])
 def test_bad_replicate_groupings_are_one_line_errors(files, capsys, extra, message):
     args = ["score", "--hyp", files["base"], "--hyp", files["better"], "--hyp", files["base"], "--ref", files["ref"]]
@@ -173,3 +174,10 @@ def test_tokenised_scoring_refuses_what_it_cannot_do(files, capsys, extra, messa
     extra = [files["base"] if e == "X" else e for e in extra]
     assert main(["score", "--hyp", files["base"], "--ref", files["ref"], *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_bucket_width_below_one_is_a_one_line_error(files, capsys):
+    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], "--src", files["src"],
+                 "--length-buckets", "--bucket-width", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "bucket width must be at least 1, not 0" in err and len(err.strip().splitlines()) == 1
