@@ -13,6 +13,7 @@ before the reply, so killing the server loses nothing.
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,6 +56,8 @@ class JudgeHandler(BaseHTTPRequestHandler):
                 item = body.get("item")
                 if not isinstance(item, int) or isinstance(item, bool):
                     raise DataError(f"item must be an integer, not {item!r}")
+                if not 0 < item < 2 ** 63:  # SQLite's integers are 64-bit: a larger one would overflow
+                    raise DataError(f"no item {item} to judge in this study")
                 record_answer(db, str(body.get("judge", "")), item, str(body.get("choice", "")))
                 return state(db, str(body.get("judge", "")))
             self._api(answer)
@@ -76,7 +79,7 @@ class JudgeHandler(BaseHTTPRequestHandler):
             return None
         try:
             body = json.loads(self.rfile.read(length))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deeply, an integer too long
             body = None
         if not isinstance(body, dict):
             self._json(HTTPStatus.BAD_REQUEST, {"error": "the body must be a JSON object"})
@@ -91,6 +94,9 @@ class JudgeHandler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.CONFLICT, {"error": str(err)})
         except DataError as err:
             self._json(HTTPStatus.BAD_REQUEST, {"error": str(err)})
+        except sqlite3.OperationalError as err:  # e.g. locked by another writer for longer than the timeout
+            self._json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"the study file cannot be used now ({err}); "
+                                                                 "the answer was not recorded: try again"})
         else:
             self._json(HTTPStatus.OK, result)
 

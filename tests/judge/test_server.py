@@ -2,7 +2,10 @@
 requests, and nothing lost when the server is killed mid-study."""
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
+
+import pytest
 
 from ctxnmt.judge.study import open_study
 from tests.judge.common import call, judge_server, write_study_inputs
@@ -28,14 +31,16 @@ def test_api_answers_undo_errors_and_kill(tmp_path, capsys):
                                     ({"judge": "ana", "item": 12345, "choice": "left"}, 400, "no item 12345"),
                                     ({"judge": "ana", "item": second["item"], "choice": "x"}, 400, "choice"),
                                     ({"item": second["item"], "choice": "left"}, 400, "judge name is empty"),
-                                    ({"judge": "ana", "item": "3", "choice": "left"}, 400, "integer")):
+                                    ({"judge": "ana", "item": "3", "choice": "left"}, 400, "integer"),
+                                    ({"judge": "ana", "item": 10 ** 23, "choice": "left"}, 400,
+                                     f"no item {10 ** 23}")):  # beyond SQLite's integers: it overflowed
             status, reply = call(base, "api/answer", body)
             assert status == code and message in reply["error"], (body, reply)
-        request = urllib.request.Request(base + "api/answer", data=b"{not json", method="POST")
-        try:
-            urllib.request.urlopen(request, timeout=10)
-        except urllib.error.HTTPError as err:
-            assert err.code == 400
+        for raw in (b"{not json", b"[" * 4000 + b"]" * 4000, b'{"item": ' + b"9" * 5000 + b"}"):
+            request = urllib.request.Request(base + "api/answer", data=raw, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as refused:  # before: the last two dropped the connection
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 400 and b"must be a JSON object" in refused.value.read()
         assert call(base, "api/nothing")[0] == 404
         status, state = call(base, "api/answer", {"judge": "ana", "item": second["item"], "choice": "equal"})
         assert state["done"] == 2
