@@ -61,6 +61,11 @@ class PreprocessOptions:
         return self.src_lang if side == "src" else self.tgt_lang
 
 
+# Words whose segmentation is remembered: a corpus's vocabulary fits many times over, and a
+# server that meets ever new words (names, typos, random strings) does not grow without bound.
+BPE_CACHE_WORDS = 200_000
+
+
 class _Side:
     """The fitted pipeline of one side (source or target)."""
 
@@ -93,6 +98,8 @@ class _Side:
         for word in words:
             pieces = cache.get(word)
             if pieces is None:
+                if len(cache) >= BPE_CACHE_WORDS:
+                    cache.clear()  # cheaper than keeping an LRU order on every hit
                 pieces = cache[word] = tuple(self.bpe.segment_tokens([word]))
             out.extend(pieces)
         return out

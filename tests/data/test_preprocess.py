@@ -128,3 +128,18 @@ def test_load_reports_missing_and_corrupt_files(tmp_path, fitted):
     codes.write_text("#version: 0.2\na b\nbroken\n", encoding="utf-8")
     with pytest.raises(CheckpointError, match=r"preprocess\.bpe\.\w+:3: a BPE code"):
         Preprocessor.load(tmp_path)
+
+
+def test_the_bpe_cache_stays_bounded_and_never_changes_a_segmentation(fitted, monkeypatch):
+    """A server meets ever new words: the remembered segmentations are capped (cleared when
+    full), and a word segments the same whether remembered or not."""
+    from ctxnmt.data import preprocess
+
+    words = "zebra dondequiera duermen alfombra jardín perro gato casa María".split()
+    expected = [fitted.encode(word, "src") for word in words]
+    monkeypatch.setattr(preprocess, "BPE_CACHE_WORDS", 3)
+    side = fitted._side("src")
+    side.bpe_cache.clear()
+    for _ in range(2):
+        assert [fitted.encode(word, "src") for word in words] == expected
+        assert len(side.bpe_cache) <= 3
