@@ -223,6 +223,9 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
     if not any(run.system == experiment.baseline for run in finished) and experiment.system(experiment.baseline).config:
         log("the baseline has no finished run yet: no report")
         return None
+    if not finished:  # an external baseline: the test set is read through a trained run
+        log("no run has finished yet: no report")
+        return None
     runs = finished
     test = load_test_set(_test_set_run(experiment, runs), log=log)
     outputs = evaluate_runs(runs, test, log)
@@ -232,6 +235,9 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
         if spec.external:
             outputs[spec.name] = [external_output(spec.name, spec.output, test, experiment.root)]
     outputs = {spec.name: outputs[spec.name] for spec in experiment.systems if spec.name in outputs}  # file order
+    if experiment.baseline not in outputs:  # an ensemble baseline none of whose seeds could be decoded
+        log("the baseline has no output yet: no report")
+        return None
     tests, pair_files = significance_tests(experiment, outputs, test)
     buckets = {name: mean_buckets([length_buckets(test.src, o.lines, test.refs) for o in outs])
                for name, outs in outputs.items()}

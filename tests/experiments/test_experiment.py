@@ -329,6 +329,17 @@ def test_only_reports_beside_a_run_written_by_a_newer_checkout(finished, tmp_pat
         assert "config.yaml no longer loads" in capsys.readouterr().err
 
 
+def test_report_with_an_external_baseline_and_no_finished_run_is_none_not_a_traceback(finished, tmp_path):
+    work = copy_experiment(finished, tmp_path)
+    shutil.rmtree(work / "exp/systems")
+    raw = yaml.safe_load((work / "tiny-experiment.yaml").read_text(encoding="utf-8"))
+    (work / "tiny-experiment.yaml").write_text(yaml.safe_dump({**raw, "baseline": "dropper"}), encoding="utf-8")
+    log: list[str] = []
+    with chdir(work):
+        assert run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, train=False) is None
+    assert "no run has finished yet: no report" in log
+
+
 def test_report_without_a_finished_baseline_trains_nothing_and_writes_nothing(finished, tmp_path):
     work = copy_without(finished, tmp_path, "base")
     log: list[str] = []
