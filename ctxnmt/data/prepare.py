@@ -23,7 +23,7 @@ from ctxnmt.data.preprocess import Preprocessor
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.data.words import count_words, goes_on
 from ctxnmt.errors import DataError
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, read_json_object
 from ctxnmt.utils.messages import Log, to_stderr
 
 
@@ -67,11 +67,20 @@ def read_split(data: DataConfig, split: str):
     return read_parallel(src, tgt, doc if doc.is_file() else None)
 
 
+def _stamped(stamp: Path) -> str | None:
+    """The data fingerprint a prepared directory was made from; None where there is none, or
+    the stamp is broken (the directory is then prepared again)."""
+    try:
+        return read_json_object(stamp).get("data")
+    except DataError:
+        return None
+
+
 def prepare(config: Config, log: Log = to_stderr, force: bool = False) -> Prepared:
     prep_dir = Path(config.model_dir) / "prep"
     stamp = prep_dir / "fingerprint.json"
     fingerprint = data_fingerprint(config.data)
-    if not force and stamp.is_file() and json.loads(stamp.read_text()).get("data") == fingerprint:
+    if not force and _stamped(stamp) == fingerprint:
         return load_prepared(prep_dir)
     ensure_corpus(config.data, log)
     d = config.data
@@ -143,7 +152,7 @@ def load_length_ratios(prep_dir: Path, words: bool = False) -> dict[str, float] 
     that) measured on prep/data.pt; None where neither is there."""
     path = Path(prep_dir) / LENGTHS
     if path.is_file():
-        recorded = json.loads(path.read_text())
+        recorded = read_json_object(path)
         if not words or WORD_RATIO in recorded or not (Path(prep_dir) / "data.pt").is_file():
             return recorded
     if (Path(prep_dir) / "data.pt").is_file():

@@ -24,7 +24,7 @@ from ctxnmt.experiments.runs import Run
 from ctxnmt.experiments.spec import SignificanceSpec
 from ctxnmt.models.nmt import count_parameters
 from ctxnmt.utils.checkpoint import default_checkpoint
-from ctxnmt.utils.io import atomic_write, file_sha256
+from ctxnmt.utils.io import atomic_write, file_sha256, read_json_object
 from ctxnmt.utils.messages import Log, to_stderr
 from ctxnmt.utils.threads import setup_threads
 
@@ -78,8 +78,11 @@ def cached(path: Path, key: dict[str, Any], compute: Callable[[], dict[str, Any]
            still_valid: Callable[[dict[str, Any]], bool] = lambda value: True) -> tuple[dict[str, Any], bool]:
     """The value stored at ``path`` under ``key``, else ``compute()`` stored there; and whether it was cached."""
     if path.is_file():
-        stored = json.loads(path.read_text(encoding="utf-8"))
-        if stored.get("key") == key and still_valid(stored["value"]):
+        try:
+            stored = read_json_object(path)
+        except DataError:  # a broken cache is no cache: computed again and rewritten
+            stored = {}
+        if stored.get("key") == key and "value" in stored and still_valid(stored["value"]):
             return stored["value"], True
     value = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +109,7 @@ def restored_translation(record: Path, out: Path, test: TestSet, what: str, log:
     whose checkpoints were not kept: it stands as long as its output and input are the recorded ones."""
     if not record.is_file():
         raise CheckpointError(f"{what}: {record.parent} has no checkpoint and no recorded test translation")
-    stored = json.loads(record.read_text(encoding="utf-8"))
+    stored = read_json_object(record)
     if not out.is_file() or file_sha256(out) != stored["value"].get("output_sha256"):
         raise CheckpointError(f"{what}: {out} is missing or differs from the translation {record} records, "
                               f"and there is no checkpoint to translate again")

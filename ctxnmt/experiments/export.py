@@ -10,11 +10,10 @@ run, so that a report on a new machine keeps the committed rows without retraini
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ctxnmt.errors import DataError
-from ctxnmt.utils.io import copy_into
+from ctxnmt.utils.io import copy_into, read_json_object
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "length-buckets.png")
 RUN_FILES = ("config.yaml", "train.log", "done.json", "decode.json", "scores.json",
@@ -78,7 +77,7 @@ def report_files(root: Path) -> dict[str, list[str]]:
     report = root / "report.json"
     if not report.is_file():
         raise DataError(f"{report}: no report to export (write one with --report first)")
-    files = json.loads(report.read_text(encoding="utf-8")).get("files")
+    files = read_json_object(report).get("files")
     if files is None:
         raise DataError(f"{report}: lists no files (written by an earlier ctxnmt): write it again with --report")
     return files
@@ -91,7 +90,7 @@ def restore_results(source: Path, root: Path) -> list[Path]:
     An export whose report predates its `files` list offers every run directory it holds."""
     if not (source / "report.json").is_file():
         raise DataError(f"{source}: not an exported experiment (no report.json there)")
-    listed = json.loads((source / "report.json").read_text(encoding="utf-8")).get("files")
+    listed = read_json_object(source / "report.json").get("files")
     run_dirs = ([source / run for run in listed["runs"]] if listed is not None
                 else [d for group in ("systems", "ensembles") for d in sorted((source / group).glob("*/seed*"))])
     restored = []

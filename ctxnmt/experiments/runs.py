@@ -9,7 +9,6 @@ different settings, and a finished run is never trained again.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -24,6 +23,7 @@ from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
 from ctxnmt.training.runs import RunState, directory_state, saved_as_trained
 from ctxnmt.training.trainer import Trainer
+from ctxnmt.utils.io import read_json_object
 from ctxnmt.utils.selectors import select
 
 # Settings that change only speed or logging, not what a run learns: a finished run
@@ -133,7 +133,7 @@ def train(run: Run, planned: RunState, quiet: bool = False) -> None:
 
 def training_record(run: Run) -> dict[str, Any]:
     """What the trainer recorded in done.json, with the experiment's derived numbers."""
-    done = json.loads((run.model_dir / "done.json").read_text(encoding="utf-8"))
+    done = read_json_object(run.model_dir / "done.json")
     elapsed = done.get("elapsed") or 0.0
     tokens_per_s = done.get("target_tokens_per_s") or (done.get("tokens", 0) / elapsed if elapsed else 0.0)
     scores = done.get("best_scores") or {}

@@ -36,7 +36,7 @@ from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import LINE_SCORES
 from ctxnmt.training.runs import (PlannedRun, RunState, directory_state, saved_as_trained, split_for_report,
                                   train_unfinished)
-from ctxnmt.utils.io import atomic_write, copy_into
+from ctxnmt.utils.io import atomic_write, copy_into, read_json_object
 from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.messages import Log, stderr_log
 from ctxnmt.utils.selectors import select
@@ -282,7 +282,7 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
     results: dict[str, dict[int, dict]] = {}
     for _, seed, config in finished:
         directory = Path(config.model_dir)
-        stored = json.loads((directory / "results.json").read_text(encoding="utf-8"))
+        stored = read_json_object(directory / "results.json")
         results.setdefault(config.name, {})[seed] = {"ppl": stored["test_ppl"], "lines": line_statistics(directory),
                                                      "interruptions": logged_interruptions(directory),
                                                      "source": stored.get("source", "not recorded"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ctxnmt.lm.scoring import LINE_SCORES, score_file
 from ctxnmt.lm.train import LMProgress, LMTrainer
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, read_json_object
 
 
 def train_and_score(config, quiet: bool = False, resume: bool = False, score_only: bool = False) -> dict:
@@ -17,7 +17,7 @@ def train_and_score(config, quiet: bool = False, resume: bool = False, score_onl
     last, so its presence says the run finished."""
     if not score_only:
         LMTrainer(config, resume=resume, quiet=quiet).train()
-    done = json.loads((Path(config.model_dir) / "done.json").read_text(encoding="utf-8"))
+    done = read_json_object(Path(config.model_dir) / "done.json")
     progress = LMProgress(**{key: value for key, value in done.items() if key not in ("source", "definitions")})
     d = config.data
     scores = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}")

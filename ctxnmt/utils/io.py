@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+from ctxnmt.errors import DataError
 
 
 @contextlib.contextmanager
@@ -88,3 +91,19 @@ def copy_into(files: Iterable[Path], target: Path, last: tuple[str, ...] = (), r
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """The JSON object in file `path`; a DataError naming the file where it is missing, not
+    JSON (a hand edit, a merge conflict in committed results) or not an object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 (byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected a JSON object, not {type(data).__name__}")
+    return data

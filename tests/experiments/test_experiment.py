@@ -624,3 +624,20 @@ def test_a_run_planned_fresh_but_finished_meanwhile_is_not_trained_again(finishe
         before = {p: p.read_bytes() for p in run.model_dir.rglob("*") if p.is_file()}
         train(run, RunState.FRESH, quiet=True)  # as planned before the other process finished it
         assert {p: p.read_bytes() for p in run.model_dir.rglob("*") if p.is_file()} == before
+
+
+def test_broken_json_in_an_export_is_one_line_and_a_broken_cache_is_computed_again(finished, tmp_path, capsys):
+    work, results = exported_with_ensemble(finished, tmp_path)
+    cache = next((work / "exp/significance").glob("mean-seed*.json"))
+    cache.write_text("{\"key\": ", encoding="utf-8")  # a cache cut short: computed again, not an error
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report"]) == 0
+    assert json.loads(cache.read_text(encoding="utf-8"))["value"]["p_value"] is not None
+    (results / "report.json").write_text("<<<<<<< HEAD\n{}\n", encoding="utf-8")  # a merge conflict
+    shutil.rmtree(work / "exp")
+    capsys.readouterr()
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--report", "--restore", "results"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("results/report.json: not valid JSON (Expecting value at line 1 column 1)")
+    assert len(err.splitlines()) == 1

@@ -5,8 +5,9 @@ import os
 
 import pytest
 
+from ctxnmt.errors import DataError
 from ctxnmt.utils import io
-from ctxnmt.utils.io import copy_into
+from ctxnmt.utils.io import copy_into, read_json_object
 
 
 def sources(tmp_path, names, folder="src"):
@@ -48,3 +49,17 @@ def test_a_copied_directory_has_the_mode_mkdir_gives_not_mkdtemp_s(tmp_path):
         os.umask(umask)
     for name in ("new", "swapped"):
         assert (tmp_path / "out" / name).stat().st_mode & 0o777 == 0o755, name
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{\"update\": 3,", "not valid JSON (Expecting property name enclosed in double quotes at line 1 column 14)"),
+    ("[1, 2]", "expected a JSON object, not list"),
+    ("<<<<<<< HEAD\n{}\n", "not valid JSON (Expecting value at line 1 column 1)"),
+])
+def test_a_broken_json_record_is_a_one_line_error_naming_the_file(tmp_path, text, message):
+    """A hand edit or a merge conflict in a committed done.json or report.json."""
+    path = tmp_path / "done.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_json_object(path)
+    assert str(err.value) == f"{path}: {message}"
