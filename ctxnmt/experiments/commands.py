@@ -57,7 +57,7 @@ def cmd_experiment(args) -> int:
 
 def dry_run(experiment) -> int:
     for run in plan_runs(experiment):
-        print(f"{run.system} seed {run.seed}: {run_state(run).value}, {run.model_dir}")
+        print(f"{run.system} seed {run.seed}: {run_state(run, rewrite=False).value}, {run.model_dir}")
         print(f"  {train_command(run.config_path, run.overrides)}")
     for spec in experiment.systems:
         if spec.external:

@@ -76,12 +76,14 @@ def select_runs(runs: list[Run], selectors: list[str]) -> list[Run]:
     return select(runs, selectors, run_key, "experiment")
 
 
-def run_state(run: Run) -> RunState:
-    """DONE, RESUME or FRESH; a directory trained under another config is an error."""
+def run_state(run: Run, rewrite: bool = True) -> RunState:
+    """DONE, RESUME or FRESH; a directory trained under another config is an error.  A
+    finished run trained under older definitions is rewritten in today's names unless not
+    `rewrite` (`saved_as_trained`)."""
 
     def difference(saved_path: Path) -> str:
         try:
-            trained = from_dict(saved_as_trained(saved_path, "done.json"))
+            trained = from_dict(saved_as_trained(saved_path, "done.json", rewrite))
             validate(trained)
             saved = trained.to_dict()
         except ConfigError as err:

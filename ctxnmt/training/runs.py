@@ -41,12 +41,13 @@ class RunState(enum.Enum):
                 RunState.TRAINED: "scoring its finished training", RunState.DONE: "already trained"}[self]
 
 
-def saved_as_trained(saved: Path, record: str) -> dict[str, Any]:
+def saved_as_trained(saved: Path, record: str, rewrite: bool = True) -> dict[str, Any]:
     """The raw config a run directory saved (its config.yaml), its model section restated in
     today's names where the run was trained under older definitions (as its record `record`
     or its checkpoints say): a run whose model's name has since come to mean another
     computation then differs from a plan that names the new one, instead of passing for it.
-    A finished run so restated is rewritten in today's names (`restate`)."""
+    A finished run so restated is rewritten in today's names (`restate`) unless not
+    `rewrite` (a dry run, which only looks)."""
     raw = read_yaml_mapping(saved, "not a mapping of config sections")
     written = directory_definitions(saved.parent, record)
     if written is None or written >= DEFINITIONS or not isinstance(raw.get("model"), dict):
@@ -59,7 +60,7 @@ def saved_as_trained(saved: Path, record: str) -> dict[str, Any]:
     if model == raw["model"]:
         return raw
     raw = {**raw, "model": model}
-    if (saved.parent / "done.json").is_file():
+    if rewrite and (saved.parent / "done.json").is_file():
         restate(saved.parent, raw)
     return raw
 

@@ -131,6 +131,19 @@ def test_a_run_directory_states_its_model_in_todays_names(tmp_path):
         saved_as_trained(saved, "done.json")
 
 
+def test_a_run_directory_is_rewritten_in_today_s_names_only_when_asked(tmp_path):
+    """`experiment --dry-run` only looks: reading a finished run's state leaves its files as
+    they are; a report (rewrite) states them in today's names."""
+    from ctxnmt.training.runs import saved_as_trained
+
+    saved = _run_directory(tmp_path / "a", 1, {"target_context": "mean"})
+    files = {p.name: p.read_bytes() for p in saved.parent.iterdir() if p.is_file()}
+    assert saved_as_trained(saved, "done.json", rewrite=False)["model"]["target_context"] == "mean-with-start"
+    assert {p.name: p.read_bytes() for p in saved.parent.iterdir() if p.is_file()} == files
+    saved_as_trained(saved, "done.json")
+    assert b"mean-with-start" in saved.read_bytes()
+
+
 def test_a_run_directorys_definitions_read_past_a_bad_record_or_checkpoint(tmp_path):
     """A record whose definitions are not a number is passed over for the checkpoints, and a
     corrupt best.pt for last.pt; nothing readable: None."""
