@@ -54,7 +54,9 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: 
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
-        return error(exc.status_code, "path", f"{request.url.path}: {exc.detail}")
+        response = error(exc.status_code, "path", f"{request.url.path}: {exc.detail}")
+        response.headers.update(exc.headers or {})  # a 405's Allow
+        return response
 
     @app.post("/v1/translate", response_model=None, openapi_extra=_request_body(),
               responses={200: {"model": TranslateResponse}, 400: {"model": ErrorResponse},
@@ -127,9 +129,17 @@ def _add_request_log(app: FastAPI, log: Log) -> None:
     async def log_request(request: Request, call_next):
         request.state.id, request.state.sentences = next(ids), 0
         start = time.perf_counter()
-        response = await call_next(request)
-        latency = 1000 * (time.perf_counter() - start)
-        log(f"request {request.state.id} {request.method} {request.url.path} {response.status_code} "
-            f"sentences={request.state.sentences} latency={latency:.1f}ms")
+
+        def line(status: int) -> str:
+            latency = 1000 * (time.perf_counter() - start)
+            return (f"request {request.state.id} {request.method} {request.url.path} {status} "
+                    f"sentences={request.state.sentences} latency={latency:.1f}ms")
+
+        try:
+            response = await call_next(request)
+        except Exception:  # answered 500 further out; the request still gets its line
+            log(line(500))
+            raise
+        log(line(response.status_code))
         response.headers["X-Request-Id"] = str(request.state.id)
         return response

@@ -266,6 +266,9 @@ def test_an_oversized_body_is_refused_before_it_is_read(rich):
     assert answer.status_code == 413 and answer.json()["error"].startswith("body: more than the limit of ")
     assert client.post("/v1/translate", json={"text": "el gato 3 ."}).status_code == 200  # still serving
     assert client.get("/nowhere").json() == {"error": "/nowhere: Not Found", "field": "path"}
+    wrong_method = client.get("/v1/translate")
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert wrong_method.json() == {"error": "/v1/translate: Method Not Allowed", "field": "path"}
 
 
 def test_a_chunked_body_is_read_no_further_than_the_limit():
@@ -291,3 +294,17 @@ def test_text_is_split_into_sentences_as_translate_splits_a_file(rich):
     client, _ = rich
     answer = client.post("/v1/translate", json={"text": "el gato\u2028perro\r\nel perro\x0c3 .\n"})
     assert answer.status_code == 200 and len(answer.json()["sentences"]) == 2
+
+
+def test_a_request_that_fails_unhandled_still_gets_its_log_line(model_dirs):
+    lines: list[str] = []
+    translator = Translator.load(model_dirs["base"])
+    app = create_app(translator, [str(model_dirs["base"])], ServeSettings(beam=3), log=lines.append)
+
+    def broken():
+        raise RuntimeError("a bug")
+
+    app.add_api_route("/broken", broken)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.get("/broken").status_code == 500
+    assert any(line.startswith("request 1 GET /broken 500 sentences=0 latency=") for line in lines), lines
