@@ -58,7 +58,9 @@ def train_all(experiment: Experiment, runs: list[Run], states: dict[int, RunStat
     todo = [run for run in runs if states[id(run)] is not RunState.DONE]
 
     def prepare_data() -> None:
-        if shared_data(runs):
+        # judged on the whole experiment, not the runs of this process: an --only beside it may
+        # train systems of another data section, and {out_dir}/prep must then not be shared
+        if shared_data(plan_runs(experiment)):
             prepare_shared(experiment, todo, log)
 
     train_unfinished([PlannedRun(f"{run.system} seed {run.seed}", run.model_dir, states[id(run)],

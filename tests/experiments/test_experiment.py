@@ -641,3 +641,24 @@ def test_broken_json_in_an_export_is_one_line_and_a_broken_cache_is_computed_aga
     err = capsys.readouterr().err.strip()
     assert err.endswith("results/report.json: not valid JSON (Expecting value at line 1 column 1)")
     assert len(err.splitlines()) == 1
+
+
+def test_one_preparation_is_shared_only_where_every_system_of_the_experiment_has_the_same_data(
+        finished, tmp_path, monkeypatch):
+    """An --only process that trains one system must not judge by its own runs alone: another
+    process may train a system of another data section into the same experiment."""
+    from ctxnmt.experiments import runner
+    from ctxnmt.experiments.runs import plan_runs, select_runs
+
+    work = copy_without(finished, tmp_path, "mean")
+    raw = yaml.safe_load((work / "tiny-experiment.yaml").read_text(encoding="utf-8"))
+    raw["systems"][0]["overrides"] = ["data.max_len=60"]  # base: another data section than mean's
+    (work / "tiny-experiment.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    shared: list[str] = []
+    monkeypatch.setattr(runner, "prepare_shared", lambda experiment, todo, log: shared.append("prepared"))
+    monkeypatch.setattr(runner, "train", lambda *args: None)
+    with chdir(work):
+        experiment = load_experiment(work / "tiny-experiment.yaml")
+        mine = select_runs(plan_runs(experiment), ["mean"])
+        runner.train_all(experiment, mine, runner.check_runs(mine), log=lambda line: None, quiet=True)
+    assert shared == []
