@@ -11,6 +11,7 @@ from ctxnmt.errors import DataError
 
 PAD, UNK, EOS, BOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "</s>", "<s>")
+_SPECIAL_SPELLINGS = frozenset(SPECIALS)
 
 
 class Vocab:
@@ -96,9 +97,12 @@ class Vocab:
         return list(self._tokens)
 
     def encode(self, tokens: Iterable[str], add_eos: bool = True) -> list[int]:
-        """Token ids, unknown tokens mapped to UNK, with EOS appended unless ``add_eos`` is false."""
+        """Token ids, unknown tokens mapped to UNK, with EOS appended unless ``add_eos`` is false.
+        A special symbol's spelling in the text ("<pad>", "</s>") is an unknown word too, as
+        `build` counts it: read as the symbol, it would mask the rest of a source as padding
+        or end an output early."""
         lookup = self._index.get
-        ids = [lookup(token, UNK) for token in tokens]
+        ids = [UNK if token in _SPECIAL_SPELLINGS else lookup(token, UNK) for token in tokens]
         if add_eos:
             ids.append(EOS)
         return ids

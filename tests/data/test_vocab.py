@@ -33,6 +33,15 @@ def test_encode_decode():
     assert vocab.index("zzz") == UNK
 
 
+def test_a_special_symbol_spelt_in_the_text_is_an_unknown_word():
+    """With tokenize: false a literal "<pad>" or "</s>" reaches the vocabulary: as the symbol it
+    would be masked as padding, or end the output at decoding."""
+    vocab = Vocab.build([["a", "<pad>", "</s>", "<s>", "b"]])
+    ids = vocab.encode(["a", "<pad>", "</s>", "<s>", "<unk>", "b"])
+    assert ids == [vocab.index("a"), UNK, UNK, UNK, UNK, vocab.index("b"), EOS]
+    assert vocab.decode(ids) == ["a", "<unk>", "<unk>", "<unk>", "<unk>", "b"]
+
+
 def test_save_load_round_trip_and_fingerprint(tmp_path):
     vocab = Vocab.build(SENTENCES)
     path = tmp_path / "vocab.src"
