@@ -41,7 +41,7 @@ from ctxnmt.analysis.aer import (
     read_pharaoh,
     saer,
 )
-from ctxnmt.analysis.forced import join_word, source_attention, word_groups
+from ctxnmt.analysis.forced import check_without_context, join_word, source_attention, word_groups
 from ctxnmt.analysis.silver import SILVER_LABEL, silver_alignment
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.data.prepare import split_paths
@@ -129,6 +129,7 @@ def cmd_alignment(args) -> int:
     if args.silver and args.possible:
         raise DataError("--possible belongs to --gold; a silver alignment has sure links only")
     translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
+    check_without_context(translator.model, args.model_dir, "the alignment analysis")
     forced = forced_word_alignments(translator, src, ref)
     keep = [k for k, (s, t, _) in enumerate(forced) if s and t]  # empty lines have nothing to align
     if args.silver:

@@ -39,7 +39,8 @@ def training_log(model_dir: Path) -> tuple[Path, list[str]]:
     log = Path(model_dir) / "train.log"
     if not log.is_file():
         raise DataError(f"{log}: no training log (is {model_dir} a model directory?)")
-    return log, log.read_text(encoding="utf-8").splitlines()
+    # a line cut mid-character by a kill must not hide the rest of the log
+    return log, log.read_text(encoding="utf-8", errors="replace").splitlines()
 
 
 def read_validations(model_dir: Path) -> list[Validation]:

@@ -6,6 +6,16 @@ import torch
 
 from ctxnmt.data.batching import pad
 from ctxnmt.data.preprocess import BPE_SEPARATOR
+from ctxnmt.errors import ConfigError
+
+
+def check_without_context(model, model_dir: str, analysis: str) -> None:
+    """The forced decodes here give a model no document context: for a document-context
+    model their numbers would be those of another model than the one that translates, so
+    the analysis refuses it rather than report them."""
+    if model.capabilities.document_context:
+        raise ConfigError(f"{model_dir}: a document-context model; {analysis} forces it without the previous "
+                          "sentences it reads, so it would describe another model (not supported)")
 
 
 @torch.no_grad()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ctxnmt.analysis.forced import check_without_context
 from ctxnmt.analysis.tagger import apertium_tags
 from ctxnmt.data.batching import pad
 from ctxnmt.data.corpus import read_lines
@@ -315,6 +316,7 @@ def cmd_gates(args) -> int:
     lines = read_lines(args.input, allow_empty=True)
     tags = read_lines(args.tags, allow_empty=True) if args.tags else None
     translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
+    check_without_context(translator.model, args.model_dir, "the gate analysis")
     if args.tagger:
         tags = tag_lines(translator, lines)
         if args.write_tags:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ctxnmt.analysis.forced import join_word, target_attention, word_attention, word_groups
+from ctxnmt.analysis.forced import check_without_context, join_word, target_attention, word_attention, word_groups
 from ctxnmt.analysis.trees import ParsEval, attention_tree, brackets, parse_ptb, right_branching, tree_spans
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.decoding.translator import Translator, search_ids
@@ -91,6 +91,7 @@ def plot_histogram(hist: list[tuple[float, float, int]], path: Path) -> None:
 
 def load_analysed(model_dir: str, checkpoint: str | None):
     translator = Translator.load(model_dir, checkpoint=checkpoint)
+    check_without_context(translator.model, model_dir, "the target-side attention analysis")
     if not translator.model.capabilities.target_attention:
         cfg = translator.config.model
         raise ConfigError(f"{model_dir}: its {cfg.decoder} decoder with model.target_context '{cfg.target_context}' "
@@ -174,7 +175,7 @@ def reference_subwords(translator, words: list[str]) -> tuple[list[str], list[li
 def cmd_trees(args) -> int:
     translator = load_analysed(args.model_dir, args.checkpoint)
     src_lines = read_lines(args.input)
-    refs = parse_ptb(Path(args.trees).read_text(encoding="utf-8"), args.trees)
+    refs = parse_ptb("\n".join(read_lines(args.trees)), args.trees)  # a missing or non-UTF-8 file: one line
     if len(refs) != len(src_lines):
         raise DataError(f"{args.trees} has {len(refs)} trees but {args.input} has {len(src_lines)} lines")
     encoded = [reference_subwords(translator, ref.words) for ref in refs]

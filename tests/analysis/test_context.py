@@ -59,6 +59,16 @@ def test_context_command_end_to_end(tmp_path, capsys):
                         "--beam", "2"], capsys)
     assert own.splitlines() == hyps["own"]
 
+    # the forced-decoding analyses give a model no context: a document model is refused, not misdescribed
+    tags = tmp_path / "dev.tags"
+    tags.write_text("".join("X " * len(line.split()) + "\n" for line in
+                            (data / "dev.es").read_text(encoding="utf-8").splitlines()), encoding="utf-8")
+    for analysis in (["alignment", tmp_path / "m", "-i", data / "dev.es", "-r", data / "dev.en", "--silver"],
+                     ["gates", tmp_path / "m", "-i", data / "dev.es", "--tags", tags],
+                     ["target-attention", tmp_path / "m", "-i", data / "dev.es"]):
+        code, _, err = run(["analyze", *analysis], capsys)
+        assert code == 2 and "a document-context model;" in err and len(err.strip().splitlines()) == 1, analysis
+
     (data / "short.doc").write_text("d0\n", encoding="utf-8")
     code, _, err = run([*args[:6], data / "short.doc", *args[7:]], capsys)
     assert code == 2 and "short.doc has 1 lines but" in err and len(err.strip().splitlines()) == 1

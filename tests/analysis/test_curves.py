@@ -29,6 +29,15 @@ def test_gain_is_the_rise_of_the_running_best_over_the_last_quarter(tmp_path):
     assert last_quarter_gain(read_validations(flat)) == pytest.approx(0.0)
 
 
+def test_a_log_line_cut_mid_character_does_not_hide_the_rest_of_the_log(tmp_path):
+    """A run killed while writing "ä" leaves half its bytes; the validations around it still read."""
+    run = write_log(tmp_path / "k", [10, 20])
+    with (run / "train.log").open("ab") as fh:
+        fh.write(b"2026-11-24 11:00:00 killed while writing \xc3\n")
+        fh.write(b"2026-11-24 11:00:01 validation at update 300 (750000 target tokens): ppl 47.00, bleu 21.00\n")
+    assert [v.scores["bleu"] for v in read_validations(run)] == [10, 20, 21]
+
+
 def test_a_resumed_run_logs_a_validation_twice_and_it_counts_once(tmp_path):
     run = write_log(tmp_path / "r", [10, 20], extra_lines=[
         "2026-11-24 11:00:00 resumed from x/checkpoints/last.pt at update 200 (epoch 1, batch 5)",

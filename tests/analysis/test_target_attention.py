@@ -140,6 +140,12 @@ def test_bad_inputs_are_one_line_errors(tiny_model, tmp_path, capsys):
     mrg.write_text("(S (NP (DT the) (NN cat))\n")
     code, _, err = run(["analyze", "trees", tmp / "m", "-i", short, "--trees", mrg], capsys)
     assert code == 2 and "unbalanced" in err
+    for trees, message in ((tmp_path / "none.mrg", "none.mrg: no such file"),
+                           (tmp_path / "latin1.mrg", "latin1.mrg:1: invalid UTF-8 (byte 0xe1 at column 10)")):
+        if trees.name == "latin1.mrg":
+            trees.write_bytes(b"(S (NN ca\xe1))\n")
+        code, _, err = run(["analyze", "trees", tmp / "m", "-i", short, "--trees", trees], capsys)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     # a model without target attention
     cfg = write_config(tmp_path / "c.yaml", data, tmp_path / "mean")
     assert main(["train", str(cfg), "--quiet", "--set", "model.target_context=mean", "--set",
