@@ -318,7 +318,10 @@ def cmd_gates(args) -> int:
     translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
     check_without_context(translator.model, args.model_dir, "the gate analysis")
     if args.tagger:
-        tags = tag_lines(translator, lines)
+        try:
+            tags = tag_lines(translator, lines)
+        except DataError as err:
+            raise DataError(f"{args.input}: {err}") from None
         if args.write_tags:
             with atomic_write(args.write_tags, "w") as fh:
                 fh.writelines(t + "\n" for t in tags)

@@ -99,8 +99,10 @@ def parse_stream(stream: str) -> list[tuple[str, str | None]]:
     return [(text, tag) for text, tag in runs if text]
 
 
-def align_tags(words: list[list[str]], runs: list[tuple[str, str | None]]) -> list[list[str]]:
-    """Each word's tag: that of the run holding its first character (PUNCT for a blank)."""
+def align_tags(words: list[list[str]], runs: list[tuple[str, str | None]],
+               line_numbers: list[int] | None = None) -> list[list[str]]:
+    """Each word's tag: that of the run holding its first character (PUNCT for a blank).
+    `line_numbers`: each line's number in the input, for errors (default: 1, 2, …)."""
     owner: list[str] = []  # the tag of every non-space character of the tagger's output
     for chars, tag in runs:
         owner.extend([tag or "PUNCT"] * len(chars))
@@ -113,7 +115,7 @@ def align_tags(words: list[list[str]], runs: list[tuple[str, str | None]]) -> li
             while text[pos: pos + len(word)] != word and text[pos: pos + 1] == ".":
                 pos += 1  # a full stop apertium-destxt added at a paragraph's end
             if text[pos: pos + len(word)] != word:
-                raise DataError(f"line {n}: the tagger's text {text[pos: pos + len(word) + 10]!r} does not continue "
+                raise DataError(f"line {line_numbers[n - 1] if line_numbers else n}: the tagger's text {text[pos: pos + len(word) + 10]!r} does not continue "
                                 f"with the word {word!r}")
             tags.append(owner[pos] if word else "X")
             pos += len(word)
@@ -140,7 +142,7 @@ def apertium_tags(words: list[list[str]], lang: str = "es") -> list[list[str]]:
     result = subprocess.run(["bash", "-o", "pipefail", "-c", command], input=text, capture_output=True, text=True)
     if result.returncode != 0:
         raise DataError(f"apertium failed: {result.stderr.strip().splitlines()[-1:] or result.returncode}")
-    tags = dict(zip(full, align_tags([words[k] for k in full], parse_stream(result.stdout))))
+    tags = dict(zip(full, align_tags([words[k] for k in full], parse_stream(result.stdout), [k + 1 for k in full])))
     return [[_unknown_name(w, t, n) for n, (w, t) in enumerate(zip(line, tags.get(k, [])))]
             for k, line in enumerate(words)]
 

@@ -36,6 +36,9 @@ def test_parse_stream_and_align_tags():
         ["ADV", "ADV", "VERB", "PUNCT"]]  # the trailing "." apertium-destxt adds is ignored
     with pytest.raises(DataError, match="line 1: the tagger's text .* does not continue with the word 'Hombre'"):
         align_tags([["El", "Hombre"]], runs)
+    # the tagger reads the non-empty lines only: an error names the line's number in the input
+    with pytest.raises(DataError, match="line 3: the tagger's text .* does not continue with the word 'Hombre'"):
+        align_tags([["El", "Hombre"]], runs, [3])
 
 
 @needs_apertium
