@@ -108,14 +108,14 @@ def align_tags(words: list[list[str]], runs: list[tuple[str, str | None]],
         owner.extend([tag or "PUNCT"] * len(chars))
     text = "".join(chars for chars, _ in runs)
     out, pos = [], 0
-    for n, line in enumerate(words, 1):
+    for n, line in zip(line_numbers or range(1, len(words) + 1), words):
         tags = []
         for word in line:
             word = re.sub(r"\s+", "", word)
             while text[pos: pos + len(word)] != word and text[pos: pos + 1] == ".":
                 pos += 1  # a full stop apertium-destxt added at a paragraph's end
             if text[pos: pos + len(word)] != word:
-                raise DataError(f"line {line_numbers[n - 1] if line_numbers else n}: the tagger's text {text[pos: pos + len(word) + 10]!r} does not continue "
+                raise DataError(f"line {n}: the tagger's text {text[pos: pos + len(word) + 10]!r} does not continue "
                                 f"with the word {word!r}")
             tags.append(owner[pos] if word else "X")
             pos += len(word)

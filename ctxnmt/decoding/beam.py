@@ -38,7 +38,7 @@ class Hypothesis:
     tokens: list[int]  # without the final EOS
     score: float  # log-probability / lp(y) + cp(x; y) (ctxnmt.decoding.length)
     logprob: float
-    attention: torch.Tensor | None = None  # (len(tokens) + 1, S): one row per output incl. EOS, a column per source position
+    attention: torch.Tensor | None = None  # (len(tokens) + 1, S): per output incl. EOS, per source position
 
 
 @dataclass

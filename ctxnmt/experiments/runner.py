@@ -51,20 +51,20 @@ def check_runs(runs: list[Run]) -> dict[int, RunState]:
     return {id(run): run_state(run) for run in runs}
 
 
-def train_all(experiment: Experiment, runs: list[Run], states: dict[int, RunState], log: Log, quiet: bool,
-              jobs: int = 1) -> None:
-    """Train the runs not finished yet, in order, or up to `jobs` of them at once (each in
-    its own process, quiet: its log is its train.log)."""
+def train_all(experiment: Experiment, plan: list[Run], runs: list[Run], states: dict[int, RunState], log: Log,
+              quiet: bool, jobs: int = 1) -> None:
+    """Train `runs` (of the experiment's `plan`) not finished yet, in order, or up to `jobs` of
+    them at once (each in its own process, quiet: its log is its train.log)."""
     todo = [run for run in runs if states[id(run)] is not RunState.DONE]
 
     def prepare_data() -> None:
         # judged on the whole experiment, not the runs of this process: an --only beside it may
         # train systems of another data section, and {out_dir}/prep must then not be shared
-        if shared_data(plan_runs(experiment)):
+        if shared_data(plan):
             prepare_shared(experiment, todo, log)
 
     train_unfinished([PlannedRun(f"{run.system} seed {run.seed}", run.model_dir, states[id(run)],
-                                 run.config.training.threads, train, (run, states[id(run)], quiet or jobs > 1))
+                                 run.config.training.threads, train, (run, quiet or jobs > 1))
                       for run in runs], jobs, log, before=prepare_data)
 
 
@@ -150,7 +150,7 @@ def replicate_tests(experiment: Experiment, outputs: dict[str, list[Output]],
     return tests, files
 
 
-def report_files(root: Path, outputs: dict[str, list[Output]], significance_files: list[Path]) -> dict[str, list[str]]:
+def computed_from(root: Path, outputs: dict[str, list[Output]], significance_files: list[Path]) -> dict[str, list[str]]:
     """What the report was computed from, relative to the experiment directory `root`: the
     directories of its trained runs and ensembles, the scores of its external outputs and its
     significance results.  `--export` copies these and nothing else."""
@@ -216,7 +216,7 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
     runs = plan_runs(experiment)
     mine = select_runs(runs, only) if only else runs
     if train:
-        train_all(experiment, mine, check_runs(mine), log, quiet, jobs)
+        train_all(experiment, runs, mine, check_runs(mine), log, quiet, jobs)
         if reload is not None:
             experiment, runs = _reread(experiment, runs, reload, log)
     finished, waiting, disagreeing = split_for_report(runs, run_state, run_key, mine if only else None, log)
@@ -253,7 +253,7 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
                                     for sig in o.scores["signatures"].values()))
     not_reported = [f"{name} (not finished)" for name in waiting] + disagreeing + ensembles_left_out
     paths = rep.write_report(experiment, test, rows, run_details(outputs, tests), buckets, signatures, not_reported,
-                             report_files(experiment.root, outputs, pair_files + replicate_files))
+                             computed_from(experiment.root, outputs, pair_files + replicate_files))
     log(f"report written to {paths['md']}")
     return paths
 

@@ -125,9 +125,9 @@ def copy_tree_atomic(src: Path, dst: Path) -> None:
         raise
 
 
-def train(run: Run, planned: RunState, quiet: bool = False) -> None:
-    """Train `run` from its state now, not the `planned` one: the plan may be hours old, and
-    another process (an --only beside this one) may have finished or begun the run since."""
+def train(run: Run, quiet: bool = False) -> None:
+    """Train `run` from its state now, not as planned: the plan may be hours old, and another
+    process (an --only beside this one) may have finished or begun the run since."""
     state = run_state(run)
     if state is not RunState.DONE:
         Trainer(run.config, resume=state is RunState.RESUME, quiet=quiet).train()

@@ -616,13 +616,12 @@ def test_a_run_planned_fresh_but_finished_meanwhile_is_not_trained_again(finishe
     """`ctxnmt experiment` plans every run's state at its start; hours later another process
     (an --only beside it) may have finished one.  Training reads the state again first."""
     from ctxnmt.experiments.runs import plan_runs, train
-    from ctxnmt.training.runs import RunState
 
     work = copy_experiment(finished, tmp_path)
     with chdir(work):
         run = plan_runs(load_experiment(work / "tiny-experiment.yaml"))[0]
         before = {p: p.read_bytes() for p in run.model_dir.rglob("*") if p.is_file()}
-        train(run, RunState.FRESH, quiet=True)  # as planned before the other process finished it
+        train(run, quiet=True)  # planned FRESH, before the other process finished it
         assert {p: p.read_bytes() for p in run.model_dir.rglob("*") if p.is_file()} == before
 
 
@@ -660,5 +659,6 @@ def test_one_preparation_is_shared_only_where_every_system_of_the_experiment_has
     with chdir(work):
         experiment = load_experiment(work / "tiny-experiment.yaml")
         mine = select_runs(plan_runs(experiment), ["mean"])
-        runner.train_all(experiment, mine, runner.check_runs(mine), log=lambda line: None, quiet=True)
+        runner.train_all(experiment, plan_runs(experiment), mine, runner.check_runs(mine), log=lambda line: None,
+                         quiet=True)
     assert shared == []
