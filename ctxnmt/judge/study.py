@@ -32,6 +32,7 @@ FORMAT = "ctxnmt-judge-study"
 VERSION = "1"  # bump when the schema changes; older or newer studies are refused
 CHOICES = ("left", "equal", "right")
 MAX_JUDGE_NAME = 64
+LOCK_WAIT_S = 30.0  # how long a request waits for another writer before its answer is refused (503)
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -143,7 +144,7 @@ def open_study(path: str | os.PathLike) -> Iterator[sqlite3.Connection]:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such study file")
-    db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30)
+    db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=LOCK_WAIT_S)
     try:
         try:
             db.execute("PRAGMA journal_mode=WAL")

@@ -2,11 +2,15 @@
 requests, and nothing lost when the server is killed mid-study."""
 from __future__ import annotations
 
+import sqlite3
+import threading
 import urllib.error
 import urllib.request
 
 import pytest
 
+from ctxnmt.judge import study as study_module
+from ctxnmt.judge.server import make_server
 from ctxnmt.judge.study import open_study
 from tests.judge.common import call, judge_server, write_study_inputs
 from tests.test_cli import run
@@ -56,3 +60,29 @@ def test_api_answers_undo_errors_and_kill(tmp_path, capsys):
         port = base.rsplit(":", 1)[1].strip("/")
         code, _, err = run(["judge", "serve", study, "--port", port], capsys)  # the port is taken
         assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err
+
+
+def test_a_study_locked_by_another_writer_is_a_503_and_records_nothing(tmp_path, capsys, monkeypatch):
+    """A writer holding the study longer than the lock wait: the answer is refused with 503, not
+    dropped or half-recorded, and the same answer goes through once the lock is gone."""
+    study = tmp_path / "study.sqlite"
+    assert run(["judge", "create", *write_study_inputs(tmp_path), "--n", "5", "-o", study], capsys)[0] == 0
+    monkeypatch.setattr(study_module, "LOCK_WAIT_S", 0.2)
+    server = make_server(str(study), port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        item = call(base, "api/state?judge=ana")[1]["item"]["item"]
+        other = sqlite3.connect(study, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+        status, reply = call(base, "api/answer", {"judge": "ana", "item": item, "choice": "left"})
+        assert status == 503 and "the answer was not recorded" in reply["error"], reply
+        other.execute("ROLLBACK")
+        other.close()
+        status, state = call(base, "api/answer", {"judge": "ana", "item": item, "choice": "left"})
+        assert status == 200 and state["done"] == 1  # the refused try left nothing behind
+    finally:
+        server.shutdown()
+        server.server_close()
+    with open_study(study) as db:
+        assert db.execute("SELECT item, judge, choice FROM answers").fetchall() == [(item, "ana", "left")]
