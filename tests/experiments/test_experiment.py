@@ -559,6 +559,21 @@ def test_an_ensemble_whose_members_kept_no_checkpoint_is_left_out_not_an_error(f
     assert not (work / "exp/ensembles/base+mean/seed1234").exists()
 
 
+def test_an_ensemble_baseline_that_cannot_be_decoded_is_no_report_not_a_traceback(finished, tmp_path, capsys):
+    """The same undecodable ensemble as the baseline: nothing to compare against, so no report."""
+    work, results = exported_with_ensemble(finished, tmp_path)
+    shutil.rmtree(work / "exp")
+    shutil.rmtree(results / "ensembles")
+    raw = yaml.safe_load((work / "tiny-experiment.yaml").read_text(encoding="utf-8"))
+    (work / "tiny-experiment.yaml").write_text(yaml.safe_dump({**raw, "baseline": "base+mean"}), encoding="utf-8")
+    log: list[str] = []
+    with chdir(work):
+        assert main(["experiment", "tiny-experiment.yaml", "--restore", "results"]) == 0
+        assert run_experiment(load_experiment(work / "tiny-experiment.yaml"), log=log.append, train=False) is None
+    assert "the baseline has no output yet: no report" in log
+    assert not (work / "exp/report.json").exists()
+
+
 def test_restore_never_replaces_a_local_run(finished, tmp_path):
     work, results = exported_with_ensemble(finished, tmp_path)
     (results / "systems/base/seed1234/train.log").write_text("exported\n", encoding="utf-8")
