@@ -371,7 +371,7 @@ class WordTable:
     (V, F) turns a product with inner size emb_dim, which CPU BLAS runs slowly, into a row
     lookup per step.  Formed again whenever the embeddings or the function's parameters
     change in place (an optimiser step, a checkpoint load: each changes a tensor's storage
-    or version counter).  Where autograd records (a table would hold a graph) or the table
+    or version counter) and when the autocast precision changes.  Where autograd records (a table would hold a graph) or the table
     would pass `limit` entries (the papers' 30k × 3072 would take 370 MB), f of the rows
     themselves."""
 
@@ -385,7 +385,9 @@ class WordTable:
         """f(E)[ids]; `rows` are E[ids], the embeddings of `ids`."""
         if torch.is_grad_enabled():
             return form(rows)
-        key = [(t.data_ptr(), t._version) for t in (embeddings, *parameters)]
+        device = embeddings.device.type  # a table formed under autocast holds its rounding
+        precision = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        key = [precision, *((t.data_ptr(), t._version) for t in (embeddings, *parameters))]
         if self.key != key:
             words, width = embeddings.size(0), form(embeddings[:1]).size(-1)
             self.key, self.table = key, form(embeddings) if words * width <= self.limit else None

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from ctxnmt.models.functional import linear_cross_entropy, mix, read_every_step, step_product
+from ctxnmt.models.functional import WordTable, linear_cross_entropy, mix, read_every_step, step_product
 
 
 @pytest.mark.parametrize("rows_per_sentence", [1, 3])
@@ -168,3 +168,18 @@ def test_model_gradients_equal_plain_autograd(monkeypatch):
     assert fast.keys() == plain.keys()
     for name in fast:
         torch.testing.assert_close(fast[name], plain[name], msg=name)
+
+
+def test_the_word_table_is_formed_again_when_the_autocast_precision_changes():
+    """A table formed in float32 must not serve a bfloat16 search (nor the other way round):
+    each lookup equals f of the rows themselves under the precision in force."""
+    torch.manual_seed(0)
+    embeddings, layer = torch.randn(12, 8), torch.nn.Linear(8, 6)
+    ids = torch.tensor([3, 7, 3])
+    table = WordTable()
+    with torch.no_grad():
+        for autocast in (False, True, False):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                got = table.lookup(layer, embeddings, list(layer.parameters()), ids, embeddings[ids])
+                expected = layer(embeddings[ids])
+            assert got.dtype == expected.dtype and torch.equal(got, expected), autocast
