@@ -11,9 +11,13 @@ keys that registered components declare as their own settings
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import json
+import re
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -254,11 +258,23 @@ def read_yaml_mapping(path: Path, not_a_mapping: str) -> dict[str, Any]:
     file for invalid YAML or any other top-level value."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
+        raise ConfigError(f"{path}{_yaml_place(err)}: invalid YAML: {_yaml_problem(err)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: {not_a_mapping}")
     return raw
+
+
+def _yaml_place(err: yaml.YAMLError) -> str:
+    mark = getattr(err, "problem_mark", None)
+    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    parts = [getattr(err, "context", None), getattr(err, "problem", None)]
+    return ", ".join(p for p in parts if p) or str(err).splitlines()[0]
 
 
 def _unknown_key(key: str, valid: list[str], where: str) -> ConfigError:
@@ -302,7 +318,7 @@ def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
             raise _unknown_key(str(key), list(types), where)
         typ = types[key]
         if dataclasses.is_dataclass(typ):
-            kwargs[key] = _build(typ, value or {}, f"{where}{key}.")
+            kwargs[key] = _build(typ, {} if value is None else value, f"{where}{key}.")
         else:
             kwargs[key] = _coerce(value, typ, f"{where}{key}")
     return cls.of(**kwargs) if cls is ModelConfig else cls(**kwargs)
@@ -338,11 +354,29 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         parts = dotted.strip().split(".")
         node = raw
         for part in parts[:-1]:
-            node = node.setdefault(part, {})
+            if node.get(part) is None:  # absent, or a section written empty
+                node[part] = {}
+            node = node[part]
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {dotted}: '{part}' is not a section")
-        node[parts[-1]] = yaml.safe_load(text) if text != "" else ""
+        try:
+            node[parts[-1]] = yaml.safe_load(text) if text != "" else ""
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {dotted}: the value {text!r} is not valid YAML ({_yaml_problem(err)}); "
+                              f"quote it: --set '{dotted}=\"...\"'") from None
     return raw
+
+
+def override(dotted: str, value: str | int | float) -> str:
+    """A `--set` item that gives `dotted` exactly `value`: a string that YAML would read as
+    something else (a path holding ' #' or ': ', a comment or a mapping) is quoted."""
+    if not isinstance(value, str):
+        return f"{dotted}={value}"
+    try:
+        plain = yaml.safe_load(value) == value
+    except yaml.YAMLError:
+        plain = False
+    return f"{dotted}={value if plain else json.dumps(value)}"
 
 
 def read_raw(path: str | Path | None, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -374,6 +408,8 @@ def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     """`base` with `changes` applied: mappings merge key by key, anything else is replaced."""
     out = dict(base)
     for key, value in changes.items():
+        if value is None and isinstance(out.get(key), dict):
+            continue  # a section written with every key commented out changes nothing
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value)
         else:
@@ -388,9 +424,22 @@ def build_typed(cls: type, raw: dict[str, Any]) -> Any:
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
-    config = from_dict(read_raw(path, overrides))
-    validate(config)
+    raw = read_raw(path, overrides)
+    with naming_the_file(path, overrides):
+        config = from_dict(raw)
+        validate(config)
     return config
+
+
+@contextlib.contextmanager
+def naming_the_file(path: str | Path | None, overrides: list[str] | None) -> Iterator[None]:
+    """A key's error names the config it was read from (its base chain and --set merged in)."""
+    try:
+        yield
+    except ConfigError as err:
+        if path is None:
+            raise
+        raise ConfigError(f"{path}{' with --set' if overrides else ''}: {err}") from None
 
 
 def validate(config: Config) -> None:
@@ -429,9 +478,23 @@ def validate(config: Config) -> None:
         raise ConfigError(f"training.document_context must be 'own' or 'other-document', got '{t.document_context}'")
     if t.document_context != "own" and not m.uses_document:
         raise ConfigError("training.document_context=other-document needs a document-context model (model.doc_*)")
+    validate_loop(t, "training.")
     _validate_decoding(config.decoding)
     if config.data.corpus not in ("bible", "files"):
         raise ConfigError(f"data.corpus must be 'bible' or 'files', got '{config.data.corpus}'")
+
+
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def validate_loop(t: Any, where: str) -> None:
+    """The settings every training loop reads (ctxnmt.training.loop), for any trainer's config."""
+    if t.threads < 0:
+        raise ConfigError(f"{where}threads must be 0 (every core) or a number of threads, got {t.threads}")
+    if t.log_every < 1:
+        raise ConfigError(f"{where}log_every must be at least 1, got {t.log_every}")
+    if not DEVICE.fullmatch(t.device):
+        raise ConfigError(f"{where}device must be 'cpu', 'cuda' or 'cuda:N', got '{t.device}'")
 
 
 def _validate_decoding(dec: DecodingConfig) -> None:

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
-from ctxnmt.config import DecodingConfig, ModelConfig, load_config
+from ctxnmt.config import DecodingConfig, ModelConfig, load_config, override
 from ctxnmt.errors import ConfigError
 
 # lm-*.yaml are language-model configs, with their own schema (tests/lm)
@@ -91,11 +92,59 @@ def test_the_old_name_max_len_ratio_still_loads_as_max_len_a(tmp_path):
 
 def test_bad_yaml_and_missing_file(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("model: [unclosed\n")
-    with pytest.raises(ConfigError, match="invalid YAML"):
-        load_config(bad)
+    bad.write_text("name: x\nmodel: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:3:1: invalid YAML: while parsing a flow sequence"):
+        load_config(bad)  # the line and column of the problem, not only its first words
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")
+    bad.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: not UTF-8 text \(byte 9\)"):  # was a traceback
+        load_config(bad)
+
+
+@pytest.mark.parametrize("item", ["model.encoder=[birnn", "data.dir=@x", "name=`x"])
+def test_a_set_value_that_is_not_yaml_is_one_line_naming_the_key(item):
+    key = item.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"--set {key}: the value .* is not valid YAML .*quote it"):
+        load_config(None, [item])  # was a yaml.ParserError traceback
+
+
+def test_an_empty_section_in_a_child_keeps_its_base(tmp_path):
+    """A section written with every key commented out reads as null: it changes nothing (it
+    had replaced the base's whole section with the defaults), and --set can still fill it."""
+    (tmp_path / "root.yaml").write_text("model: {hidden_dim: 64}\ntraining: {lr: 0.01}\n")
+    (tmp_path / "leaf.yaml").write_text("base: root.yaml\nmodel:\n  # hidden_dim: 8\ntraining:\n")
+    cfg = load_config(tmp_path / "leaf.yaml", ["training.seed=7"])
+    assert (cfg.model.hidden_dim, cfg.training.lr, cfg.training.seed) == (64, 0.01, 7)
+    (tmp_path / "alone.yaml").write_text("training:\n")
+    assert load_config(tmp_path / "alone.yaml", ["training.lr=0.5"]).training.lr == 0.5  # was 'not a section'
+
+
+@pytest.mark.parametrize("item, message", [
+    ("training.threads=-1", "training.threads must be 0 (every core) or a number of threads, got -1"),
+    ("training.log_every=0", "training.log_every must be at least 1, got 0"),
+    ("training.device=gpu", "training.device must be 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
+])
+def test_the_loops_settings_are_checked_before_training(item, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, [item])  # each had passed, then failed in training with a traceback
+
+
+def test_a_keys_error_names_the_config_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("data:\n  corpuss: files\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: unknown config key 'data.corpuss'"):
+        load_config(path)
+    path.write_text("name: x\n")
+    with pytest.raises(ConfigError, match=r"c.yaml with --set: config key 'model.hidden_dim' must be of type int"):
+        load_config(path, ["model.hidden_dim=big"])
+
+
+@pytest.mark.parametrize("value", ["runs/cmp #2", "a: b", "plain/dir", "@x", "", "yes"])
+def test_override_gives_a_key_exactly_the_string(value):
+    assert load_config(None, [override("model_dir", value)]).model_dir == value
+    assert override("training.seed", 3) == "training.seed=3"
+    assert override("model_dir", "runs/exp/seed1") == "model_dir=runs/exp/seed1"  # plain where YAML reads it so
 
 
 def test_unknown_component_name_lists_known_ones():

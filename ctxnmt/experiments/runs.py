@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxnmt.analysis.curves import last_quarter_gain, logged_interruptions, read_validations
-from ctxnmt.config import Config, config_difference, from_dict, load_config, validate
+from ctxnmt.config import Config, config_difference, from_dict, load_config, override, validate
 from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
@@ -53,7 +53,7 @@ def model_dir(experiment: Experiment, system: str, seed: int) -> str:
 
 def plan_run(experiment: Experiment, system: SystemSpec, seed: int) -> Run:
     overrides = [*experiment.overrides, *system.overrides, *experiment.budget.overrides(),
-                 f"training.seed={seed}", f"model_dir={model_dir(experiment, system.name, seed)}"]
+                 override("training.seed", seed), override("model_dir", str(model_dir(experiment, system.name, seed)))]
     try:
         config = load_config(system.config, overrides)
     except ConfigError as err:

@@ -100,7 +100,7 @@ def test_bad_system_override_names_the_system(monkeypatch):
     monkeypatch.chdir(REPO)
     e = from_dict(spec(systems=[{"name": "base", "config": "configs/rnnsearch-small.yaml",
                                  "overrides": ["model.hiden_dim=3"]}]))
-    with pytest.raises(ConfigError, match="system 'base': unknown config key 'model.hiden_dim'"):
+    with pytest.raises(ConfigError, match="system 'base': configs/rnnsearch-small.yaml with --set: unknown config key 'model.hiden_dim'"):
         plan_runs(e)
 
 
