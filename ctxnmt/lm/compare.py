@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ctxnmt.analysis.curves import NOT_INTERRUPTED, logged_interruptions
-from ctxnmt.config import build_typed, config_difference
+from ctxnmt.config import build_typed, config_difference, override
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
 from ctxnmt.evaluation.significance import SigResult
@@ -65,8 +65,8 @@ def source_cell(seeds: list[int], sources: list[str]) -> str:
 
 def run_config(config_path: str, overrides: list[str], seed: int, out: Path):
     name = load_lm_config(config_path, overrides).name
-    return load_lm_config(config_path, [*overrides, f"training.seed={seed}",
-                                        f"model_dir={out / name / f'seed{seed}'}"])
+    return load_lm_config(config_path, [*overrides, override("training.seed", seed),
+                                        override("model_dir", str(out / name / f"seed{seed}"))])
 
 
 def run_state(config) -> RunState:
@@ -262,6 +262,17 @@ def export_comparison(out: Path, run_dirs: list[Path], dest: Path) -> list[Path]
     return copied
 
 
+def _check_same_text(runs: list) -> None:
+    """Perplexities compare only over one text cut into one vocabulary: another vocab_size
+    changes what <unk> covers, another tokenisation what a token is."""
+    first = runs[0][2]
+    for path, _, config in runs:
+        differs = config_difference(asdict(first.data), asdict(config.data))
+        if differs:
+            raise ConfigError(f"{path}: its data section differs from {runs[0][0]}'s (data.{differs}); "
+                              "perplexities over other texts or vocabularies do not compare")
+
+
 def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Path,
             log: Log = stderr_log("lm compare: "), only: list[str] | None = None, train: bool = True, jobs: int = 1,
             export: Path | None = None) -> list[dict] | None:
@@ -274,6 +285,7 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
     names = list(dict.fromkeys(config.name for _, _, config in runs))
     if len(names) != len(configs):
         raise ConfigError("two configs have the same name; each system needs its own (set it with name: in the file)")
+    _check_same_text(runs)
     chosen = select(runs, only, run_key, "comparison") if only else runs
     states = {id(config): run_state(config) for _, _, config in chosen}  # every directory to train checked first
     if train:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxnmt.config import build_typed, read_raw
+from ctxnmt.config import build_typed, naming_the_file, read_raw, validate_loop
 from ctxnmt.errors import ConfigError
 
 # none: the papers' LSTM baseline, no d_t; the -with-start forms are ours
@@ -68,8 +68,10 @@ class LMConfig:
 
 
 def load_lm_config(path: str | Path | None, overrides: list[str] | None = None) -> LMConfig:
-    config = build_typed(LMConfig, read_raw(path, overrides))
-    validate(config)
+    raw = read_raw(path, overrides)
+    with naming_the_file(path, overrides):
+        config = build_typed(LMConfig, raw)
+        validate(config)
     return config
 
 
@@ -86,3 +88,4 @@ def validate(config: LMConfig) -> None:
         raise ConfigError("model.dropout must be in [0, 1)")
     if t.optimizer not in ("adam", "adadelta"):
         raise ConfigError(f"training.optimizer must be 'adam' or 'adadelta', got '{t.optimizer}'")
+    validate_loop(t, "training.")

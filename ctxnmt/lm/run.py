@@ -16,7 +16,10 @@ def train_and_score(config, quiet: bool = False, resume: bool = False, score_onl
     each test line's log-probability for significance tests; results.json is written
     last, so its presence says the run finished."""
     if not score_only:
-        LMTrainer(config, resume=resume, quiet=quiet).train()
+        trainer = LMTrainer(config, resume=resume, quiet=quiet)
+        # past the resume's checks: the scores of the training so far no longer say what best.pt is
+        (Path(config.model_dir) / "results.json").unlink(missing_ok=True)
+        trainer.train()
     done = read_json_object(Path(config.model_dir) / "done.json")
     progress = LMProgress(**{key: value for key, value in done.items() if key not in ("source", "definitions")})
     d = config.data

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ctxnmt.config import save_config
+from ctxnmt.config import lookup, read_raw, save_config
 from ctxnmt.errors import CheckpointError
 from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig
@@ -126,11 +126,25 @@ class LMTrainer(TrainingLoop):
                 **extra,
             })
 
+    def _check_streams(self, path) -> None:
+        """The saved stream state and the epoch's position count streams of batch_size and
+        segments of bptt tokens: with others they point elsewhere, or do not fit."""
+        saved = self.model_dir / "config.yaml"
+        if not saved.is_file():
+            return
+        trained = read_raw(saved)
+        for key in ("batch_size", "bptt"):
+            was, now = lookup(trained, f"training.{key}"), getattr(self.config.training, key)
+            if was is not None and was != now:
+                raise CheckpointError(f"{path}: was trained with training.{key} {was} ({saved}), not {now}; "
+                                      f"resume with the same, or train afresh in another model_dir")
+
     def _restore(self, path) -> None:
         payload = load_checkpoint(path)
         if "optimizer" not in payload:
             raise CheckpointError(f"{path}: holds no training state to resume from")
         check_trained_as(payload, path, self.config, self.vocab, self.model_dir / "config.yaml")
+        self._check_streams(path)
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         self.schedule.load_state_dict(payload["schedule"])

@@ -372,6 +372,60 @@ def test_resume_refuses_a_checkpoint_of_another_model(tiny_corpus, tmp_path, cap
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("key, value", [("batch_size", 2), ("bptt", 7)])
+def test_resume_refuses_other_streams_than_the_checkpoints(key, value, tiny_corpus, tmp_path, capsys):
+    """The saved stream state holds batch_size streams and the epoch's position counts bptt
+    segments: another batch_size had failed inside the LSTM, another bptt resumed elsewhere."""
+    cfg = write_config(tmp_path, tiny_corpus, "mean")
+    assert run(["lm", "train", cfg, "--quiet", "--set", "training.max_updates=7"], capsys)[0] == 0
+    saved = (tmp_path / "model/config.yaml").read_bytes()
+    code, _, err = run(["lm", "train", cfg, "--quiet", "--resume", "--set", f"training.{key}={value}"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"was trained with training.{key} " in err and f", not {value}; resume with the same" in err
+    assert (tmp_path / "model/config.yaml").read_bytes() == saved
+
+
+def test_resuming_a_scored_run_drops_its_scores_before_training_on(tiny_corpus, tmp_path, capsys, monkeypatch):
+    """results.json says a run is done and what its best.pt scores; once training goes on, it
+    no longer holds, so an interruption leaves a run to finish, not old scores beside new weights."""
+    from ctxnmt.lm.train import LMTrainer
+
+    cfg = write_config(tmp_path, tiny_corpus, "mean")
+    assert run(["lm", "train", cfg, "--quiet", "--set", "training.max_updates=7"], capsys)[0] == 0
+    assert (tmp_path / "model/results.json").is_file()
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LMTrainer, "train", interrupted)
+    assert run(["lm", "train", cfg, "--quiet", "--resume", "--set", "training.max_updates=14"], capsys)[0] == 130
+    assert not (tmp_path / "model/results.json").exists()
+    monkeypatch.undo()
+    code, out, _ = run(["lm", "train", cfg, "--quiet", "--resume", "--set", "training.max_updates=14"], capsys)
+    assert code == 0 and "14 updates" in out and (tmp_path / "model/results.json").is_file()
+
+
+def test_compare_keeps_an_out_directory_that_yaml_would_misread(tiny_corpus, tmp_path, capsys):
+    """Each run's model_dir reached the config as a --set value, parsed as YAML: ' #' began a
+    comment, so every seed shared the directory before it."""
+    [path] = lm_configs(tmp_path, tiny_corpus, "previous", updates=4)
+    out = tmp_path / "cmp #2"
+    code, _, err = run(["lm", "compare", path, "--seeds", "1", "2", "--out", out], capsys)
+    assert code == 0, err
+    assert all((out / f"lm-previous/seed{seed}/results.json").is_file() for seed in (1, 2))
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_compare_refuses_configs_of_other_vocabularies_before_training(tiny_corpus, tmp_path, capsys):
+    previous, mean = lm_configs(tmp_path, tiny_corpus, "previous", "mean", updates=4)
+    mean.write_text(mean.read_text().replace(f"data: {{dir: {tiny_corpus}}}",
+                                             f"data: {{dir: {tiny_corpus}, vocab_size: 5}}"))
+    code, _, err = run(["lm", "compare", previous, mean, "--seeds", "1", "--out", tmp_path / "cmp"], capsys)
+    assert code == 2 and "lm-mean.yaml: its data section differs from" in err
+    assert "data.vocab_size is 10000 there but 5" in err and "do not compare" in err
+    assert not (tmp_path / "cmp").exists()  # nothing trained
+
+
 def test_an_lm_trained_before_eqs_12_13_is_refused_by_name(tiny_corpus, tmp_path, capsys):
     """A self-attentive LM trained before definitions 6 computed the start-inclusive summary:
     scoring it as `self-attentive` (eqs. 12–13) is refused, naming the key and its old name."""
