@@ -218,3 +218,23 @@ def _children(pid: int) -> list[int]:
 def _environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+
+
+def test_a_ranks_entry_frees_its_trainer_before_the_interpreter_shuts_down(cfg, tmp_path):
+    """The trainer sits in reference cycles; a rank's DDP inside it keeps gloo's process group
+    alive until it is collected.  `python -m ctxnmt` collects before exiting, so nothing of the
+    training is left to the interpreter's shutdown, where gloo's threads could abort the rank."""
+    import gc
+
+    from ctxnmt.cli import run_as_rank
+    from ctxnmt.training.trainer import Trainer
+
+    gc.collect()
+    gc.disable()  # no automatic collection may hide a cycle the entry leaves behind
+    try:
+        code = run_as_rank(["train", str(cfg), "--quiet", "--set", f"model_dir={tmp_path / 'm'}",
+                            "--set", "training.max_epochs=0", "--set", "training.max_updates=2"])
+        left = [obj for obj in gc.get_objects() if type(obj) is Trainer]
+    finally:
+        gc.enable()
+    assert code == 0 and left == []
