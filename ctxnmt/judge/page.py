@@ -49,6 +49,22 @@ PAGE = """<!DOCTYPE html>
 const $ = (id) => document.getElementById(id);
 let judge = new URLSearchParams(location.search).get("judge") || localStorage.getItem("ctxnmt-judge") || "";
 let item = null, busy = false;
+// A new item is shown this long before it can be judged: the second click of a double click,
+// or a held key's repeats, must not judge the next item unseen.
+const SETTLE_MS = 400;
+const ANSWER_BUTTONS = ["btn-left", "btn-equal", "btn-right"];
+let ready = false, shown = 0;
+
+function settle() {
+  const mine = ++shown;
+  ready = false;
+  for (const id of ANSWER_BUTTONS) $(id).disabled = true;
+  setTimeout(() => {
+    if (mine !== shown) return;
+    ready = true;
+    for (const id of ANSWER_BUTTONS) $(id).disabled = false;
+  }, SETTLE_MS);
+}
 
 async function call(path, body) {
   const init = body ? {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)}
@@ -60,6 +76,7 @@ async function call(path, body) {
 }
 
 function show(state) {
+  if (state.item !== null && (item === null || state.item.item !== item.item)) settle();
   item = state.item;
   $("login").hidden = true;
   $("judge-label").textContent = judge;
@@ -85,7 +102,7 @@ async function act(path, body) {
   finally { busy = false; }
 }
 
-function answer(choice) { if (item !== null) act("api/answer", {judge: judge, item: item.item, choice: choice}); }
+function answer(choice) { if (item !== null && ready) act("api/answer", {judge: judge, item: item.item, choice: choice}); }
 function undo() { act("api/undo", {judge: judge}); }
 
 $("login").addEventListener("submit", (e) => {
@@ -95,7 +112,7 @@ $("login").addEventListener("submit", (e) => {
   localStorage.setItem("ctxnmt-judge", judge);
   act("api/state?judge=" + encodeURIComponent(judge));
 });
-for (const id of ["btn-left", "btn-equal", "btn-right"]) {
+for (const id of ANSWER_BUTTONS) {
   $(id).addEventListener("click", () => answer($(id).dataset.choice));
 }
 $("btn-undo").addEventListener("click", undo);
@@ -103,7 +120,8 @@ $("btn-undo-end").addEventListener("click", undo);
 $("switch").addEventListener("click", (e) => { e.preventDefault(); localStorage.removeItem("ctxnmt-judge");
   location.search = ""; });
 document.addEventListener("keydown", (e) => {
-  if (!judge || $("judging").hidden && e.key !== "u") return;
+  if (e.repeat || e.ctrlKey || e.metaKey || e.altKey) return;  // a held key; the browser's own shortcuts
+  if (!judge || !$("login").hidden || $("judging").hidden && e.key !== "u") return;
   if (e.target.tagName === "INPUT") return;
   const choice = {"1": "left", "2": "equal", "3": "right"}[e.key];
   if (choice) { e.preventDefault(); answer(choice); }

@@ -6,6 +6,8 @@ judges, not a load to serve).
   GET  /api/state?judge=NAME  {"done", "total", "item"} (item: the next one, or null)
   POST /api/answer            {"judge", "item", "choice"} → the state after it (409 if already answered)
   POST /api/undo              {"judge"} → the state after removing that judge's last answer
+  (POST bodies must be Content-Type application/json: a form elsewhere cannot send that
+  without the browser asking first, so another site cannot answer for a judge)
 
 Each request opens the study on its own connection and every answer is committed
 before the reply, so killing the server loses nothing.
@@ -70,6 +72,10 @@ class JudgeHandler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {url.path}"})
 
     def _body(self) -> dict | None:
+        if self.headers.get_content_type() != "application/json":
+            # a form on any other site could post text/plain that parses as JSON, with no preflight
+            self._json(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, {"error": "the body must be sent as application/json"})
+            return None
         try:
             length = int(self.headers.get("Content-Length", "0"))
         except ValueError:

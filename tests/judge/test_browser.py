@@ -8,6 +8,7 @@ import csv
 import io
 import os
 import shutil
+import time
 
 import pytest
 
@@ -59,6 +60,9 @@ def test_judge_completes_a_study_in_chromium(tmp_path, capsys, browser):
 
     def progress_is(text):
         WebDriverWait(browser, 15).until(lambda d: d.find_element(By.ID, "progress").text == text)
+        # a new item can be judged once it has been shown a moment: its buttons say when
+        WebDriverWait(browser, 15).until(lambda d: d.find_element(By.ID, "btn-left").is_enabled()
+                                         or not d.find_element(By.ID, "judging").is_displayed())
 
     with judge_server(study) as (_, base):
         browser.get(base)
@@ -80,11 +84,20 @@ def test_judge_completes_a_study_in_chromium(tmp_path, capsys, browser):
             if n == 5:  # reload: the name is remembered and the study resumes
                 browser.refresh()
                 progress_is("5 / 8")
-            if n % 2:
+            if n == 6:  # a held key's repeats and the browser's shortcuts judge nothing
+                for event in ("{key: '1', repeat: true}", "{key: '2', ctrlKey: true}", "{key: 'u', altKey: true}"):
+                    browser.execute_script(f"document.dispatchEvent(new KeyboardEvent('keydown', {event}))")
+                assert browser.find_element(By.ID, "progress").text == "6 / 8"
+            if n == 4:  # a double click judges this item only: the next one is not judged unseen
+                ActionChains(browser).double_click(browser.find_element(By.ID, f"btn-{choice}")).perform()
+            elif n % 2:
                 ActionChains(browser).send_keys(key[choice]).perform()
             else:
                 browser.find_element(By.ID, f"btn-{choice}").click()
             progress_is(f"{min(n + 1, 8)} / 8" if n < 8 else "8 / 8")
+            if n == 4:
+                time.sleep(1.0)  # past the moment a second answer would have arrived
+                assert browser.find_element(By.ID, "progress").text == "5 / 8"
         WebDriverWait(browser, 15).until(lambda d: d.find_element(By.ID, "finished").is_displayed())
         if screenshots:
             browser.save_screenshot(os.path.join(screenshots, "judge-finished.png"))

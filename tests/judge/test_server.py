@@ -41,10 +41,19 @@ def test_api_answers_undo_errors_and_kill(tmp_path, capsys):
             status, reply = call(base, "api/answer", body)
             assert status == code and message in reply["error"], (body, reply)
         for raw in (b"{not json", b"[" * 4000 + b"]" * 4000, b'{"item": ' + b"9" * 5000 + b"}"):
-            request = urllib.request.Request(base + "api/answer", data=raw, method="POST")
+            request = urllib.request.Request(base + "api/answer", data=raw, method="POST",
+                                             headers={"Content-Type": "application/json"})
             with pytest.raises(urllib.error.HTTPError) as refused:  # before: the last two dropped the connection
                 urllib.request.urlopen(request, timeout=10)
             assert refused.value.code == 400 and b"must be a JSON object" in refused.value.read()
+        # what a form on another site can send without a preflight: text/plain that parses as JSON
+        forged = f'{{"judge": "ana", "item": {second["item"]}, "choice": "left", "x": "="}}'.encode()
+        for path, kind in (("api/answer", "text/plain"), ("api/undo", "application/x-www-form-urlencoded")):
+            request = urllib.request.Request(base + path, data=forged, method="POST", headers={"Content-Type": kind})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 415 and b"application/json" in refused.value.read()
+        assert call(base, "api/state?judge=ana")[1]["done"] == 1  # neither was recorded or undone
         assert call(base, "api/nothing")[0] == 404
         status, state = call(base, "api/answer", {"judge": "ana", "item": second["item"], "choice": "equal"})
         assert state["done"] == 2
