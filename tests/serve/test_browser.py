@@ -105,3 +105,20 @@ def test_document_mode_says_which_sentences_were_the_context(live_server, browse
                 for card in browser.find_elements(By.CSS_SELECTOR, ".sentence")]
     assert contexts == [["context: none (first sentence of the document)"], ["context: sentence 1"], [],
                         ["context: sentences 1, 2"]]
+
+
+def test_an_answer_that_is_not_json_is_shown_with_its_status(live_server, browser):
+    """A proxy's error page or a crash's plain text: the page says what the server answered
+    (it had shown a JSON parse error) and the button comes back."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = live_server("rich", "--beam", "2")
+    browser.get(server.url + "/")
+    WebDriverWait(browser, 60).until(lambda b: "parameters" in b.find_element(By.ID, "model").text)
+    browser.execute_script("""window.fetch = async () => new Response("Internal Server Error",
+        {status: 502, statusText: "Bad Gateway", headers: {"content-type": "text/plain"}});""")
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 20).until(lambda b: "502" in b.find_element(By.ID, "status").text)
+    assert browser.find_element(By.ID, "status").text == "the server answered 502 Bad Gateway"
+    assert browser.find_element(By.ID, "translate").is_enabled()

@@ -159,8 +159,10 @@ async function translate(event) {
       method: "POST", headers: { "content-type": "application/json" },
       body: JSON.stringify({ text, beam: Number($("#beam").value), attention: true, document: documentMode }),
     });
-    const answer = await res.json();
-    if (!res.ok) throw new Error(answer.error || res.statusText);
+    const answer = await res.json().catch(() => null);  // a proxy's or a crash's page is not JSON
+    if (!res.ok || answer === null) {
+      throw new Error((answer && answer.error) || `the server answered ${res.status} ${res.statusText}`);
+    }
     const lines = text.split(/\r?\n/);
     const results = $("#results");
     results.replaceChildren(...answer.sentences.map((s, n) => sentenceCard(s, n, lines[n], documentMode)));
