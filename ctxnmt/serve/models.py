@@ -35,5 +35,6 @@ def models_info(model_dirs: list[str], translator) -> dict:
         "ensemble_mode": translator.ensemble_mode,
         "decoding": translator.config.to_dict()["decoding"],
         "signals": dataclasses.asdict(Signals.of(translator)),
+        "document_sents": translator.document_sents,  # the translator's: an ensemble's, not its first member's
         "models": [member_info(Path(d), m, translator) for d, m in zip(model_dirs, translator.members)],
     }

@@ -142,9 +142,10 @@ def test_an_ensemble_reads_document_context_when_any_member_does(model_dirs, ord
     client, translator = client_for([model_dirs[name] for name in order])
     doc = ["el gato 1 .", "el gato 2 .", "", "el gato 4 ."]
     with client:
-        signals = client.get("/v1/models").json()["signals"]
+        info = client.get("/v1/models").json()
+        signals = info["signals"]
         answer = client.post("/v1/translate", json={"text": doc, "document": True, "beam": 2}).json()
-    assert signals["document_context"] is True
+    assert signals["document_context"] is True and info["document_sents"] == translator.document_sents == 3
     assert [s["context"] for s in answer["sentences"]] == [[], [0], [], [0, 1]]
     with_ids = translator.translate(doc, beam=2, doc_ids=["d"] * len(doc))
     assert [s["score"] for s in answer["sentences"]] == pytest.approx([t.score for t in with_ids], abs=1e-3)

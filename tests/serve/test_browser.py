@@ -122,3 +122,18 @@ def test_an_answer_that_is_not_json_is_shown_with_its_status(live_server, browse
     WebDriverWait(browser, 20).until(lambda b: "502" in b.find_element(By.ID, "status").text)
     assert browser.find_element(By.ID, "status").text == "the server answered 502 Bad Gateway"
     assert browser.find_element(By.ID, "translate").is_enabled()
+
+
+def test_an_ensemble_is_described_by_its_members_not_by_its_first(live_server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = live_server(["base", "doc"], "--beam", "2")
+    browser.get(server.url + "/")
+    WebDriverWait(browser, 60).until(lambda b: "parameters" in b.find_element(By.ID, "model").text)
+    text = browser.find_element(By.ID, "model").text
+    members = httpx.get(f"{server.url}/v1/models", timeout=30).json()["models"]
+    assert text.startswith("ensemble of 2 (logprob) · members: ")
+    assert all(f"{m['name']} (dev BLEU {m['dev_scores']['bleu']:.2f})" in text for m in members)
+    assert "encoder," not in text  # the first member's architecture is not the ensemble's
+    assert text.endswith("document context: 3 previous sentences")  # the doc member, though it is second

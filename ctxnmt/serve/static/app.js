@@ -58,11 +58,15 @@ function describeModel(info) {
   signals = info.signals;
   const m = info.models[0];
   const a = m.architecture;
-  const parts = [info.ensemble ? `ensemble of ${info.models.length} (${info.ensemble_mode})` : m.name,
-    `${a.encoder} encoder, ${a.decoder} decoder, ${a.cell} cell, target context ${a.target_context}, output ${a.output}`,
-    `${(info.models.reduce((s, x) => s + x.parameters, 0) / 1e6).toFixed(2)} M parameters`];
-  if (m.dev_scores && m.dev_scores.bleu !== undefined) parts.push(`dev BLEU ${m.dev_scores.bleu.toFixed(2)}`);
-  if (signals.document_context) parts.push(`document context: ${a.doc_sents} previous sentences`);
+  const bleu = (x) => (x.dev_scores && x.dev_scores.bleu !== undefined ? x.dev_scores.bleu.toFixed(2) : null);
+  const parts = info.ensemble
+    ? [`ensemble of ${info.models.length} (${info.ensemble_mode})`,  // each member is its own architecture
+      "members: " + info.models.map((x) => (bleu(x) ? `${x.name} (dev BLEU ${bleu(x)})` : x.name)).join(", ")]
+    : [m.name,
+      `${a.encoder} encoder, ${a.decoder} decoder, ${a.cell} cell, target context ${a.target_context}, output ${a.output}`];
+  parts.push(`${(info.models.reduce((s, x) => s + x.parameters, 0) / 1e6).toFixed(2)} M parameters`);
+  if (!info.ensemble && bleu(m)) parts.push(`dev BLEU ${bleu(m)}`);
+  if (signals.document_context) parts.push(`document context: ${info.document_sents} previous sentences`);
   if (!info.ensemble) parts.push(describeCapabilities(m.capabilities));
   $("#model").textContent = parts.join(" · ");
   $("#beam").value = info.server.beam;
