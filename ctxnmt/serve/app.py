@@ -60,13 +60,17 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: 
 
     @app.post("/v1/translate", response_model=None, openapi_extra=_request_body(),
               responses={200: {"model": TranslateResponse}, 400: {"model": ErrorResponse},
-                         413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
+                         413: {"model": ErrorResponse}, 415: {"model": ErrorResponse},
+                         422: {"model": ErrorResponse}})
     async def translate(request: Request):
         """Translate one sentence per line of `text` (or each sentence of a list)."""
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > settings.limits.max_body_bytes:
             return error(413, "body", f"body: {declared} bytes, more than the limit of "
                                       f"{settings.limits.max_body_bytes}")
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            # a form on any other page could post text/plain that parses as JSON, with no preflight
+            return error(415, "body", "body: must be sent with content-type application/json")
         try:
             req = parse_request(await _read_body(request, settings.limits.max_body_bytes), settings.limits)
             beam = req.beam or settings.beam

@@ -235,6 +235,19 @@ def test_bad_input_gets_a_one_line_error_naming_the_field(rich, body, status, fi
     assert client.post("/v1/translate", json={"text": "el gato 3 ."}).status_code == 200  # still serving
 
 
+@pytest.mark.parametrize("kind", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_a_body_not_sent_as_json_is_refused(rich, kind):
+    """What a form on another page can post without the browser asking first: text/plain
+    that parses as JSON.  It is a 415, and nothing is decoded."""
+    client, _ = rich
+    headers = {"content-type": kind} if kind else {}
+    answer = client.post("/v1/translate", content=b'{"text": "el gato 3 ."}', headers=headers)
+    assert answer.status_code == 415 and answer.json()["field"] == "body"
+    assert "content-type application/json" in answer.json()["error"]
+    assert client.post("/v1/translate", content=b'{"text": "el gato 3 ."}',
+                       headers={"content-type": "application/json; charset=utf-8"}).status_code == 200
+
+
 def test_length_options_per_request_and_per_server_are_the_translators(model_dirs):
     """A request's length options over the server's (--max-len-b …) over the config's, each
     decoded as `Translator.translate` decodes them; requests differing in them never share a search."""

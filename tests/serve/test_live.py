@@ -31,7 +31,8 @@ def test_the_server_answers_and_logs_one_line_per_request(rich_server, model_dir
     assert answer.status_code == 200
     want = Translator.load(model_dirs["rich"]).translate(["el gato 3 .", "el gato 4 ."], beam=2)
     assert [s["translation"] for s in answer.json()["sentences"]] == [t.text for t in want]
-    bad = httpx.post(f"{server.url}/v1/translate", content=b"{", timeout=60)
+    bad = httpx.post(f"{server.url}/v1/translate", content=b"{", headers={"content-type": "application/json"},
+                     timeout=60)
     assert bad.status_code == 400
     log = server.stderr()
     for response, status, sentences in ((answer, 200, 2), (bad, 400, 0)):
