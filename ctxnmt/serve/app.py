@@ -100,10 +100,20 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: 
 
     @app.get("/", include_in_schema=False)
     async def page():
-        return FileResponse(STATIC / "index.html")
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/static", RevalidatedFiles(directory=STATIC), name="static")
     return app
+
+
+class RevalidatedFiles(StaticFiles):
+    """The page's script and style, revalidated at every load (their ETag makes that cheap),
+    so a browser never runs an older app.js against an upgraded server."""
+
+    def file_response(self, *args, **kwargs):
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "no-cache"
+        return response
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -117,6 +117,8 @@ def test_models_health_and_docs(rich):
     page = client.get("/")
     assert page.status_code == 200 and "/static/app.js" in page.text
     assert client.get("/static/app.js").status_code == 200 and client.get("/static/style.css").status_code == 200
+    for path in ("/", "/static/app.js", "/static/style.css"):  # revalidated, so an upgrade is never half-seen
+        assert client.get(path).headers["cache-control"] == "no-cache", path
 
 
 def test_document_mode_reads_the_previous_sentences(model_dirs):
