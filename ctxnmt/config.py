@@ -478,7 +478,7 @@ def validate(config: Config) -> None:
         raise ConfigError(f"training.document_context must be 'own' or 'other-document', got '{t.document_context}'")
     if t.document_context != "own" and not m.uses_document:
         raise ConfigError("training.document_context=other-document needs a document-context model (model.doc_*)")
-    validate_loop(t, "training.")
+    validate_loop(t)
     _validate_decoding(config.decoding)
     if config.data.corpus not in ("bible", "files"):
         raise ConfigError(f"data.corpus must be 'bible' or 'files', got '{config.data.corpus}'")
@@ -487,14 +487,14 @@ def validate(config: Config) -> None:
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
-def validate_loop(t: Any, where: str) -> None:
-    """The settings every training loop reads (ctxnmt.training.loop), for any trainer's config."""
+def validate_loop(t: Any) -> None:
+    """The `training` settings every training loop reads (ctxnmt.training.loop), for any trainer's config."""
     if t.threads < 0:
-        raise ConfigError(f"{where}threads must be 0 (every core) or a number of threads, got {t.threads}")
+        raise ConfigError(f"training.threads must be 0 (every core) or a number of threads, got {t.threads}")
     if t.log_every < 1:
-        raise ConfigError(f"{where}log_every must be at least 1, got {t.log_every}")
+        raise ConfigError(f"training.log_every must be at least 1, got {t.log_every}")
     if not DEVICE.fullmatch(t.device):
-        raise ConfigError(f"{where}device must be 'cpu', 'cuda' or 'cuda:N', got '{t.device}'")
+        raise ConfigError(f"training.device must be 'cpu', 'cuda' or 'cuda:N', got '{t.device}'")
 
 
 def _validate_decoding(dec: DecodingConfig) -> None:

@@ -53,7 +53,7 @@ def model_dir(experiment: Experiment, system: str, seed: int) -> str:
 
 def plan_run(experiment: Experiment, system: SystemSpec, seed: int) -> Run:
     overrides = [*experiment.overrides, *system.overrides, *experiment.budget.overrides(),
-                 override("training.seed", seed), override("model_dir", str(model_dir(experiment, system.name, seed)))]
+                 override("training.seed", seed), override("model_dir", model_dir(experiment, system.name, seed))]
     try:
         config = load_config(system.config, overrides)
     except ConfigError as err:

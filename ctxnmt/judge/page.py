@@ -102,7 +102,9 @@ async function act(path, body) {
   finally { busy = false; }
 }
 
-function answer(choice) { if (item !== null && ready) act("api/answer", {judge: judge, item: item.item, choice: choice}); }
+function answer(choice) {
+  if (item !== null && ready) act("api/answer", {judge: judge, item: item.item, choice: choice});
+}
 function undo() { act("api/undo", {judge: judge}); }
 
 $("login").addEventListener("submit", (e) => {

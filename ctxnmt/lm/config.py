@@ -88,4 +88,4 @@ def validate(config: LMConfig) -> None:
         raise ConfigError("model.dropout must be in [0, 1)")
     if t.optimizer not in ("adam", "adadelta"):
         raise ConfigError(f"training.optimizer must be 'adam' or 'adadelta', got '{t.optimizer}'")
-    validate_loop(t, "training.")
+    validate_loop(t)

@@ -371,9 +371,9 @@ class WordTable:
     (V, F) turns a product with inner size emb_dim, which CPU BLAS runs slowly, into a row
     lookup per step.  Formed again whenever the embeddings or the function's parameters
     change in place (an optimiser step, a checkpoint load: each changes a tensor's storage
-    or version counter) and when the autocast precision changes.  Where autograd records (a table would hold a graph) or the table
-    would pass `limit` entries (the papers' 30k × 3072 would take 370 MB), f of the rows
-    themselves."""
+    or version counter) and when the autocast precision changes.  Where autograd records
+    (a table would hold a graph) or the table would pass `limit` entries (the papers'
+    30k × 3072 would take 370 MB), f of the rows themselves."""
 
     def __init__(self, limit: int = 1 << 26):
         self.limit = limit
