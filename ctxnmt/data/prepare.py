@@ -3,7 +3,7 @@
 Everything learned here (tokeniser options, truecaser, BPE codes, vocabularies)
 lives under MODEL_DIR/prep so that `translate` applies exactly the same
 pipeline.  The step is skipped when MODEL_DIR/prep already matches the data
-section of the config.
+section of the config and the training and dev files it was made from.
 """
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import torch
 
-from ctxnmt.config import Config, DataConfig
+from ctxnmt.config import Config, DataConfig, first_difference, lookup
 from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import filter_by_length, read_parallel
 from ctxnmt.data.preprocess import Preprocessor
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.data.words import count_words, goes_on
 from ctxnmt.errors import DataError
-from ctxnmt.utils.io import atomic_write, read_json_object
+from ctxnmt.utils.io import atomic_write, file_sha256, read_json_object
 from ctxnmt.utils.messages import Log, to_stderr
 
 
@@ -67,23 +67,77 @@ def read_split(data: DataConfig, split: str):
     return read_parallel(src, tgt, doc if doc.is_file() else None)
 
 
-def _stamped(stamp: Path) -> str | None:
-    """The data fingerprint a prepared directory was made from; None where there is none, or
-    the stamp is broken (the directory is then prepared again)."""
+def corpus_files(data: DataConfig) -> dict[str, Path]:
+    """The files a preparation reads, by role (`train.src`, …; a split's `.doc` where there is one)."""
+    files = {}
+    for split in ("train", "dev"):
+        for side, path in zip(("src", "tgt", "doc"), split_paths(data, split)):
+            if side != "doc" or path.is_file():
+                files[f"{split}.{side}"] = path
+    return files
+
+
+def _file_record(path: Path) -> dict:
+    stat = path.stat()
+    return {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": file_sha256(path)}
+
+
+def _file_changed(path: Path, recorded: dict) -> bool:
+    """Whether `path` no longer holds the recorded content; its digest is read only where its
+    size or time differ (a corpus built again, byte for byte, is the same corpus)."""
+    stat = path.stat()
+    if stat.st_size != recorded.get("bytes"):
+        return True
+    return stat.st_mtime_ns != recorded.get("mtime_ns") and file_sha256(path) != recorded.get("sha256")
+
+
+def _out_of_date(stamp: Path, data: DataConfig) -> str | None:
+    """Why the prepared directory beside `stamp` does not match `data` and its files: '' where
+    nothing (or a broken stamp) is there, a reason naming the key or file, or None where it matches.
+    A recorded file that is missing is no change: the directory holds what was read from it."""
     try:
-        return read_json_object(stamp).get("data")
+        recorded = read_json_object(stamp)
     except DataError:
+        return ""
+    prep_dir = stamp.parent
+    if recorded.get("data") != data_fingerprint(data):
+        section, now = recorded.get("section"), dataclasses.asdict(data)
+        key = first_difference(section, now) if isinstance(section, dict) else None
+        if key is None:
+            return f"{prep_dir} was prepared from another data section"
+        return f"{prep_dir} was prepared with data.{key} {lookup(section, key)!r}, not {lookup(now, key)!r}"
+    corpus = recorded.get("corpus")
+    if not isinstance(corpus, dict):  # prepared before the files were recorded: nothing to compare
         return None
+    for role, path in corpus_files(data).items():
+        if not path.is_file():
+            continue
+        if role not in corpus:
+            return f"{path} is new since {prep_dir} was prepared"
+        if _file_changed(path, corpus[role]):
+            return f"{path} changed since {prep_dir} was prepared from it"
+    return None
 
 
-def prepare(config: Config, log: Log = to_stderr, force: bool = False) -> Prepared:
+def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: bool = False) -> Prepared:
+    """The prepared data of `config`, prepared again where MODEL_DIR/prep is missing, was made
+    from another data section or other files, or `force` says so.  `keep`: a resumed training
+    must read the data it was trained on, so a prepared directory that no longer matches is a
+    DataError naming the key or file, and is left as it is."""
     prep_dir = Path(config.model_dir) / "prep"
     stamp = prep_dir / "fingerprint.json"
     fingerprint = data_fingerprint(config.data)
-    if not force and _stamped(stamp) == fingerprint:
+    reason = None if force else _out_of_date(stamp, config.data)
+    if not force and reason is None:
         return load_prepared(prep_dir)
+    if keep and reason:
+        raise DataError(f"{reason}; a resumed training reads the data it was trained on: resume with those, "
+                        "or train afresh in another model_dir")
+    if reason:
+        log(f"prepare: {reason}; preparing again")
     ensure_corpus(config.data, log)
     d = config.data
+    corpus = {role: _file_record(path) for role, path in corpus_files(d).items()}  # before reading: as read
     train, dev = read_split(d, "train"), read_split(d, "dev")
     log(f"prepare: learning tokenisation, truecasing and BPE on {len(train.src)} training pairs")
     pre = Preprocessor.fit(train.src, train.tgt, src_lang=d.src_lang, tgt_lang=d.tgt_lang, tokenize=d.tokenize,
@@ -114,7 +168,7 @@ def prepare(config: Config, log: Log = to_stderr, force: bool = False) -> Prepar
     with atomic_write(prep_dir / LENGTHS, "w") as fh:
         json.dump(length_ratios(train_split, src_vocab, tgt_vocab), fh, indent=1)
     with atomic_write(stamp, "w") as fh:
-        json.dump({"data": fingerprint}, fh)
+        json.dump({"data": fingerprint, "section": dataclasses.asdict(d), "corpus": corpus}, fh, indent=1)
     return Prepared(pre, src_vocab, tgt_vocab, train_split, dev_split)
 
 

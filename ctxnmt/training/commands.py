@@ -88,7 +88,7 @@ def _launch(args, config) -> int:
     if config.training.device.startswith("cuda"):
         if args.nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {args.nproc} needs as many GPUs; {torch.cuda.device_count()} visible")
-    prepare(config, log=to_stderr)
+    prepare(config, log=to_stderr, keep=args.resume)
     child = [args.config, *[a for o in args.overrides for a in ("--set", o)]]
     if args.max_minutes is not None:
         child += ["--max-minutes", str(args.max_minutes)]

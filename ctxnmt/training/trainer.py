@@ -66,7 +66,7 @@ class Trainer(TrainingLoop):
         self.metric = self.metric_name = t.selection_metric
         self.checkpoint_every = t.checkpoint_every
         self.device = device_for(self.world, t.device)
-        self.data: Prepared = self._prepare()
+        self.data: Prepared = self._prepare(resume)
         self.src_lens, self.tgt_lens = [len(s) for s in self.data.train.src], [len(s) for s in self.data.train.tgt]
         self.train_context = document_context(self.data.train, config, "train", t.document_context)
         document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
@@ -93,11 +93,12 @@ class Trainer(TrainingLoop):
                  + (f"; {t.precision} autocast" if t.precision != "fp32" else ""))
         self.log(f"source: {source_revision()}")  # logged at every start, so a resume on other code shows
 
-    def _prepare(self) -> Prepared:
-        """Each machine's first rank prepares (or finds prepared) the data before the others read it."""
+    def _prepare(self, resume: bool) -> Prepared:
+        """Each machine's first rank prepares (or finds prepared) the data before the others read it;
+        a resume refuses data prepared afresh from another data section or other files."""
         if self.world.local_rank > 0:
             self.world.barrier()
-        data = prepare(self.config, log=self.log)
+        data = prepare(self.config, log=self.log, keep=resume)
         if self.world.local_rank == 0:
             self.world.barrier()
         return data
