@@ -137,7 +137,7 @@ def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: boo
         log(f"prepare: {reason}; preparing again")
     ensure_corpus(config.data, log)
     d = config.data
-    corpus = {role: _file_record(path) for role, path in corpus_files(d).items()}  # before reading: as read
+    corpus = {role: _file_record(path) for role, path in corpus_files(d).items() if path.is_file()}  # as read
     train, dev = read_split(d, "train"), read_split(d, "dev")
     log(f"prepare: learning tokenisation, truecasing and BPE on {len(train.src)} training pairs")
     pre = Preprocessor.fit(train.src, train.tgt, src_lang=d.src_lang, tgt_lang=d.tgt_lang, tokenize=d.tokenize,

@@ -114,3 +114,10 @@ def test_resume_on_unchanged_data_goes_on(trained, capsys):
     code, out, err = run(["train", cfg, *TRAIN, "--set", "training.max_updates=6", "--resume"], capsys)
     assert code == 0, err
     assert "6 updates" in out and "preparing again" not in err
+
+
+def test_a_missing_training_file_is_one_line(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus")
+    (corpus / "train.en").unlink()
+    code, _, err = run(["prepare", tiny_config(tmp_path / "c.yaml", corpus, tmp_path / "m")], capsys)
+    assert code == 2 and err.strip() == f"ctxnmt prepare: error: {corpus / 'train.en'}: no such file"
