@@ -121,9 +121,9 @@ def _out_of_date(stamp: Path, data: DataConfig) -> str | None:
 
 def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: bool = False) -> Prepared:
     """The prepared data of `config`, prepared again where MODEL_DIR/prep is missing, was made
-    from another data section or other files, or `force` says so.  `keep`: a resumed training
-    must read the data it was trained on, so a prepared directory that no longer matches is a
-    DataError naming the key or file, and is left as it is."""
+    from another data section or other files, or `force` says so.  `keep` (the directory holds a
+    training, which must go on with the data it was trained on): a prepared directory that no
+    longer matches is a DataError naming the key or file, and is left as it is."""
     prep_dir = Path(config.model_dir) / "prep"
     stamp = prep_dir / "fingerprint.json"
     fingerprint = data_fingerprint(config.data)
@@ -131,8 +131,8 @@ def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: boo
     if not force and reason is None:
         return load_prepared(prep_dir)
     if keep and reason:
-        raise DataError(f"{reason}; a resumed training reads the data it was trained on: resume with those, "
-                        "or train afresh in another model_dir")
+        raise DataError(f"{reason}; {config.model_dir} holds a training, which must go on with the data it was "
+                        "prepared from: use that data, or another model_dir")
     if reason:
         log(f"prepare: {reason}; preparing again")
     ensure_corpus(config.data, log)

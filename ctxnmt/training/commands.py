@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 
 from ctxnmt.config import load_config
 from ctxnmt.data.prepare import prepare
-from ctxnmt.errors import ConfigError
+from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.training.distributed import LAUNCHER_PID
 from ctxnmt.training.launch import launch
+from ctxnmt.training.loop import held_training
 from ctxnmt.training.trainer import Trainer
 from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
@@ -39,7 +41,11 @@ def register(sub) -> None:
 
 def cmd_prepare(args) -> int:
     config = load_config(args.config, args.overrides)
-    data = prepare(config, log=to_stderr, force=args.force)
+    held = held_training(Path(config.model_dir))
+    if held and args.force:
+        raise DataError(f"{config.model_dir}: holds a training ({', '.join(held)}), which must go on with the data "
+                        "it was prepared from; --force would prepare it again: prepare into another model_dir")
+    data = prepare(config, log=to_stderr, force=args.force, keep=bool(held))
     print(f"prepared {len(data.train.src)} training and {len(data.dev.src)} dev pairs in {config.model_dir}/prep; "
           f"vocabulary {len(data.src_vocab)} source / {len(data.tgt_vocab)} target symbols")
     return 0

@@ -108,6 +108,11 @@ class Window:
         return [self.loss, self.tokens]
 
 
+def held_training(model_dir: Path) -> list[str]:
+    """The records of a training a model directory holds (done.json, checkpoints/last.pt); [] where none."""
+    return [name for name in ("done.json", "checkpoints/last.pt") if (Path(model_dir) / name).is_file()]
+
+
 class TrainingLoop(ABC):
     # Set by the trainer: its progress record and learning-rate schedule, the dev score that
     # selects best.pt (and its name in an early stop's reason), and how often last.pt is
@@ -142,8 +147,7 @@ class TrainingLoop(ABC):
     def _refuse_to_start_over(self) -> None:
         """A fresh start would overwrite the checkpoints (and done.json) of the training already
         in the directory: hours of work lost to a forgotten --resume or a second command."""
-        held = [name for name in ("done.json", "checkpoints/last.pt")
-                if (self.model_dir / name).is_file()]
+        held = held_training(self.model_dir)
         if held:
             if self.lock is not None:
                 self.lock.release()

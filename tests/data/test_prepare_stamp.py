@@ -93,8 +93,8 @@ def test_resume_after_the_training_file_changed_is_refused_and_changes_nothing(t
     (corpus / "train.en").write_text((corpus / "train.en").read_text().replace("cat", "kitty"), encoding="utf-8")
     code, _, err = run(["train", cfg, *TRAIN, "--set", "training.max_updates=6", "--resume"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert re.search(r"train\.en changed since \S+prep was prepared from it; a resumed training reads the data "
-                     r"it was trained on", err)  # before: it resumed on the edited corpus's old preparation
+    assert re.search(r"train\.en changed since \S+prep was prepared from it; \S+ holds a training, which must go "
+                     r"on with the data it was prepared from", err)  # before: it resumed on the old preparation
     assert snapshot(model_dir) == before
 
 
@@ -114,6 +114,18 @@ def test_resume_on_unchanged_data_goes_on(trained, capsys):
     code, out, err = run(["train", cfg, *TRAIN, "--set", "training.max_updates=6", "--resume"], capsys)
     assert code == 0, err
     assert "6 updates" in out and "preparing again" not in err
+
+
+def test_prepare_in_a_directory_holding_a_training_keeps_its_data(trained, capsys):
+    corpus, cfg, model_dir = trained
+    before = snapshot(model_dir)
+    code, _, err = run(["prepare", cfg, "--force"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "holds a training (done.json, checkpoints/last.pt)" in err and "--force would prepare it again" in err
+    (corpus / "train.en").write_text((corpus / "train.en").read_text().replace("cat", "kitty"), encoding="utf-8")
+    code, _, err = run(["prepare", cfg], capsys)
+    assert code == 2 and re.search(r"train\.en changed since .* holds a training", err)
+    assert snapshot(model_dir) == before  # before: --force, or the edit, prepared the training's data again
 
 
 def test_a_missing_training_file_is_one_line(tmp_path, capsys):
