@@ -179,6 +179,29 @@ def test_translate_search_sizes_below_one_are_refused_before_loading(tmp_path, c
     assert code != 0 and err.strip() == f"ctxnmt translate: error: {flag} must be at least 1, got {value}"
 
 
+@pytest.mark.parametrize("flag", ["-o", "--attention"])
+@pytest.mark.parametrize("where", ["missing-dir/out.txt", "a-directory"])
+def test_translate_outputs_that_cannot_be_written_are_refused_before_loading(tmp_path, capsys, flag, where):
+    """Outputs were written only after translating: a missing directory was a traceback then,
+    and a directory in the output's place failed once all the work was done."""
+    (tmp_path / "a-directory").mkdir()
+    out = tmp_path / where
+    code, _, err = run(["translate", tmp_path / "nothing", flag, out], capsys)
+    said = "is a directory, not a file to write" if where == "a-directory" else \
+        f"there is no directory {tmp_path / 'missing-dir'} to write it in"
+    assert code == 2 and err.strip() == f"ctxnmt translate: error: {out}: {said}"
+
+
+def test_score_buckets_into_a_missing_directory_is_refused_before_scoring(tmp_path, capsys):
+    for name in ("h", "r", "s"):
+        (tmp_path / name).write_text("a b .\n", encoding="utf-8")
+    out = tmp_path / "missing" / "b.png"
+    code, _, err = run(["score", "--hyp", tmp_path / "h", "--ref", tmp_path / "r", "--src", tmp_path / "s",
+                        "--buckets", out], capsys)
+    assert code == 2 and err.strip() == (f"ctxnmt score: error: {out}: there is no directory {out.parent} "
+                                         "to write it in")
+
+
 def test_overlong_input_is_translated_in_pieces_with_a_warning(tmp_path, capsys):
     from ctxnmt.decoding.translator import Translator
 

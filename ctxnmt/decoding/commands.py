@@ -10,7 +10,7 @@ from ctxnmt.data.documents import blank_line_documents, check_document_ids
 from ctxnmt.decoding import length
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, check_writable
 
 
 def register(sub) -> None:
@@ -57,6 +57,9 @@ def cmd_translate(args) -> int:
     for flag, value in (("--beam", args.beam), ("--nbest", args.nbest), ("--batch-size", args.batch_size)):
         if value is not None and value < 1:  # 0 would mean the config's beam, or empty outputs, silently
             raise ConfigError(f"{flag} must be at least 1, got {value}")
+    for output in (args.output, args.attention):
+        if output:
+            check_writable(output)
     options = length.from_arguments(args)
     model_dirs = [args.model_dir, *args.ensemble]
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir, checkpoint=args.checkpoint,

@@ -22,7 +22,7 @@ from ctxnmt.evaluation.metrics import (
 from ctxnmt.evaluation.replicates import TEST as REPLICATE_TEST
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_ar
 from ctxnmt.evaluation.significance import TESTS, compare
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, check_writable
 
 
 def register(subparsers) -> None:
@@ -93,6 +93,8 @@ def _validate(args) -> tuple[str, ...]:
         raise CtxnmtError(f"{option} needs --src (buckets are by source length)")
     if args.buckets and Path(args.buckets).suffix.lower() not in (".png", ".csv"):
         raise CtxnmtError(f"--buckets {args.buckets}: expected a .png or .csv file name")
+    if args.buckets:
+        check_writable(args.buckets)
     if args.replicates < 1:
         raise CtxnmtError(f"--replicates must be positive, not {args.replicates}")
     if args.replicates > 1 and args.significance != REPLICATE_TEST:

@@ -28,7 +28,11 @@ def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     path = os.fspath(path)
     # Same directory as the target: os.replace is only atomic within one file system.
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    check_writable(path)  # a directory is found now, not by os.replace once the body's work is done
+    try:
+        fd, tmp_path = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    except OSError as err:
+        raise DataError(f"{path}: cannot be written ({err.strerror})") from None
     try:
         if mode == "w":
             handle = open(fd, mode, encoding="utf-8", newline="\n")
@@ -44,6 +48,17 @@ def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_path)
         raise
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Refuse, naming it, an output path that is a directory or whose directory does not exist:
+    commands check their outputs before hours of work that atomic_write would then fail to keep."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise DataError(f"{path}: is a directory, not a file to write")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise DataError(f"{path}: there is no directory {directory} to write it in")
 
 
 def _keep_umask_permissions(tmp_path: str | os.PathLike, directory: bool = False) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from ctxnmt.errors import DataError
 from ctxnmt.utils import io
-from ctxnmt.utils.io import copy_into, read_json_object
+from ctxnmt.utils.io import atomic_write, copy_into, read_json_object
 
 
 def sources(tmp_path, names, folder="src"):
@@ -63,3 +63,18 @@ def test_a_broken_json_record_is_a_one_line_error_naming_the_file(tmp_path, text
     with pytest.raises(DataError) as err:
         read_json_object(path)
     assert str(err.value) == f"{path}: {message}"
+
+
+def test_atomic_write_refuses_a_directory_before_its_body_runs(tmp_path):
+    (tmp_path / "out").mkdir()
+    ran = []
+    with pytest.raises(DataError, match=r"out: is a directory, not a file to write$"):
+        with atomic_write(tmp_path / "out"):
+            ran.append(True)
+    assert not ran and list(tmp_path.iterdir()) == [tmp_path / "out"]  # no temporary file left
+
+
+def test_atomic_write_into_a_missing_directory_is_a_one_line_error(tmp_path):
+    with pytest.raises(DataError, match=r"x\.txt: there is no directory .*missing to write it in$"):
+        with atomic_write(tmp_path / "missing" / "x.txt"):
+            pass
