@@ -125,6 +125,8 @@ def make_server(study_path: str, host: str = "127.0.0.1", port: int = 8765) -> T
     with open_study(study_path):  # refuse a bad file before listening
         pass
     handler = type("StudyHandler", (JudgeHandler,), {"study_path": study_path})
+    if not 0 <= port <= 65535:
+        raise DataError(f"--port must be between 0 and 65535, not {port}")
     try:
         return ThreadingHTTPServer((host, port), handler)
     except OSError as err:

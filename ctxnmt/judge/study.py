@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxnmt.errors import DataError
+from ctxnmt.utils.io import check_writable
 
 FORMAT = "ctxnmt-judge-study"
 VERSION = "1"  # bump when the schema changes; older or newer studies are refused
@@ -101,6 +102,7 @@ def create_study(path: str | os.PathLike, src: list[str], ref: list[str] | None,
     path = Path(path)
     if path.exists():
         raise DataError(f"{path}: already exists (a study is never overwritten; remove it or pick another name)")
+    check_writable(path)
     check_inputs(src, ref, systems, src_path, ref_path)
     chosen = sample_lines(src, n, seed)
     rng = random.Random(f"{seed}-sides")

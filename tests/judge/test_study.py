@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 from ctxnmt.judge.study import next_item, open_study, progress, record_answer, undo_last
 from tests.judge.common import OUTPUTS, SRC, write_study_inputs
 from tests.test_cli import run
@@ -99,9 +101,10 @@ def test_create_errors_are_one_line_and_leave_nothing(tmp_path, capsys):
         (["--system", f"short={tmp_path / 'short.en'}"], "short.en (system short) has 1 lines but"),
         (["--system", "nofile"], "--system 'nofile': expected NAME=FILE"),
         (["--system", f"x={tmp_path / 'missing.en'}"], "missing.en: no such file"),
+        (["-o", tmp_path / "no-dir" / "s.sqlite"], "s.sqlite: there is no directory"),  # was sqlite's traceback
     ]
     for extra, message in cases:
-        code, _, err = run(["judge", "create", *args, *extra, "-o", out], capsys)
+        code, _, err = run(["judge", "create", *args, "-o", out, *extra], capsys)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (extra, err)
         assert not out.exists() and not list(tmp_path.glob(".study*"))
     code, _, err = run(["judge", "create", "--src", tmp_path / "src.es", "--system", f"a={tmp_path / 'base.en'}",
@@ -129,3 +132,10 @@ def test_opening_a_foreign_or_other_version_file_is_a_one_line_error(tmp_path, c
         for action in (["report", path], ["serve", path, "--port", "0"]):
             code, _, err = run(["judge", *action], capsys)
             assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (action, err)
+
+
+@pytest.mark.parametrize("port", ["-1", "65536"])
+def test_serving_on_a_port_out_of_range_is_a_one_line_error(tmp_path, capsys, port):
+    assert create(tmp_path, capsys, "--n", "2")[0] == 0
+    code, _, err = run(["judge", "serve", tmp_path / "study.sqlite", "--port", port], capsys)
+    assert code == 2 and err.strip() == f"ctxnmt judge: error: --port must be between 0 and 65535, not {port}"
