@@ -61,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     except CtxnmtError as err:
         to_stderr(f"ctxnmt {args.command}: error: {err}")
         return 2
+    except OSError as err:
+        if err.filename is None:  # not about a file the user named: a fault of ours, with its traceback
+            raise
+        to_stderr(f"ctxnmt {args.command}: error: {err.filename}: {err.strerror}")
+        return 2
     except KeyboardInterrupt:
         to_stderr(f"ctxnmt {args.command}: interrupted")
         return 130

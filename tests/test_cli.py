@@ -202,6 +202,39 @@ def test_score_buckets_into_a_missing_directory_is_refused_before_scoring(tmp_pa
                                          "to write it in")
 
 
+def test_a_model_dir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path, capsys):
+    data = small_corpus(tmp_path)
+    (tmp_path / "taken").write_text("a file\n")
+    for model_dir, said in ((tmp_path / "taken", "is a file, not a directory"),
+                            (Path("/proc/ctxnmt-test"), "cannot be made a directory (")):
+        code, _, err = run(["train", write_config(tmp_path / "c.yaml", data, model_dir), "--quiet"], capsys)
+        assert code == 2 and err.strip().startswith(f"ctxnmt train: error: {model_dir}: {said}"), err  # tracebacks
+
+
+def test_the_bible_into_a_file_is_refused_before_diatheke_runs(tmp_path, capsys):
+    (tmp_path / "taken").write_text("a file\n")
+    code, _, err = run(["data", "bible", "--out", tmp_path / "taken"], capsys)
+    assert code == 2 and err.strip() == f"ctxnmt data: error: {tmp_path / 'taken'}: is a file, not a directory"
+
+
+def test_an_os_error_on_a_named_file_is_one_line_and_any_other_keeps_its_traceback(monkeypatch, capsys):
+    import ctxnmt.evaluation.commands as score_commands
+
+    def denied(args):
+        raise PermissionError(13, "Permission denied", "/srv/refs.en")
+
+    monkeypatch.setattr(score_commands, "run_score", denied)
+    code, _, err = run(["score", "--hyp", "h", "--ref", "r"], capsys)
+    assert code == 2 and err.strip() == "ctxnmt score: error: /srv/refs.en: Permission denied"
+
+    def ours(args):
+        raise OSError("a fault of ours, not the user's")
+
+    monkeypatch.setattr(score_commands, "run_score", ours)
+    with pytest.raises(OSError, match="a fault of ours"):
+        run(["score", "--hyp", "h", "--ref", "r"], capsys)
+
+
 def test_overlong_input_is_translated_in_pieces_with_a_warning(tmp_path, capsys):
     from ctxnmt.decoding.translator import Translator
 

@@ -25,7 +25,7 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import score_all
 from ctxnmt.evaluation.significance import compare
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, make_directory
 
 
 @dataclass
@@ -113,7 +113,7 @@ def cmd_context(args) -> int:
     rows, outputs = context_table(src, doc_ids, refs, Translator.load(args.model_dir), args.lang,
                                   args.seed, args.beam)
     if args.out_dir:
-        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+        make_directory(args.out_dir)
         for name, hyps in outputs.items():
             with atomic_write(Path(args.out_dir) / f"{name}.txt", "w") as fh:
                 fh.writelines(h + "\n" for h in hyps)

@@ -27,7 +27,7 @@ from ctxnmt.analysis.trees import ParsEval, attention_tree, brackets, parse_ptb,
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, make_directory
 
 START = "<s>"
 
@@ -127,7 +127,7 @@ def cmd_target_attention(args) -> int:
     alphas = target_attention(translator.model, src, tgt)
 
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
+    make_directory(out)
     positions: list[float] = []
     tree_lines = [""] * len(src_lines)
     for k, (line_no, tokens, alpha) in enumerate(zip(keep, tgt_tokens, alphas)):

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ctxnmt.data.corpus import write_lines_atomic
 from ctxnmt.errors import DataError
-from ctxnmt.utils.io import atomic_write, file_sha256
+from ctxnmt.utils.io import atomic_write, check_not_a_file, file_sha256, make_directory
 from ctxnmt.utils.messages import Log, to_stderr
 
 SOURCE_MODULE = "spaRV1909eb"
@@ -214,6 +214,7 @@ def build_bible(out_dir: str | os.PathLike, log: Log = to_stderr) -> dict:
     if existing is not None:
         log(f"reusing the Bible corpus already built in {out_dir}")
         return {**existing, "reused": True}
+    check_not_a_file(out_dir)
     _check_diatheke()
     log(f"extracting {SOURCE_MODULE} and {TARGET_MODULE} with diatheke")
     src = parse_dump(_diatheke(SOURCE_MODULE, WHOLE_BIBLE), f"diatheke {SOURCE_MODULE}")
@@ -226,7 +227,7 @@ def build_bible(out_dir: str | os.PathLike, log: Log = to_stderr) -> dict:
     suspects = suspect_chapters(src, tgt)
     log(f"{len(suspects)} chapters may be misaligned by differing verse divisions (listed in stats.json)")
     splits = _split_keys(src, keys)
-    os.makedirs(out_dir, exist_ok=True)
+    make_directory(out_dir)
     files = _write_splits(out_dir, splits, src, tgt)
     stats = {
         "format": FORMAT_VERSION,

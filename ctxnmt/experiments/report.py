@@ -20,7 +20,7 @@ from ctxnmt.evaluation.metrics import HIGHER_IS_BETTER, Bucket, format_length_bu
 from ctxnmt.evaluation.replicates import seed_t_test
 from ctxnmt.experiments.evaluate import Output, TestSet
 from ctxnmt.experiments.spec import Experiment
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, make_directory
 
 # (key, header, decimals) of the table's columns after the system name, in the papers' order;
 # the significance column has no decimals: it holds marks, not a number.
@@ -220,7 +220,7 @@ def write_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: l
     `files`, what the report was computed from (runs, external, significance: paths relative
     to the experiment directory), is what an export copies."""
     root = experiment.root
-    root.mkdir(parents=True, exist_ok=True)
+    make_directory(root)
     paths = {"md": root / "report.md", "csv": root / "report.csv", "json": root / "report.json",
              "plot": root / "length-buckets.png"}
     with atomic_write(paths["plot"], "wb") as fh:

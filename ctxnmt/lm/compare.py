@@ -36,7 +36,7 @@ from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import LINE_SCORES
 from ctxnmt.training.runs import (PlannedRun, RunState, directory_state, saved_as_trained, split_for_report,
                                   train_unfinished)
-from ctxnmt.utils.io import atomic_write, copy_into, read_json_object
+from ctxnmt.utils.io import atomic_write, copy_into, make_directory, read_json_object
 from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.messages import Log, stderr_log
 from ctxnmt.utils.selectors import select
@@ -304,7 +304,7 @@ def compare(configs: list[str], overrides: list[str], seeds: list[int], out: Pat
     if not results:
         return None
     rows = summarise(results, names[0])
-    out.mkdir(parents=True, exist_ok=True)
+    make_directory(out)
     with atomic_write(out / "report.json", "w") as fh:
         json.dump({"configs": configs, "overrides": overrides, "seeds": seeds, "waiting": waiting,
                    "left_out": left_out, "rows": rows},

@@ -44,7 +44,7 @@ from ctxnmt.training.distributed import LAUNCHER_PID, PeerFailure, World
 from ctxnmt.training.log import TrainingLog
 from ctxnmt.training.optim import PlateauSchedule, plateau_stop
 from ctxnmt.utils.checkpoint import DEFINITIONS
-from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.io import atomic_write, make_directory
 from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.preemption import Preempted, StopSignals, agreed_stop, stop_votes
 from ctxnmt.utils.threads import setup_threads
@@ -131,7 +131,7 @@ class TrainingLoop(ABC):
         self.training = training
         self.world = world
         self.model_dir = Path(model_dir)
-        self.model_dir.mkdir(parents=True, exist_ok=True)
+        make_directory(self.model_dir)
         self.lock = TrainingLock(self.model_dir).acquire() if world.is_main else None
         self.ckpt_dir = self.model_dir / "checkpoints"
         if not resume:

@@ -61,6 +61,24 @@ def check_writable(path: str | os.PathLike) -> None:
         raise DataError(f"{path}: there is no directory {directory} to write it in")
 
 
+def check_not_a_file(path: str | os.PathLike) -> None:
+    """Refuse a directory-to-be where a file is, before the work that would fill it."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise DataError(f"{path}: is a file, not a directory")
+
+
+def make_directory(path: str | os.PathLike) -> Path:
+    """Create a directory (and its parents) where none is, or refuse in one line: a file in
+    its place, or a place it cannot be made in (no permission, a read-only file system)."""
+    path = Path(path)
+    check_not_a_file(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"{path}: cannot be made a directory ({err.strerror})") from None
+    return path
+
+
 def _keep_umask_permissions(tmp_path: str | os.PathLike, directory: bool = False) -> None:
     """Give the file (or directory) the mode a plain ``open()`` (``mkdir``) would have given it.
 
