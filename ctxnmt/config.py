@@ -442,15 +442,49 @@ def naming_the_file(path: str | Path | None, overrides: list[str] | None) -> Ite
         raise ConfigError(f"{path}{' with --set' if overrides else ''}: {err}") from None
 
 
+# A single field's range, where its type allows values that mean nothing: (test, words).
+RANGES = {
+    ">=1": (lambda v: v >= 1, "at least 1"),
+    ">=0": (lambda v: v >= 0, "0 or more"),
+    ">0": (lambda v: v > 0, "above 0"),
+    "[0,1)": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "(0,1]": (lambda v: 0 < v <= 1, "in (0, 1]"),
+}
+# The translation config's fields, beyond the training loop's (LOOP_RANGES); 0 means "off",
+# "every", "unlimited" or "as another size" where the field's comment says so.
+FIELD_RANGES = {
+    "data": {"bpe_merges": ">=0", "vocab_size": ">=0", "max_len": ">=1"},
+    "model": {"emb_dim": ">=1", "hidden_dim": ">=1", "att_dim": ">=1", "out_dim": ">=0", "encoder_layers": ">=1",
+              "doc_sents": ">=0", "doc_dim": ">=0",
+              "dropout_emb": "[0,1)", "dropout_hidden": "[0,1)", "dropout_out": "[0,1)"},
+    "training": {"warmup_updates": ">=0", "label_smoothing": "[0,1)", "batch_tokens": ">=1", "batch_sents": ">=1",
+                 "valid_beam": ">=1", "valid_max_sents": ">=0"},
+    "decoding": {"beam": ">=1", "batch_size": ">=1", "max_src_len": ">=1"},
+}
+# What every training loop and its plateau schedule read, in the NMT and the LM config alike.
+LOOP_RANGES = {"lr": ">0", "clip_norm": ">=0", "max_updates": ">=0", "max_epochs": ">=0", "max_minutes": ">=0",
+               "valid_every": ">=1", "patience": ">=0", "lr_decay": "(0,1]", "lr_patience": ">=0", "min_lr": ">=0",
+               "log_every": ">=1"}
+
+
+def check_ranges(section: Any, name: str, ranges: dict[str, str]) -> None:
+    """Refuse the first field of `section` (the config's section `name`) outside its range."""
+    for key, rule in ranges.items():
+        within, words = RANGES[rule]
+        value = getattr(section, key)
+        if not within(value):
+            raise ConfigError(f"{name}.{key} must be {words}, got {value}")
+
+
 def validate(config: Config) -> None:
-    """Cross-field checks that a single field's type cannot express."""
+    """Each field's range, then the checks across fields that a single field's type cannot express."""
+    for name, ranges in FIELD_RANGES.items():
+        check_ranges(getattr(config, name), name, ranges)
     m, t = config.model, config.training
     if m.tie_embeddings and m.readout_dim != m.emb_dim:
         raise ConfigError("model.tie_embeddings needs model.out_dim equal to model.emb_dim")
     if m.init not in ("normal", "pytorch"):
         raise ConfigError(f"model.init must be 'normal' or 'pytorch', got '{m.init}'")
-    if m.encoder_layers < 1:
-        raise ConfigError(f"model.encoder_layers must be at least 1, got {m.encoder_layers}")
     if t.optimizer not in ("adam", "adadelta"):
         raise ConfigError(f"training.optimizer must be 'adam' or 'adadelta', got '{t.optimizer}'")
     if t.precision not in ("fp32", "bf16", "fp16"):
@@ -465,9 +499,6 @@ def validate(config: Config) -> None:
                           f"or bf16 (got '{t.precision}') and a sentence-level model")
     if t.early_stop_metric not in ("bleu", "ppl"):
         raise ConfigError(f"training.early_stop_metric must be 'bleu' or 'ppl', got '{t.early_stop_metric}'")
-    for name in ("dropout_emb", "dropout_hidden", "dropout_out"):
-        if not 0.0 <= getattr(m, name) < 1.0:
-            raise ConfigError(f"model.{name} must be in [0, 1)")
     if m.doc_start not in ("zero", "null-sentence"):
         raise ConfigError(f"model.doc_start must be 'zero' or 'null-sentence', got '{m.doc_start}'")
     if m.doc_embeddings not in ("shared", "separate"):
@@ -491,8 +522,7 @@ def validate_loop(t: Any) -> None:
     """The `training` settings every training loop reads (ctxnmt.training.loop), for any trainer's config."""
     if t.threads < 0:
         raise ConfigError(f"training.threads must be 0 (every core) or a number of threads, got {t.threads}")
-    if t.log_every < 1:
-        raise ConfigError(f"training.log_every must be at least 1, got {t.log_every}")
+    check_ranges(t, "training", LOOP_RANGES)
     if not DEVICE.fullmatch(t.device):
         raise ConfigError(f"training.device must be 'cpu', 'cuda' or 'cuda:N', got '{t.device}'")
 

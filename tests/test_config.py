@@ -130,6 +130,57 @@ def test_the_loops_settings_are_checked_before_training(item, message):
         load_config(None, [item])  # each had passed, then failed in training with a traceback
 
 
+# Each value below was accepted: a traceback later (zero sizes, a negative learning rate, a
+# zero valid_every's modulo), or a run that meant nothing (label smoothing 1.5, a decay to 0).
+@pytest.mark.parametrize("item, message", [
+    ("model.hidden_dim=0", "model.hidden_dim must be at least 1, got 0"),
+    ("model.emb_dim=-3", "model.emb_dim must be at least 1, got -3"),
+    ("model.att_dim=0", "model.att_dim must be at least 1, got 0"),
+    ("model.dropout_out=1.5", "model.dropout_out must be in [0, 1), got 1.5"),
+    ("data.vocab_size=-2", "data.vocab_size must be 0 or more, got -2"),
+    ("data.max_len=0", "data.max_len must be at least 1, got 0"),
+    ("training.batch_tokens=0", "training.batch_tokens must be at least 1, got 0"),
+    ("training.batch_sents=0", "training.batch_sents must be at least 1, got 0"),
+    ("training.label_smoothing=1.5", "training.label_smoothing must be in [0, 1), got 1.5"),
+    ("training.warmup_updates=-1", "training.warmup_updates must be 0 or more, got -1"),
+    ("decoding.beam=0", "decoding.beam must be at least 1, got 0"),
+    ("decoding.batch_size=0", "decoding.batch_size must be at least 1, got 0"),
+])
+def test_a_field_outside_its_range_is_refused_naming_it(item, message):
+    with pytest.raises(ConfigError, match="^" + re.escape(message) + "$"):
+        load_config(None, [item])
+
+
+@pytest.mark.parametrize("item, message", [
+    ("training.lr=-1", "training.lr must be above 0, got -1.0"),
+    ("training.lr=0", "training.lr must be above 0, got 0.0"),
+    ("training.clip_norm=-1", "training.clip_norm must be 0 or more, got -1.0"),
+    ("training.valid_every=0", "training.valid_every must be at least 1, got 0"),
+    ("training.max_updates=-5", "training.max_updates must be 0 or more, got -5"),
+    ("training.max_minutes=-1", "training.max_minutes must be 0 or more, got -1.0"),
+    ("training.patience=-1", "training.patience must be 0 or more, got -1"),
+    ("training.lr_decay=0", "training.lr_decay must be in (0, 1], got 0.0"),
+    ("training.lr_decay=1.5", "training.lr_decay must be in (0, 1], got 1.5"),
+    ("training.min_lr=-1", "training.min_lr must be 0 or more, got -1.0"),
+])
+def test_the_training_loops_ranges_hold_for_the_translation_and_the_language_model(item, message):
+    from ctxnmt.lm.config import load_lm_config
+
+    for load in (load_config, load_lm_config):
+        with pytest.raises(ConfigError, match="^" + re.escape(message) + "$"):
+            load(None, [item])
+
+
+def test_every_shipped_config_is_within_the_ranges():
+    from ctxnmt.lm.config import load_lm_config
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    configs = sorted(root.rglob("*.yaml"))
+    assert len(configs) > 20
+    for path in configs:
+        (load_lm_config if path.name.startswith("lm") else load_config)(path)
+
+
 def test_a_keys_error_names_the_config_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("data:\n  corpuss: files\n")

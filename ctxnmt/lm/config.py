@@ -81,7 +81,7 @@ def validate(config: LMConfig) -> None:
         raise ConfigError(f"model.summary must be one of {', '.join(SUMMARIES)}, got '{m.summary}'")
     for key, value in (("model.emb_dim", m.emb_dim), ("model.hidden_dim", m.hidden_dim), ("model.layers", m.layers),
                        ("training.batch_size", t.batch_size), ("training.bptt", t.bptt),
-                       ("training.valid_every", t.valid_every), ("data.vocab_size", d.vocab_size)):
+                       ("data.vocab_size", d.vocab_size)):
         if value < 1:
             raise ConfigError(f"{key} must be at least 1, got {value}")
     if not 0.0 <= m.dropout < 1.0:
