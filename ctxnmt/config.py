@@ -423,6 +423,16 @@ def build_typed(cls: type, raw: dict[str, Any]) -> Any:
     return _build(cls, raw, "")
 
 
+def model_kind(raw: dict[str, Any]) -> str | None:
+    """'translation model' or 'language model', by what only that kind's saved config holds (a
+    decoding section; training.bptt), so that a command given the other kind's directory says so."""
+    if isinstance(raw.get("decoding"), dict):
+        return "translation model"
+    if isinstance(raw.get("training"), dict) and "bptt" in raw["training"]:
+        return "language model"
+    return None
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     raw = read_raw(path, overrides)
     with naming_the_file(path, overrides):

@@ -235,6 +235,23 @@ def test_an_os_error_on_a_named_file_is_one_line_and_any_other_keeps_its_traceba
         run(["score", "--hyp", "h", "--ref", "r"], capsys)
 
 
+def test_a_directory_of_the_other_kind_of_model_is_named_as_such(tmp_path, capsys):
+    """Each had said 'unknown config key' about the other kind's config.yaml."""
+    from ctxnmt.config import Config, save_config
+    from ctxnmt.lm.config import LMConfig
+
+    (tmp_path / "in.txt").write_text("a b .\n", encoding="utf-8")
+    for name, config in (("lm", LMConfig()), ("nmt", Config())):
+        (tmp_path / name).mkdir()
+        save_config(config, tmp_path / name / "config.yaml")
+    code, _, err = run(["translate", tmp_path / "lm", "-i", tmp_path / "in.txt"], capsys)
+    assert code == 2 and err.strip() == (f"ctxnmt translate: error: {tmp_path / 'lm'}: a language model's directory "
+                                         "(ctxnmt lm score reads it), not a translation model's")
+    code, _, err = run(["lm", "score", tmp_path / "nmt", "-i", tmp_path / "in.txt"], capsys)
+    assert code == 2 and err.strip() == (f"ctxnmt lm: error: {tmp_path / 'nmt'}: a translation model's directory "
+                                         "(ctxnmt translate reads it), not a language model's")
+
+
 def test_overlong_input_is_translated_in_pieces_with_a_warning(tmp_path, capsys):
     from ctxnmt.decoding.translator import Translator
 

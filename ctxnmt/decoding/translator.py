@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ctxnmt.config import SEARCH_PRECISIONS, Config, DecodingConfig, load_config
+from ctxnmt.config import SEARCH_PRECISIONS, Config, DecodingConfig, load_config, model_kind, read_raw
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
@@ -145,6 +145,9 @@ class Translator:
         config_path = model_dir / "config.yaml"
         if not config_path.is_file():
             raise CheckpointError(f"{model_dir}: not a model directory (no config.yaml)")
+        if model_kind(read_raw(config_path)) == "language model":
+            raise CheckpointError(f"{model_dir}: a language model's directory (ctxnmt lm score reads it), "
+                                  "not a translation model's")
         config = load_config(config_path)
         pre, src_vocab, tgt_vocab = load_pipeline(model_dir / "prep")
         path = Path(checkpoint) if checkpoint else default_checkpoint(model_dir)
