@@ -21,6 +21,7 @@ from ctxnmt.config import Config, config_difference, from_dict, load_config, ove
 from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
+from ctxnmt.models.nmt import check_names
 from ctxnmt.training.runs import RunState, directory_state, saved_as_trained
 from ctxnmt.training.trainer import Trainer
 from ctxnmt.utils.io import read_json_object
@@ -56,6 +57,7 @@ def plan_run(experiment: Experiment, system: SystemSpec, seed: int) -> Run:
                  override("training.seed", seed), override("model_dir", model_dir(experiment, system.name, seed))]
     try:
         config = load_config(system.config, overrides)
+        check_names(config.model)
     except ConfigError as err:
         raise ConfigError(f"system '{system.name}': {err}") from None
     return Run(system.name, seed, system.config, overrides, config)

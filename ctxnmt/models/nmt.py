@@ -15,7 +15,7 @@ from ctxnmt.models.capabilities import Capabilities, hyper_gated
 from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.document import HierarchicalSummary
 from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
-from ctxnmt.models.registry import DECODERS, ENCODERS
+from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
 from ctxnmt.models.state import State
 
 
@@ -222,4 +222,18 @@ def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> N
     return NMTModel(cfg, src_vocab_size, tgt_vocab_size)
 
 
-__all__ = ["NMTModel", "build_model", "count_parameters", "init_weights"]
+# The model keys that name a registered component ("" for encoder_cell: the same as cell).
+NAMED_COMPONENTS = (("encoder", ENCODERS), ("decoder", DECODERS), ("cell", CELLS), ("encoder_cell", CELLS),
+                    ("target_context", TARGET_CONTEXTS), ("output", OUTPUTS), ("doc_aux", DOC_INPUTS))
+
+
+def check_names(cfg: ModelConfig) -> None:
+    """Every component `cfg` names is registered: a misspelt name is found before the data is
+    prepared (minutes on the Bible) or an experiment's earlier runs train, not when the model is built."""
+    for key, registry in NAMED_COMPONENTS:
+        name = getattr(cfg, key)
+        if name or key != "encoder_cell":
+            registry.get(name, key=f"model.{key}")
+
+
+__all__ = ["NMTModel", "build_model", "check_names", "count_parameters", "init_weights"]

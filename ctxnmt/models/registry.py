@@ -36,13 +36,14 @@ class Registry:
 
         return add
 
-    def get(self, name: str) -> type:
+    def get(self, name: str, key: str = "") -> type:
+        """The class registered as `name`; else a ConfigError listing the known names, after
+        `key` (the config key that named it) where given."""
         if name not in self._entries:
             close = difflib.get_close_matches(name, list(self._entries), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(
-                f"unknown {self.kind} '{name}'{hint}; known: {', '.join(sorted(self._entries))}"
-            )
+            where = f"{key}: " if key else ""
+            raise ConfigError(f"{where}unknown {self.kind} '{name}'{hint}; known: {', '.join(sorted(self._entries))}")
         return self._entries[name]
 
     def names(self) -> list[str]:

@@ -21,7 +21,7 @@ from ctxnmt.config import Config, save_config
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
 from ctxnmt.data.prepare import Prepared, prepare
 from ctxnmt.errors import ConfigError
-from ctxnmt.models.nmt import NMTModel, build_model, count_parameters
+from ctxnmt.models.nmt import NMTModel, build_model, check_names, count_parameters
 from ctxnmt.training.distributed import collective, device_for, init_world, rank_seed, rng_state, set_rng_state
 from ctxnmt.training.graphs import GraphedSteps
 from ctxnmt.training.loop import TrainingLoop, Window, position_in
@@ -59,6 +59,7 @@ class _Loss(torch.nn.Module):
 
 class Trainer(TrainingLoop):
     def __init__(self, config: Config, resume: bool = False, quiet: bool = False, progress_bar: bool = True):
+        check_names(config.model)  # before the model directory is made and the data prepared
         self.config = config
         t = config.training
         super().__init__(t, config.model_dir, init_world(torch.device(t.device).type), quiet=quiet,

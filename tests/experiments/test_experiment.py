@@ -19,6 +19,7 @@ from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import score_all
 from ctxnmt.experiments.runner import run_experiment
 from ctxnmt.experiments.spec import load_experiment
+from ctxnmt.models.registry import TARGET_CONTEXTS
 
 UPDATES = 20
 
@@ -215,6 +216,32 @@ def test_changed_config_for_an_existing_directory_is_a_clear_error(finished, tmp
     assert "exp/systems/base/seed1234 was trained with a different config: training.valid_every is 10 there " \
            "but 5 in this experiment" in err
     assert digest(work / "exp/systems/base/seed1234/checkpoints/last.pt") == before
+
+
+def test_a_misspelt_component_in_a_later_system_stops_the_experiment_before_any_training(
+        tiny_config, tmp_path, capsys):
+    """It had been found when that system's model was built, after the earlier systems trained."""
+    external = tmp_path / "none.en"
+    external.write_text("x\n", encoding="utf-8")
+    path = write_experiment(tmp_path, tiny_config, external, systems=[
+        {"name": "base", "config": str(tiny_config)},
+        {"name": "mean", "config": str(tiny_config), "overrides": ["model.target_context=maen"]}])
+    with chdir(tmp_path):
+        code = main(["experiment", path.name, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == ("ctxnmt experiment: error: system 'mean': model.target_context: unknown "
+                                         "target_context 'maen' (did you mean 'mean'?); known: "
+                                         + ", ".join(sorted(TARGET_CONTEXTS.names())))
+    assert not (tmp_path / "exp").exists()
+
+
+def test_train_with_a_misspelt_component_makes_nothing(tiny_config, tmp_path, capsys):
+    code = main(["train", str(tiny_config), "--quiet", "--set", f"model_dir={tmp_path / 'm'}",
+                 "--set", "model.cell=gur"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().startswith("ctxnmt train: error: model.cell: unknown cell 'gur' (did you mean 'gru'?)")
+    assert not (tmp_path / "m").exists()  # had held the prepared data, an empty checkpoints/ and train.log
 
 
 def test_dry_run_lists_states_and_commands(finished, capsys):
