@@ -82,30 +82,55 @@ def _file_record(path: Path) -> dict:
     return {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": file_sha256(path)}
 
 
-def _file_changed(path: Path, recorded: dict) -> bool:
+def _file_changed(path: Path, recorded: object) -> bool:
     """Whether `path` no longer holds the recorded content; its digest is read only where its
     size or time differ (a corpus built again, byte for byte, is the same corpus)."""
+    if not isinstance(recorded, dict):
+        return True
     stat = path.stat()
     if stat.st_size != recorded.get("bytes"):
         return True
     return stat.st_mtime_ns != recorded.get("mtime_ns") and file_sha256(path) != recorded.get("sha256")
 
 
-def _out_of_date(stamp: Path, data: DataConfig) -> str | None:
-    """Why the prepared directory beside `stamp` does not match `data` and its files: '' where
-    nothing (or a broken stamp) is there, a reason naming the key or file, or None where it matches.
-    A recorded file that is missing is no change: the directory holds what was read from it."""
+@dataclass
+class Staleness:
+    """Why a prepared directory no longer matches; `known`: the stamp says what it was made from,
+    so a training that must keep its data can be refused (a stamp from before the section and
+    files were recorded can only say that its fingerprint differs)."""
+
+    reason: str
+    known: bool = True
+
+
+def _section_change(stamp: Path, recorded: dict, data: DataConfig) -> Staleness | None:
+    """The first data key whose value differs from the recorded section's; a key added to the
+    data section since reads its default there, so that adding one leaves prepared data valid."""
+    section = recorded.get("section")
+    if not isinstance(section, dict):
+        return Staleness(f"{stamp.parent} was prepared from another data section", known=False)
+    now, defaults = dataclasses.asdict(data), dataclasses.asdict(DataConfig())
+    then = {key: section.get(key, defaults[key]) for key in now}
+    key = first_difference(then, now)
+    if key is None:
+        return None
+    return Staleness(f"{stamp.parent} was prepared with data.{key} {lookup(then, key)!r}, not {lookup(now, key)!r}")
+
+
+def _out_of_date(stamp: Path, data: DataConfig) -> Staleness | None:
+    """Why the prepared directory beside `stamp` does not match `data` and its files (an empty
+    reason where nothing is there), or None where it matches.  A recorded file that is missing
+    is no change: the directory holds what was read from it."""
+    if not stamp.is_file():
+        return Staleness("", known=False)
     try:
         recorded = read_json_object(stamp)
-    except DataError:
-        return ""
-    prep_dir = stamp.parent
+    except DataError as err:
+        return Staleness(f"{err}: cannot tell what it was prepared from")
     if recorded.get("data") != data_fingerprint(data):
-        section, now = recorded.get("section"), dataclasses.asdict(data)
-        key = first_difference(section, now) if isinstance(section, dict) else None
-        if key is None:
-            return f"{prep_dir} was prepared from another data section"
-        return f"{prep_dir} was prepared with data.{key} {lookup(section, key)!r}, not {lookup(now, key)!r}"
+        changed = _section_change(stamp, recorded, data)
+        if changed is not None:
+            return changed
     corpus = recorded.get("corpus")
     if not isinstance(corpus, dict):  # prepared before the files were recorded: nothing to compare
         return None
@@ -113,28 +138,28 @@ def _out_of_date(stamp: Path, data: DataConfig) -> str | None:
         if not path.is_file():
             continue
         if role not in corpus:
-            return f"{path} is new since {prep_dir} was prepared"
+            return Staleness(f"{path} is new since {stamp.parent} was prepared")
         if _file_changed(path, corpus[role]):
-            return f"{path} changed since {prep_dir} was prepared from it"
+            return Staleness(f"{path} changed since {stamp.parent} was prepared from it")
     return None
 
 
 def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: bool = False) -> Prepared:
     """The prepared data of `config`, prepared again where MODEL_DIR/prep is missing, was made
     from another data section or other files, or `force` says so.  `keep` (the directory holds a
-    training, which must go on with the data it was trained on): a prepared directory that no
-    longer matches is a DataError naming the key or file, and is left as it is."""
+    training, which must go on with the data it was trained on): a prepared directory known to
+    differ is a DataError naming the key or file, and is left as it is."""
     prep_dir = Path(config.model_dir) / "prep"
     stamp = prep_dir / "fingerprint.json"
     fingerprint = data_fingerprint(config.data)
-    reason = None if force else _out_of_date(stamp, config.data)
-    if not force and reason is None:
+    stale = None if force else _out_of_date(stamp, config.data)
+    if not force and stale is None:
         return load_prepared(prep_dir)
-    if keep and reason:
-        raise DataError(f"{reason}; {config.model_dir} holds a training, which must go on with the data it was "
-                        "prepared from: use that data, or another model_dir")
-    if reason:
-        log(f"prepare: {reason}; preparing again")
+    if keep and stale is not None and stale.known:
+        raise DataError(f"{stale.reason}; {config.model_dir} holds a training, which must go on with the data it "
+                        "was prepared from: use that data, or another model_dir")
+    if stale is not None and stale.reason:
+        log(f"prepare: {stale.reason}; preparing again")
     ensure_corpus(config.data, log)
     d = config.data
     corpus = {role: _file_record(path) for role, path in corpus_files(d).items() if path.is_file()}  # as read
@@ -143,11 +168,11 @@ def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: boo
     pre = Preprocessor.fit(train.src, train.tgt, src_lang=d.src_lang, tgt_lang=d.tgt_lang, tokenize=d.tokenize,
                            truecase=d.truecase, bpe_merges=d.bpe_merges, joint_bpe=d.joint_bpe)
     src_tok, tgt_tok = pre.encode_many(train.src, "src"), pre.encode_many(train.tgt, "tgt")
-    keep, too_long, empty = filter_by_length(src_tok, tgt_tok, d.max_len)
+    kept, too_long, empty = filter_by_length(src_tok, tgt_tok, d.max_len)
     log(f"prepare: dropped {too_long} training pairs longer than {d.max_len} subwords and {empty} empty ones")
-    if not keep:
+    if not kept:
         raise DataError(f"{split_paths(d, 'train')[0]}: no training pair left after length filtering")
-    src_tok, tgt_tok = [src_tok[i] for i in keep], [tgt_tok[i] for i in keep]
+    src_tok, tgt_tok = [src_tok[i] for i in kept], [tgt_tok[i] for i in kept]
     max_size = d.vocab_size or None
     if d.joint_bpe:
         src_vocab = tgt_vocab = Vocab.build(src_tok + tgt_tok, max_size=max_size)
@@ -156,8 +181,8 @@ def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: boo
     log(f"prepare: vocabulary {len(src_vocab)} source / {len(tgt_vocab)} target symbols")
     train_split = Split([src_vocab.encode(s, add_eos=False) for s in src_tok],
                         [tgt_vocab.encode(t) for t in tgt_tok],
-                        [train.src[i] for i in keep], [train.tgt[i] for i in keep],
-                        [train.docs[i] for i in keep] if train.docs else None)
+                        [train.src[i] for i in kept], [train.tgt[i] for i in kept],
+                        [train.docs[i] for i in kept] if train.docs else None)
     dev_split = encode_split(pre, src_vocab, tgt_vocab, dev.src, dev.tgt, dev.docs)
     prep_dir.mkdir(parents=True, exist_ok=True)
     pre.save(prep_dir / "preprocess")

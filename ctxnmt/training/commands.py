@@ -11,7 +11,7 @@ from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.training.distributed import LAUNCHER_PID
 from ctxnmt.training.launch import launch
-from ctxnmt.training.loop import held_training
+from ctxnmt.training.loop import check_fresh_start, held_training
 from ctxnmt.training.trainer import Trainer
 from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
@@ -94,7 +94,10 @@ def _launch(args, config) -> int:
     if config.training.device.startswith("cuda"):
         if args.nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {args.nproc} needs as many GPUs; {torch.cuda.device_count()} visible")
-    prepare(config, log=to_stderr, keep=args.resume)
+    held = held_training(Path(config.model_dir))
+    if not args.resume:  # before preparing: the ranks would refuse only after the data was prepared again
+        check_fresh_start(Path(config.model_dir))
+    prepare(config, log=to_stderr, keep=bool(held))
     child = [args.config, *[a for o in args.overrides for a in ("--set", o)]]
     if args.max_minutes is not None:
         child += ["--max-minutes", str(args.max_minutes)]

@@ -113,6 +113,15 @@ def held_training(model_dir: Path) -> list[str]:
     return [name for name in ("done.json", "checkpoints/last.pt") if (Path(model_dir) / name).is_file()]
 
 
+def check_fresh_start(model_dir: Path) -> None:
+    """A fresh start would overwrite the checkpoints (and done.json) of the training already
+    in the directory: hours of work lost to a forgotten --resume or a second command."""
+    held = held_training(model_dir)
+    if held:
+        raise DataError(f"{model_dir}: already holds a training ({', '.join(held)}); continue it "
+                        "with --resume, or train into another model_dir (or delete that one)")
+
+
 class TrainingLoop(ABC):
     # Set by the trainer: its progress record and learning-rate schedule, the dev score that
     # selects best.pt (and its name in an early stop's reason), and how often last.pt is
@@ -145,14 +154,12 @@ class TrainingLoop(ABC):
         torch.manual_seed(training.seed)
 
     def _refuse_to_start_over(self) -> None:
-        """A fresh start would overwrite the checkpoints (and done.json) of the training already
-        in the directory: hours of work lost to a forgotten --resume or a second command."""
-        held = held_training(self.model_dir)
-        if held:
+        try:
+            check_fresh_start(self.model_dir)
+        except DataError:
             if self.lock is not None:
                 self.lock.release()
-            raise DataError(f"{self.model_dir}: already holds a training ({', '.join(held)}); continue it "
-                            "with --resume, or train into another model_dir (or delete that one)")
+            raise
 
     # -- what a trainer says -----------------------------------------------------------------
     @abstractmethod

@@ -24,7 +24,7 @@ from ctxnmt.errors import ConfigError
 from ctxnmt.models.nmt import NMTModel, build_model, check_names, count_parameters
 from ctxnmt.training.distributed import collective, device_for, init_world, rank_seed, rng_state, set_rng_state
 from ctxnmt.training.graphs import GraphedSteps
-from ctxnmt.training.loop import TrainingLoop, Window, position_in
+from ctxnmt.training.loop import TrainingLoop, Window, held_training, position_in
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.training.precision import Precision
 from ctxnmt.training.validate import document_context, validate
@@ -67,7 +67,7 @@ class Trainer(TrainingLoop):
         self.metric = self.metric_name = t.selection_metric
         self.checkpoint_every = t.checkpoint_every
         self.device = device_for(self.world, t.device)
-        self.data: Prepared = self._prepare(resume)
+        self.data: Prepared = self._prepare()
         self.src_lens, self.tgt_lens = [len(s) for s in self.data.train.src], [len(s) for s in self.data.train.tgt]
         self.train_context = document_context(self.data.train, config, "train", t.document_context)
         document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
@@ -94,12 +94,12 @@ class Trainer(TrainingLoop):
                  + (f"; {t.precision} autocast" if t.precision != "fp32" else ""))
         self.log(f"source: {source_revision()}")  # logged at every start, so a resume on other code shows
 
-    def _prepare(self, resume: bool) -> Prepared:
+    def _prepare(self) -> Prepared:
         """Each machine's first rank prepares (or finds prepared) the data before the others read it;
-        a resume refuses data prepared afresh from another data section or other files."""
+        a training already in the directory (one being resumed) refuses data changed since it began."""
         if self.world.local_rank > 0:
             self.world.barrier()
-        data = prepare(self.config, log=self.log, keep=resume)
+        data = prepare(self.config, log=self.log, keep=bool(held_training(self.model_dir)))
         if self.world.local_rank == 0:
             self.world.barrier()
         return data

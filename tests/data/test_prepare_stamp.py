@@ -90,7 +90,8 @@ def test_prep_from_before_the_files_were_recorded_is_reused(tmp_path, capsys):
 def test_resume_after_the_training_file_changed_is_refused_and_changes_nothing(trained, capsys):
     corpus, cfg, model_dir = trained
     before = snapshot(model_dir)
-    (corpus / "train.en").write_text((corpus / "train.en").read_text().replace("cat", "kitty"), encoding="utf-8")
+    edited = (corpus / "train.en").read_text().replace("cat", "dog")  # the same size and vocabulary
+    (corpus / "train.en").write_text(edited, encoding="utf-8")
     code, _, err = run(["train", cfg, *TRAIN, "--set", "training.max_updates=6", "--resume"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert re.search(r"train\.en changed since \S+prep was prepared from it; \S+ holds a training, which must go "
@@ -133,3 +134,39 @@ def test_a_missing_training_file_is_one_line(tmp_path, capsys):
     (corpus / "train.en").unlink()
     code, _, err = run(["prepare", tiny_config(tmp_path / "c.yaml", corpus, tmp_path / "m")], capsys)
     assert code == 2 and err.strip() == f"ctxnmt prepare: error: {corpus / 'train.en'}: no such file"
+
+
+def test_a_data_parallel_fresh_start_over_a_training_is_refused_before_preparing(trained, capsys):
+    corpus, cfg, model_dir = trained
+    before = snapshot(model_dir)
+    (corpus / "train.en").write_text((corpus / "train.en").read_text().replace("cat", "dog"), encoding="utf-8")
+    code, _, err = run(["train", cfg, *TRAIN, "--nproc", "2"], capsys)
+    assert code == 2 and "already holds a training (done.json, checkpoints/last.pt)" in err
+    assert "preparing again" not in err and snapshot(model_dir) == before  # the launcher had prepared it again
+
+
+def test_a_broken_stamp_is_prepared_again_but_not_under_a_training(trained, tmp_path, capsys):
+    _, cfg, model_dir = trained
+    stamp = model_dir / "prep" / "fingerprint.json"
+    stamp.write_text("{broken", encoding="utf-8")
+    before = snapshot(model_dir)
+    code, _, err = run(["train", cfg, *TRAIN, "--set", "training.max_updates=6", "--resume"], capsys)
+    assert code == 2 and "fingerprint.json" in err and "cannot tell what it was prepared from" in err
+    assert snapshot(model_dir) == before
+    corpus = write_corpus(tmp_path / "fresh")
+    fresh = tiny_config(tmp_path / "f.yaml", corpus, tmp_path / "f")
+    assert run(["prepare", fresh], capsys)[0] == 0
+    (tmp_path / "f" / "prep" / "fingerprint.json").write_text("{broken", encoding="utf-8")
+    code, _, err = run(["prepare", fresh], capsys)
+    assert code == 0 and "cannot tell what it was prepared from; preparing again" in err
+
+
+def test_a_data_key_added_since_at_its_default_keeps_prepared_data_valid(trained, capsys):
+    """As if `data.test` were new: the stamp's section lacks it and its fingerprint differs."""
+    _, cfg, model_dir = trained
+    stamp = model_dir / "prep" / "fingerprint.json"
+    recorded = json.loads(stamp.read_text())
+    del recorded["section"]["test"]
+    stamp.write_text(json.dumps({**recorded, "data": "0" * 16}), encoding="utf-8")
+    code, out, err = run(["train", cfg, *TRAIN, "--set", "training.max_updates=6", "--resume"], capsys)
+    assert code == 0 and "6 updates" in out and "preparing again" not in err
