@@ -247,9 +247,6 @@ def test_a_directory_of_the_other_kind_of_model_is_named_as_such(tmp_path, capsy
     code, _, err = run(["translate", tmp_path / "lm", "-i", tmp_path / "in.txt"], capsys)
     assert code == 2 and err.strip() == (f"ctxnmt translate: error: {tmp_path / 'lm'}: a language model's directory "
                                          "(ctxnmt lm score reads it), not a translation model's")
-    code, _, err = run(["serve", tmp_path / "lm", "--port", "8999"], capsys)
-    assert code == 2 and err.strip().endswith("a language model's directory (ctxnmt lm score reads it), "
-                                              "not a translation model's")
     code, _, err = run(["lm", "score", tmp_path / "nmt", "-i", tmp_path / "in.txt"], capsys)
     assert code == 2 and err.strip() == (f"ctxnmt lm: error: {tmp_path / 'nmt'}: a translation model's directory "
                                          "(ctxnmt translate reads it), not a language model's")
