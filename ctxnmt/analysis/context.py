@@ -25,6 +25,7 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import score_all
 from ctxnmt.evaluation.significance import compare
+from ctxnmt.utils.arguments import check_at_least
 from ctxnmt.utils.io import atomic_write, make_directory
 
 
@@ -106,6 +107,7 @@ def register(sub) -> None:
 
 
 def cmd_context(args) -> int:
+    check_at_least(1, beam=args.beam)
     src, doc_ids, refs = read_lines(args.input), read_lines(args.doc_ids), read_lines(args.ref)
     for path, lines in ((args.doc_ids, doc_ids), (args.ref, refs)):
         if len(lines) != len(src):

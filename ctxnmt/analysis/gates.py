@@ -36,6 +36,7 @@ from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.models.cells import AdaptiveGRUCell
+from ctxnmt.utils.arguments import check_at_least
 from ctxnmt.utils.io import atomic_write
 
 OUTPUT_WEIGHTS = ("alpha_s", "alpha_y", "alpha_c")  # the order of AdaptiveOutput.weights
@@ -313,6 +314,7 @@ def register(sub) -> None:
 
 
 def cmd_gates(args) -> int:
+    check_at_least(1, beam=args.beam, top=args.top)
     lines = read_lines(args.input, allow_empty=True)
     tags = read_lines(args.tags, allow_empty=True) if args.tags else None
     translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)

@@ -27,6 +27,7 @@ from ctxnmt.analysis.trees import ParsEval, attention_tree, brackets, parse_ptb,
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
+from ctxnmt.utils.arguments import check_at_least
 from ctxnmt.utils.io import atomic_write, make_directory
 
 START = "<s>"
@@ -107,13 +108,13 @@ def source_ids(translator, lines: list[str]) -> list[list[int]]:
 # -- target-attention -----------------------------------------------------------------
 
 def cmd_target_attention(args) -> int:
+    check_at_least(1, beam=args.beam, bins=args.bins)
+    check_at_least(0, max_plots=args.max_plots)
     translator = load_analysed(args.model_dir, args.checkpoint)
     src_lines = read_lines(args.input)
     refs = read_lines(args.ref) if args.ref else None
     if refs is not None and len(refs) != len(src_lines):
         raise DataError(f"{args.ref} has {len(refs)} lines but {args.input} has {len(src_lines)}")
-    if args.bins < 1:
-        raise ConfigError(f"--bins must be at least 1, not {args.bins}")
     keep = [i for i, line in enumerate(src_lines) if line.strip() and (refs is None or refs[i].strip())]
     src = source_ids(translator, [src_lines[i] for i in keep])
     if refs is not None:

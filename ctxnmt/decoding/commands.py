@@ -10,6 +10,7 @@ from ctxnmt.data.documents import blank_line_documents, check_document_ids
 from ctxnmt.decoding import length
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
+from ctxnmt.utils.arguments import check_at_least
 from ctxnmt.utils.io import atomic_write, check_writable
 
 
@@ -54,9 +55,7 @@ def _read_input(path: str | None) -> list[str]:
 def cmd_translate(args) -> int:
     if args.doc_ids and args.doc_blank_lines:
         raise ConfigError("--doc-ids and --doc-blank-lines are two ways of giving documents; use one")
-    for flag, value in (("--beam", args.beam), ("--nbest", args.nbest), ("--batch-size", args.batch_size)):
-        if value is not None and value < 1:  # 0 would mean the config's beam, or empty outputs, silently
-            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    check_at_least(1, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size)  # 0: the config's beam, silently
     for output in (args.output, args.attention):
         if output:
             check_writable(output)
