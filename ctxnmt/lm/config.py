@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxnmt.config import build_typed, naming_the_file, read_raw, validate_loop
+from ctxnmt.config import build_typed, check_ranges, naming_the_file, read_raw, validate_loop
 from ctxnmt.errors import ConfigError
 
 # none: the papers' LSTM baseline, no d_t; the -with-start forms are ours
@@ -75,17 +75,17 @@ def load_lm_config(path: str | Path | None, overrides: list[str] | None = None) 
     return config
 
 
+# The language model's own fields' ranges, beyond the training loop's (config.LOOP_RANGES).
+LM_RANGES = {"model": {"emb_dim": ">=1", "hidden_dim": ">=1", "layers": ">=1", "dropout": "[0,1)"},
+             "training": {"batch_size": ">=1", "bptt": ">=1"}, "data": {"vocab_size": ">=1"}}
+
+
 def validate(config: LMConfig) -> None:
-    m, t, d = config.model, config.training, config.data
+    m, t = config.model, config.training
     if m.summary not in SUMMARIES:
         raise ConfigError(f"model.summary must be one of {', '.join(SUMMARIES)}, got '{m.summary}'")
-    for key, value in (("model.emb_dim", m.emb_dim), ("model.hidden_dim", m.hidden_dim), ("model.layers", m.layers),
-                       ("training.batch_size", t.batch_size), ("training.bptt", t.bptt),
-                       ("data.vocab_size", d.vocab_size)):
-        if value < 1:
-            raise ConfigError(f"{key} must be at least 1, got {value}")
-    if not 0.0 <= m.dropout < 1.0:
-        raise ConfigError("model.dropout must be in [0, 1)")
+    for name, ranges in LM_RANGES.items():
+        check_ranges(getattr(config, name), name, ranges)
     if t.optimizer not in ("adam", "adadelta"):
         raise ConfigError(f"training.optimizer must be 'adam' or 'adadelta', got '{t.optimizer}'")
     validate_loop(t)
