@@ -145,10 +145,13 @@ class Translator:
         config_path = model_dir / "config.yaml"
         if not config_path.is_file():
             raise CheckpointError(f"{model_dir}: not a model directory (no config.yaml)")
-        if model_kind(read_raw(config_path)) == "language model":
-            raise CheckpointError(f"{model_dir}: a language model's directory (ctxnmt lm score reads it), "
-                                  "not a translation model's")
-        config = load_config(config_path)
+        try:
+            config = load_config(config_path)
+        except ConfigError:  # read again only to say why: another kind of model's config.yaml
+            if model_kind(read_raw(config_path)) == "language model":
+                raise CheckpointError(f"{model_dir}: a language model's directory (ctxnmt lm score reads it), "
+                                      "not a translation model's") from None
+            raise
         pre, src_vocab, tgt_vocab = load_pipeline(model_dir / "prep")
         path = Path(checkpoint) if checkpoint else default_checkpoint(model_dir)
         payload = load_checkpoint(path)

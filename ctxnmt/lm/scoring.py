@@ -10,7 +10,7 @@ import torch
 from ctxnmt.config import first_difference, lookup, model_kind, read_raw
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.data.vocab import Vocab
-from ctxnmt.errors import CheckpointError
+from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig, load_lm_config
 from ctxnmt.lm.model import ResidualLM
@@ -66,10 +66,13 @@ def load_lm(model_dir: str | Path, checkpoint: str = "best") -> tuple[LMConfig, 
     model_dir = Path(model_dir)
     if not (model_dir / "config.yaml").is_file():
         raise CheckpointError(f"{model_dir}: not an LM model directory (no config.yaml; made by ctxnmt lm train?)")
-    if model_kind(read_raw(model_dir / "config.yaml")) == "translation model":
-        raise CheckpointError(f"{model_dir}: a translation model's directory (ctxnmt translate reads it), "
-                              "not a language model's")
-    config = load_lm_config(model_dir / "config.yaml")
+    try:
+        config = load_lm_config(model_dir / "config.yaml")
+    except ConfigError:  # read again only to say why: another kind of model's config.yaml
+        if model_kind(read_raw(model_dir / "config.yaml")) == "translation model":
+            raise CheckpointError(f"{model_dir}: a translation model's directory (ctxnmt translate reads it), "
+                                  "not a language model's") from None
+        raise
     vocab = Vocab.load(model_dir / "vocab.txt")
     path = model_dir / "checkpoints" / f"{checkpoint}.pt"
     payload = load_checkpoint(path)
