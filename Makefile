@@ -76,7 +76,7 @@ demo: | install
 	fi
 
 demo-run: $(DEMO_DIR)/test.hyp.en
-	$(CTX) score --hyp $< --ref $(DATA)/test.en --metrics bleu,chrf
+	$(CTX) score --hyp $< --ref $(DATA)/test.en --lang en --metrics bleu,chrf
 	$(BIN)/python -m ctxnmt.examples --src $(DATA)/test.es --ref $(DATA)/test.en --hyp $< -n 8
 
 test: install sysdeps browser

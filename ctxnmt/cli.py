@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import importlib.metadata
 import sys
 
 from ctxnmt.errors import CtxnmtError
@@ -34,9 +35,20 @@ class CommandImportError(CtxnmtError):
     rather than one of them missing from --help without a word."""
 
 
+def version() -> str:
+    """The installed package's version; a source tree that was never installed has none."""
+    try:
+        return importlib.metadata.version("ctxnmt")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctxnmt", description="Context-aware recurrent NMT toolkit.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = argparse.ArgumentParser(prog="ctxnmt", description="Context-aware recurrent NMT toolkit.",
+                                     epilog="`ctxnmt COMMAND --help` describes a command and its options.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    # not required: a bare `ctxnmt` prints this help and exits 0 (main)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
@@ -53,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         to_stderr(f"ctxnmt: error: {err}")
         return 2
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     try:
         result = args.func(args)
     except Preempted as err:  # not an error: `ctxnmt experiment` and `lm compare` resume where they stopped

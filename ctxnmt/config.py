@@ -42,10 +42,17 @@ class DataConfig:
     test: str = "test"
     tokenize: bool = True
     truecase: bool = True
-    bpe_merges: int = 8000
-    joint_bpe: bool = True
+    bpe_merges: int = 8000  # subword-nmt merges (subwords: bpe); 0 = whole words
+    joint_bpe: bool = True  # one subword model on both sides (BPE's or SentencePiece's), else one per side
+    subwords: str = "bpe"  # bpe (subword-nmt) | sentencepiece (bpe_merges is then ignored)
+    sentencepiece_vocab: int = 8000  # pieces of the SentencePiece model (at most: a small corpus may give fewer)
+    sentencepiece_type: str = "unigram"  # unigram | bpe: SentencePiece's training algorithm
     vocab_size: int = 0  # 0 = every subword seen in training
     max_len: int = 80  # subword tokens; longer training pairs are dropped (and counted)
+    # Cleaning of the training pairs, each off by default (the papers' data came cleaned):
+    filter_ratio: float = 0.0  # drop pairs whose word counts differ by more than this factor (Moses clean-corpus-n: 9)
+    filter_duplicates: bool = False  # drop a pair that occurred before
+    filter_identical: bool = False  # drop a pair whose source and target are the same text
 
 
 @dataclass
@@ -279,8 +286,9 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 
 def _unknown_key(key: str, valid: list[str], where: str) -> ConfigError:
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(sorted(valid))}"
-    return ConfigError(f"unknown config key '{where}{key}'{hint}")
+    # the suggestion with its section, so that it can be pasted into --set or the file as it is
+    hint = f"; did you mean '{where}{close[0]}'?" if close else f"; valid keys: {', '.join(sorted(valid))}"
+    return ConfigError(f"unknown config key '{where}{key}'{hint}", key=f"{where}{key}")
 
 
 def _coerce(value: Any, typ: Any, key: str) -> Any:
@@ -302,12 +310,13 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
     elif typ is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-    raise ConfigError(f"config key '{key}' must be of type {typ.__name__}, got {value!r}")
+    raise ConfigError(f"config key '{key}' must be of type {typ.__name__}, got {value!r}", key=key)
 
 
 def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"config section '{where.rstrip('.')}' must be a mapping, got {raw!r}")
+        section = where.rstrip(".")
+        raise ConfigError(f"config section '{section}' must be a mapping, got {raw!r}", key=section)
     if cls is ModelConfig:
         types = {**_own_keys(), **{key: typ for key, (typ, _) in _COMPONENT_KEYS.items()}}
     else:
@@ -443,13 +452,77 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
 
 @contextlib.contextmanager
 def naming_the_file(path: str | Path | None, overrides: list[str] | None) -> Iterator[None]:
-    """A key's error names the config it was read from (its base chain and --set merged in)."""
+    """A key's error names where its value was written: the file and line (a base's, where the
+    key came from a base) or the --set item; an error naming no key that was written anywhere
+    names the config and whether --set changed it."""
     try:
         yield
     except ConfigError as err:
         if path is None:
             raise
-        raise ConfigError(f"{path}{' with --set' if overrides else ''}: {err}") from None
+        raise ConfigError(f"{_source_of(err, Path(path), overrides or [])}: {err}", err.key) from None
+
+
+# A dotted config key in an error's text (`model.out_dim`), for errors about several keys.
+DOTTED_KEY = re.compile(r"\b[a-z_]+(?:\.[a-z_0-9]+)+")
+
+
+def _source_of(err: ConfigError, path: Path, overrides: list[str]) -> str:
+    sources = key_sources(path, overrides)
+    if err.key:
+        named = [_source_of_key(sources, err.key)]
+    else:  # a check across keys: each key it names that was written somewhere
+        named = [sources.get(key) for key in DOTTED_KEY.findall(str(err))]
+    named = list(dict.fromkeys(n for n in named if n))
+    return " and ".join(named) if named else f"{path}{' with --set' if overrides else ''}"
+
+
+def _source_of_key(sources: dict[str, str], key: str) -> str | None:
+    """The key's own source; else, for a section, where a key inside it was written; else the
+    source of the section that holds it (`--set model={...}`)."""
+    if key in sources:
+        return sources[key]
+    inside = [source for k, source in sources.items() if k.startswith(f"{key}.")]
+    if inside:
+        return inside[-1]
+    parts = key.split(".")
+    return next((sources[p] for p in (".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)) if p in sources),
+                None)
+
+
+def key_sources(path: Path, overrides: list[str]) -> dict[str, str]:
+    """Where each dotted key of a config was last given: 'FILE:LINE' (the file or one of its
+    bases) or '--set ITEM'.  Read again only when an error needs it: the files were read once
+    already and are known to be valid YAML."""
+    sources: dict[str, str] = {}
+    for file in _base_chain(path):
+        sources.update({key: f"{file}:{line}" for key, line in _key_lines(file).items()})
+    for item in overrides:
+        dotted = item.split("=", 1)[0].strip()
+        sources = {k: v for k, v in sources.items() if not k.startswith(f"{dotted}.")}
+        sources[dotted] = f"--set {item}"
+    return sources
+
+
+def _base_chain(path: Path) -> list[Path]:
+    """The config and its bases, the furthest base first (the order in which they are merged)."""
+    base = read_yaml_mapping(path, "").get("base")
+    return [*_base_chain(path.parent / base), path] if isinstance(base, str) and base else [path]
+
+
+def _key_lines(path: Path) -> dict[str, int]:
+    """Each dotted key a YAML file writes -> the line it is written on."""
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                dotted = f"{prefix}{key.value}"
+                lines[dotted] = key.start_mark.line + 1
+                walk(value, f"{dotted}.")
+
+    walk(yaml.compose(path.read_text(encoding="utf-8")), "")
+    return lines
 
 
 # A single field's range, where its type allows values that mean nothing: (test, words).
@@ -463,7 +536,8 @@ RANGES = {
 # The translation config's fields, beyond the training loop's (LOOP_RANGES); 0 means "off",
 # "every", "unlimited" or "as another size" where the field's comment says so.
 FIELD_RANGES = {
-    "data": {"bpe_merges": ">=0", "vocab_size": ">=0", "max_len": ">=1"},
+    "data": {"bpe_merges": ">=0", "vocab_size": ">=0", "max_len": ">=1", "filter_ratio": ">=0",
+             "sentencepiece_vocab": ">=1"},
     "model": {"emb_dim": ">=1", "hidden_dim": ">=1", "att_dim": ">=1", "out_dim": ">=0", "encoder_layers": ">=1",
               "doc_sents": ">=0", "doc_dim": ">=0",
               "dropout_emb": "[0,1)", "dropout_hidden": "[0,1)", "dropout_out": "[0,1)"},
@@ -483,7 +557,7 @@ def check_ranges(section: Any, name: str, ranges: dict[str, str]) -> None:
         within, words = RANGES[rule]
         value = getattr(section, key)
         if not within(value):
-            raise ConfigError(f"{name}.{key} must be {words}, got {value}")
+            raise ConfigError(f"{name}.{key} must be {words}, got {value}", key=f"{name}.{key}")
 
 
 def validate(config: Config) -> None:
@@ -523,6 +597,15 @@ def validate(config: Config) -> None:
     _validate_decoding(config.decoding)
     if config.data.corpus not in ("bible", "files"):
         raise ConfigError(f"data.corpus must be 'bible' or 'files', got '{config.data.corpus}'")
+    _validate_subwords(config.data)
+
+
+def _validate_subwords(d: DataConfig) -> None:
+    if d.subwords not in ("bpe", "sentencepiece"):
+        raise ConfigError(f"data.subwords must be 'bpe' or 'sentencepiece', got '{d.subwords}'", key="data.subwords")
+    if d.sentencepiece_type not in ("unigram", "bpe"):
+        raise ConfigError(f"data.sentencepiece_type must be 'unigram' or 'bpe', got '{d.sentencepiece_type}'",
+                          key="data.sentencepiece_type")
 
 
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")

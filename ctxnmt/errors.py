@@ -16,6 +16,12 @@ class DataError(CtxnmtError):
 class ConfigError(CtxnmtError):
     """Unknown or invalid configuration keys and values."""
 
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        # the dotted config key at fault, where there is one: the error can then name the file
+        # and line, or the --set item, that gave it
+        self.key = key
+
 
 class CheckpointError(CtxnmtError):
     """Missing, corrupt or incompatible checkpoints."""

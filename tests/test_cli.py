@@ -75,7 +75,8 @@ def test_data_prepare_train_translate_score(bible_slice, tmp_path, capsys):
     assert len(att.read_text().splitlines()) == 11
     code, out, _ = run(["translate", model_dir, "-i", test_src, "-o", hyp], capsys)
     assert code == 0 and len(hyp.read_text(encoding="utf-8").splitlines()) == 30
-    code, out, _ = run(["score", "--hyp", hyp, "--ref", bible_slice / "test.en", "--metrics", "bleu,chrf"], capsys)
+    code, out, _ = run(["score", "--hyp", hyp, "--ref", bible_slice / "test.en", "--lang", "en", "--metrics",
+                        "bleu,chrf"], capsys)
     assert code == 0 and "BLEU|" in out and "chrF" in out and "tokenised BLEU" in out
 
 

@@ -30,7 +30,7 @@ def test_overrides_are_typed(tmp_path):
 def test_unknown_key_names_key_and_closest_match(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("model:\n  hiden_dim: 10\n")
-    with pytest.raises(ConfigError, match=r"unknown config key 'model.hiden_dim'; did you mean 'hidden_dim'"):
+    with pytest.raises(ConfigError, match=r"unknown config key 'model.hiden_dim'; did you mean 'model.hidden_dim'"):
         load_config(path)
     with pytest.raises(ConfigError, match=r"'traning'.*did you mean 'training'"):
         load_config(None, ["traning.lr=1"])
@@ -181,14 +181,44 @@ def test_every_shipped_config_is_within_the_ranges():
         (load_lm_config if path.name.startswith("lm") else load_config)(path)
 
 
-def test_a_keys_error_names_the_config_file(tmp_path):
+def test_a_keys_error_names_the_file_and_line_or_the_set_item_that_gave_it(tmp_path):
+    """A bad value in the file was reported as '{file} with --set' whenever any --set was given."""
     path = tmp_path / "c.yaml"
-    path.write_text("data:\n  corpuss: files\n")
-    with pytest.raises(ConfigError, match=r"c.yaml: unknown config key 'data.corpuss'"):
+    path.write_text("name: x\ndata:\n  corpuss: files\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}:3: unknown config key 'data.corpuss'"):
         load_config(path)
-    path.write_text("name: x\n")
-    with pytest.raises(ConfigError, match=r"c.yaml with --set: config key 'model.hidden_dim' must be of type int"):
-        load_config(path, ["model.hidden_dim=big"])
+    path.write_text("name: x\nmodel: {emb_dim: 8,\n  hidden_dim: big}\n")
+    for overrides in ([], ["training.lr=0.1"]):
+        with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}:3: config key 'model.hidden_dim' must be"):
+            load_config(path, overrides)
+    with pytest.raises(ConfigError, match=r"^--set model.hidden_dim=0: model.hidden_dim must be at least 1, got 0$"):
+        load_config(path, ["model.hidden_dim=0"])
+    with pytest.raises(ConfigError, match=r"^--set model=\{hidden_dim: -1\}: model.hidden_dim must be at least 1"):
+        load_config(path, ["model={hidden_dim: -1}"])  # a section given whole: its keys are the --set's
+    with pytest.raises(ConfigError, match=r"^--set traning.lr=1: unknown config key 'traning'"):
+        load_config(path, ["model.hidden_dim=3", "traning.lr=1"])
+
+
+def test_a_key_from_a_base_names_the_base_and_a_check_across_keys_names_each_given_one(tmp_path):
+    (tmp_path / "root.yaml").write_text("name: r\nmodel:\n  tie_embeddings: true\n")
+    (tmp_path / "leaf.yaml").write_text("base: root.yaml\ntraining: {lr: -1}\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path / 'leaf.yaml'))}:2: training.lr must be above 0"):
+        load_config(tmp_path / "leaf.yaml", ["training.seed=3"])
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "leaf.yaml", ["model.out_dim=7", "training.lr=0.1"])
+    assert str(err.value) == (f"{tmp_path / 'root.yaml'}:3 and --set model.out_dim=7: model.tie_embeddings needs "
+                              "model.out_dim equal to model.emb_dim")
+    (tmp_path / "leaf.yaml").write_text("base: root.yaml\n")
+    with pytest.raises(ConfigError, match=r"^--set training.cooldown_updates=5: training.cooldown_updates needs"):
+        load_config(tmp_path / "leaf.yaml", ["model.tie_embeddings=false", "training.cooldown_updates=5"])
+
+
+def test_a_suggested_key_carries_its_section_so_that_it_can_be_pasted():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["training.valid_evry=3"])
+    suggested = re.search(r"did you mean '([^']+)'\?$", str(err.value)).group(1)
+    assert suggested == "training.valid_every"
+    assert load_config(None, [f"{suggested}=3"]).training.valid_every == 3
 
 
 @pytest.mark.parametrize("value", ["runs/cmp #2", "a: b", "plain/dir", "@x", "", "yes"])

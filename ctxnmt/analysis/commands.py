@@ -17,7 +17,10 @@ ANALYSIS_MODULES = (
 
 
 def register(sub) -> None:
-    p = sub.add_parser("analyze", help="analyse a trained model (attention, trees, gates, alignment, document context)")
+    p = sub.add_parser("analyze", help="analyse a trained model (attention, trees, gates, alignment, document context)",
+                       description="Analyses of trained models: what the target-side attention attends to and the "
+                                   "trees it induces, the adaptive gates, attention as word alignment, the use of "
+                                   "document context, and learning curves (docs/analysis.md).")
     inner = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
     for name in ANALYSIS_MODULES:
         try:

@@ -25,7 +25,7 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import score_all
 from ctxnmt.evaluation.significance import compare
-from ctxnmt.utils.arguments import check_at_least
+from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, add_ref, check_at_least
 from ctxnmt.utils.io import atomic_write, make_directory
 
 
@@ -95,14 +95,16 @@ def register(sub) -> None:
                        description="Translate a test set with each sentence's own previous sentences, with none, "
                                    "and with as many from another document; score each and test it against the "
                                    "own context (paired bootstrap).")
-    p.add_argument("model_dir")
-    p.add_argument("-i", "--input", required=True, help="source text, one sentence a line")
-    p.add_argument("--doc-ids", required=True, help="one document id per input line")
-    p.add_argument("-r", "--ref", required=True, help="reference translations")
-    p.add_argument("--lang", default="en", help="target language, for tokenised scoring (default en)")
+    add_model_dir(p, "a document-context model's directory (model.doc_*), as ctxnmt train wrote it")
+    add_input(p, "source text, one sentence a line", required=True)
+    p.add_argument("--doc-ids", required=True, metavar="FILE", help="one document id per input line")
+    add_ref(p, "reference translations", required=True)
+    p.add_argument("--lang", help="the output's language, as Moses tokenises it (default: the model's target "
+                                  "language, data.tgt_lang)")
     p.add_argument("--seed", type=int, default=1, help="which other documents lend their sentences (default 1)")
     p.add_argument("--beam", type=int, help="beam size (default: the model's)")
-    p.add_argument("--out-dir", help="write each condition's translation there as {own,none,other}.txt")
+    add_output(p, "write each condition's translation to this directory as {own,none,other}.txt", "--out-dir",
+               dest="out_dir", metavar="DIR")
     p.set_defaults(func=cmd_context)
 
 
@@ -112,7 +114,8 @@ def cmd_context(args) -> int:
     for path, lines in ((args.doc_ids, doc_ids), (args.ref, refs)):
         if len(lines) != len(src):
             raise DataError(f"{path} has {len(lines)} lines but {args.input} has {len(src)}")
-    rows, outputs = context_table(src, doc_ids, refs, Translator.load(args.model_dir), args.lang,
+    translator = Translator.load(args.model_dir)
+    rows, outputs = context_table(src, doc_ids, refs, translator, args.lang or translator.config.data.tgt_lang,
                                   args.seed, args.beam)
     if args.out_dir:
         make_directory(args.out_dir)

@@ -181,7 +181,8 @@ def register(sub) -> None:
                        description="Read the validations of each run's train.log; print the best dev BLEU and how "
                                    "much the running best rose over the last quarter of the run's updates; "
                                    "optionally plot the curves and write them as CSV.")
-    p.add_argument("model_dirs", nargs="+", metavar="MODEL_DIR")
+    p.add_argument("model_dirs", nargs="+", metavar="MODEL_DIR",
+                   help="model directories of training runs (their train.log is read; a run still training too)")
     p.add_argument("--name", action="append", help="a label per model directory, in order (default: the path)")
     p.add_argument("--plot", metavar="F.png", help="dev BLEU against updates, one line per run")
     p.add_argument("--csv", metavar="F.csv", help="every validation: run, update, target tokens, ppl, bleu")

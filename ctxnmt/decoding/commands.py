@@ -10,19 +10,19 @@ from ctxnmt.data.documents import blank_line_documents, check_document_ids
 from ctxnmt.decoding import length
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
-from ctxnmt.utils.arguments import check_at_least
+from ctxnmt.utils.arguments import add_input, add_model_dirs, add_output, check_at_least, check_device
 from ctxnmt.utils.io import atomic_write, check_writable
 
 
 def register(sub) -> None:
-    p = sub.add_parser("translate", help="translate raw text with a trained model directory")
-    p.add_argument("model_dir")
-    p.add_argument("ensemble", nargs="*", metavar="MODEL_DIR",
-                   help="more model directories: translate with the ensemble (same preprocessing and vocabularies)")
+    p = sub.add_parser("translate", help="translate raw text with a trained model directory",
+                       description="Translate raw (untokenised) text, one sentence a line, with a trained model or "
+                                   "an ensemble of several: the output is detokenised text, one line per input line.")
+    add_model_dirs(p, "an ensemble, decoded together (same preprocessing and vocabularies)")
     p.add_argument("--ensemble-mode", choices=("logprob", "prob"), default="logprob",
                    help="combine members by averaging log-probabilities (default) or probabilities")
-    p.add_argument("-i", "--input", help="input file (default: stdin)")
-    p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
+    add_input(p, "source text, one sentence a line (default: stdin)")
+    add_output(p, "the translations, written atomically (default: stdout)")
     p.add_argument("--beam", type=int, help="beam size (default: the config's; 1 = greedy)")
     p.add_argument("--nbest", type=int, default=1, help="print the N best as 'i ||| text ||| score'")
     p.add_argument("--batch-size", type=int, help="sentences decoded together")
@@ -56,12 +56,13 @@ def cmd_translate(args) -> int:
     if args.doc_ids and args.doc_blank_lines:
         raise ConfigError("--doc-ids and --doc-blank-lines are two ways of giving documents; use one")
     check_at_least(1, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size)  # 0: the config's beam, silently
+    check_device(args.device)
     for output in (args.output, args.attention):
         if output:
             check_writable(output)
     options = length.from_arguments(args)
-    model_dirs = [args.model_dir, *args.ensemble]
-    translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir, checkpoint=args.checkpoint,
+    model_dirs = args.model_dirs
+    translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0], checkpoint=args.checkpoint,
                                  device=args.device, ensemble_mode=args.ensemble_mode)
     if args.cuda_graphs:
         translator.use_cuda_graphs()

@@ -22,6 +22,7 @@ from ctxnmt.evaluation.metrics import (
 from ctxnmt.evaluation.replicates import TEST as REPLICATE_TEST
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_ar
 from ctxnmt.evaluation.significance import TESTS, compare
+from ctxnmt.utils.arguments import add_input, add_ref
 from ctxnmt.utils.io import atomic_write, check_writable
 
 
@@ -29,12 +30,12 @@ def register(subparsers) -> None:
     """Add the ``score`` sub-command."""
     parser = subparsers.add_parser(
         "score", help="score translations (BLEU, chrF, TER) and test significance",
-        description="Score one or more systems against a reference. With several "
-                    "--hyp files and --significance, every system is compared "
-                    "with the first one (the baseline).")
+        description="Score one or more systems against a reference: sacreBLEU, tokenised BLEU (Moses-tokenised "
+                    "in the output's language, --lang), chrF and TER. With several --hyp files and --significance, "
+                    "every system is compared with the first one (the baseline).")
     parser.add_argument("--hyp", action="append", required=True, metavar="FILE",
                         help="detokenised system output; repeat for several systems")
-    parser.add_argument("--ref", required=True, metavar="FILE", help="detokenised reference")
+    add_ref(parser, "detokenised reference", required=True)
     parser.add_argument("--metrics", default=",".join(METRICS),
                         help="comma-separated subset of %(default)s")
     parser.add_argument("--significance", choices=(*TESTS, REPLICATE_TEST),
@@ -46,9 +47,10 @@ def register(subparsers) -> None:
     parser.add_argument("--samples", type=int, default=None, metavar="N",
                         help="bootstrap resamples / AR trials (default 1000 / 10000)")
     parser.add_argument("--seed", type=int, default=12345, help="RNG seed for resampling tests")
-    parser.add_argument("--lang", default="en",
-                        help="target language for Moses tokenisation of tokenised BLEU")
-    parser.add_argument("--src", metavar="FILE", help="source side, needed for --length-buckets and --buckets")
+    parser.add_argument("--lang",
+                        help="the output's language (en, es, …), in which tokenised BLEU Moses-tokenises --hyp and "
+                             "--ref: needed with the metric bleu, unless --tokenised")
+    add_input(parser, "source text, needed for --length-buckets and --buckets", "--src", dest="src")
     parser.add_argument("--length-buckets", action="store_true",
                         help="print BLEU and average output length by source length ([0,10), [10,20), ...)")
     parser.add_argument("--buckets", metavar="PNG_OR_CSV",
@@ -90,7 +92,7 @@ def _validate(args) -> tuple[str, ...]:
         raise CtxnmtError("--significance needs at least two --hyp files (the first is the baseline)")
     if (args.buckets or args.length_buckets) and not args.src:
         option = "--buckets" if args.buckets else "--length-buckets"
-        raise CtxnmtError(f"{option} needs --src (buckets are by source length)")
+        raise CtxnmtError(f"{option} needs -i/--input, the source text (buckets are by source length)")
     if args.buckets and Path(args.buckets).suffix.lower() not in (".png", ".csv"):
         raise CtxnmtError(f"--buckets {args.buckets}: expected a .png or .csv file name")
     if args.buckets:
@@ -106,6 +108,7 @@ def _validate(args) -> tuple[str, ...]:
         raise CtxnmtError(f"--samples must be positive, not {args.samples}")
     if args.lowercase and not args.tokenised:
         raise CtxnmtError("--lowercase applies to --tokenised scoring only")
+    _check_lang(args, metrics)
     if args.tokenised:
         if metrics != ("bleu",):
             raise CtxnmtError("--tokenised scores BLEU only: use --metrics bleu")
@@ -114,6 +117,17 @@ def _validate(args) -> tuple[str, ...]:
         if args.buckets or args.length_buckets:
             raise CtxnmtError("--tokenised does not combine with length buckets")
     return metrics
+
+
+def _check_lang(args, metrics: tuple[str, ...]) -> None:
+    """Tokenised BLEU Moses-tokenises detokenised files in the output's language, which score
+    cannot know: English rules on Spanish output split and join other tokens."""
+    if args.tokenised and args.lang:
+        raise CtxnmtError("--lang is the language in which detokenised files are Moses-tokenised; --tokenised "
+                          "files are scored as they are: leave out --lang")
+    if "bleu" in metrics and not args.tokenised and not args.lang:
+        raise CtxnmtError("tokenised BLEU (with the metric bleu) Moses-tokenises the output in its language: "
+                          "give it with --lang (e.g. --lang en), or leave bleu out of --metrics")
 
 
 def run_score(args: argparse.Namespace) -> int:

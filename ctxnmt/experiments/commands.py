@@ -16,7 +16,7 @@ def register(sub) -> None:
                        description="Train every system of an experiment file under the same budget and seeds, "
                                    "translate the test set, score it, test each system against the baseline and "
                                    "write report.md/.csv/.json. Rerunning it redoes only what is missing.")
-    p.add_argument("experiment", help="experiment YAML file (see docs/experiments.md)")
+    p.add_argument("experiment", metavar="EXPERIMENT", help="experiment YAML file (see docs/experiments.md)")
     p.add_argument("--quiet", action="store_true", help="no training progress bar or training log on stderr")
     p.add_argument("--dry-run", action="store_true",
                    help="check the file and every system's config, print each run's state and training command, "

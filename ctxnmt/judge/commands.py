@@ -7,33 +7,42 @@ from ctxnmt.data.corpus import read_lines
 from ctxnmt.judge.report import format_csv, format_markdown, overall_agreement, report_rows
 from ctxnmt.judge.server import make_server
 from ctxnmt.judge.study import System, create_study, meta, open_study, parse_system
+from ctxnmt.utils.arguments import add_input, add_output, add_ref
 from ctxnmt.utils.io import atomic_write
 
 
 def register(sub) -> None:
-    p = sub.add_parser("judge", help="blind pairwise human ranking of system outputs (create, serve, report)")
+    p = sub.add_parser("judge", help="blind pairwise human ranking of system outputs (create, serve, report)",
+                       description="A blind pairwise ranking study of system outputs by human judges, from the "
+                                   "sample to the table (docs/human-evaluation.md).")
     inner = p.add_subparsers(dest="judge_command", required=True, metavar="ACTION")
 
-    c = inner.add_parser("create", help="sample items and write a new study file (SQLite)")
-    c.add_argument("--src", required=True, help="source text, one sentence per line")
-    c.add_argument("--ref", help="reference translations, shown to the judges when given")
+    c = inner.add_parser("create", help="sample items and write a new study file (SQLite)",
+                         description="Sample source sentences, pair every two systems' outputs of each in a random "
+                                     "left/right order, and write them to a new study file (SQLite).")
+    add_input(c, "source text, one sentence per line", "--src", dest="src", required=True)
+    add_ref(c, "reference translations, shown to the judges when given")
     c.add_argument("--system", action="append", required=True, metavar="NAME=FILE",
                    help="a system's output, line-aligned with --src; two or more (every pair is judged)")
     c.add_argument("--n", type=int, default=50, help="source sentences sampled (default 50, as in the papers)")
     c.add_argument("--seed", type=int, default=1, help="seed of the sample and of the left/right sides")
-    c.add_argument("-o", "--output", required=True, help="the study file to create (never overwritten)")
+    add_output(c, "the study file to create (never overwritten)", metavar="STUDY", required=True)
     c.set_defaults(func=cmd_create)
 
-    s = inner.add_parser("serve", help="the judging web page for a study")
-    s.add_argument("study")
+    s = inner.add_parser("serve", help="the judging web page for a study",
+                         description="Serve a study's judging page: each judge ranks the pairs of outputs they are "
+                                     "shown, and every answer is saved in the study file as it is given.")
+    s.add_argument("study", metavar="STUDY", help="the study file that ctxnmt judge create wrote")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8765, help="port (0: any free port; the URL is printed)")
     s.set_defaults(func=cmd_serve)
 
-    r = inner.add_parser("report", help="per pair %% higher / equal / lower, sign test, agreement")
-    r.add_argument("study")
-    r.add_argument("--format", choices=("md", "csv"), default="md")
-    r.add_argument("-o", "--output", help="write the report here (atomically) instead of stdout")
+    r = inner.add_parser("report", help="per pair %% higher / equal / lower, sign test, agreement",
+                         description="Report a study's answers: per pair of systems how often one was ranked "
+                                     "higher, equal or lower, a sign test, and the judges' agreement.")
+    r.add_argument("study", metavar="STUDY", help="the study file that ctxnmt judge create wrote")
+    r.add_argument("--format", choices=("md", "csv"), default="md", help="a Markdown table (default) or CSV")
+    add_output(r, "write the report here (atomically) instead of stdout")
     r.set_defaults(func=cmd_report)
 
 

@@ -1,4 +1,4 @@
-"""`ctxnmt lm train CONFIG`, `ctxnmt lm compare CONFIG … --out DIR` and `ctxnmt lm score MODEL_DIR -i FILE`."""
+"""`ctxnmt lm train CONFIG`, `ctxnmt lm compare CONFIG … -o DIR` and `ctxnmt lm score MODEL_DIR -i FILE`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,49 +8,59 @@ from ctxnmt.lm.config import load_lm_config
 from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import score_file
 from ctxnmt.training import runs
+from ctxnmt.training.budget import add_budget_arguments, budget_overrides
+from ctxnmt.utils.arguments import add_input, add_model_dir, add_output
 from ctxnmt.utils.messages import stderr_log, to_stderr
 from ctxnmt.utils.preemption import Preempted
 
 
 def register(sub) -> None:
-    p = sub.add_parser("lm", help="the residual LSTM language model: train, score")
+    p = sub.add_parser("lm", help="the residual LSTM language model: train, compare, score",
+                       description="The residual LSTM language model (docs/lm.md): train one, compare configs over "
+                                   "seeds, score a text's perplexity.")
     inner = p.add_subparsers(dest="lm_command", required=True, metavar="LM_COMMAND")
 
-    t = inner.add_parser("train", help="train an LM; prints dev and test perplexity of the best checkpoint")
-    t.add_argument("config", help="YAML LM config file")
+    t = inner.add_parser("train", help="train an LM; prints dev and test perplexity of the best checkpoint",
+                         description="Train the language model an LM config describes into its model_dir, then "
+                                     "print the dev and test perplexity of its best checkpoint (docs/lm.md).")
+    t.add_argument("config", metavar="CONFIG", help="YAML LM config file (configs/lm-*.yaml)")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set model.summary=mean (repeatable)")
-    t.add_argument("--max-minutes", type=float, help="training-time budget (overrides the config)")
+    add_budget_arguments(t)
     t.add_argument("--quiet", action="store_true", help="no log lines on stderr")
     t.add_argument("--resume", action="store_true", help="continue exactly from MODEL_DIR/checkpoints/last.pt")
     t.set_defaults(func=cmd_train)
 
-    c = inner.add_parser("compare", help="train several LM configs with several seeds; test perplexity, mean ± sd")
+    c = inner.add_parser("compare", help="train several LM configs with several seeds; test perplexity, mean ± sd",
+                         description="Train each LM config with each seed into OUTPUT/NAME/seedS (resuming what "
+                                     "stopped), then report test perplexity per config, mean ± sd over the seeds, "
+                                     "against the first config (report.md, report.json).")
     c.add_argument("configs", nargs="+", metavar="CONFIG", help="LM configs; the first is the baseline")
     c.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="training seeds (default 1 2 3)")
-    c.add_argument("--out", required=True, help="directory for the runs ({out}/{name}/seed{s}) and report.md/.json")
+    add_output(c, "directory for the runs ({output}/{name}/seed{s}) and report.md/.json", "--out", dest="out",
+               metavar="DIR", required=True)
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="an override for every config (repeatable), e.g. --set training.max_epochs=20")
     c.add_argument("--export", metavar="DIR",
                    help="then copy the report and every finished run's small files (config.yaml, train.log, "
-                        "test.logprobs, results.json) to DIR, to be committed: `--report --out DIR` reports them again")
-    runs.add_arguments(c, "NAME[:SEED]", "report the runs under --out that have finished (e.g. committed ones)")
+                        "test.logprobs, results.json) to DIR, to be committed: `--report -o DIR` reports them again")
+    runs.add_arguments(c, "NAME[:SEED]", "report the runs under -o that have finished (e.g. committed ones)")
     c.set_defaults(func=cmd_compare)
 
-    s = inner.add_parser("score", help="perplexity of a text (and per-line log-probabilities)")
-    s.add_argument("model_dir", help="directory written by ctxnmt lm train")
-    s.add_argument("-i", "--input", required=True, help="text file, one sentence a line (raw, untokenised)")
+    s = inner.add_parser("score", help="perplexity of a text (and per-line log-probabilities)",
+                         description="The perplexity of a text under a trained language model, and with --per-line "
+                                     "each line's log-probability.")
+    add_model_dir(s, "a language model's directory, written by ctxnmt lm train")
+    add_input(s, "text file, one sentence a line (raw, untokenised)", required=True)
     s.add_argument("--per-line", action="store_true",
                    help="print each line's natural log-probability and token count (words + </s>) first")
-    s.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    s.add_argument("--checkpoint", choices=("best", "last"), default="best",
+                   help="which checkpoint to score with (default: best)")
     s.set_defaults(func=cmd_score)
 
 
 def cmd_train(args) -> int:
-    overrides = list(args.overrides)
-    if args.max_minutes is not None:
-        overrides.append(f"training.max_minutes={args.max_minutes}")
-    config = load_lm_config(args.config, overrides)
+    config = load_lm_config(args.config, [*args.overrides, *budget_overrides(args)])
     try:
         record = train_and_score(config, quiet=args.quiet, resume=args.resume)
     except Preempted as err:

@@ -9,14 +9,18 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, CtxnmtError
 from ctxnmt.serve import settings
 from ctxnmt.serve.settings import Limits, ServeSettings
+from ctxnmt.utils.arguments import add_model_dirs, check_device
 
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="serve model(s) over HTTP: a JSON API with dynamic batching and a web page")
-    p.add_argument("model_dir")
-    p.add_argument("ensemble", nargs="*", metavar="MODEL_DIR",
-                   help="more model directories: serve the ensemble (same preprocessing and vocabularies)")
-    p.add_argument("--ensemble-mode", choices=("logprob", "prob"), default="logprob")
+    p = sub.add_parser("serve", help="serve model(s) over HTTP: a JSON API with dynamic batching and a web page",
+                       description="Serve a trained model, or an ensemble of several, over HTTP: a JSON API "
+                                   "(/v1/translate, /v1/models, /health) whose requests are batched together, and "
+                                   "a web page that shows what the model attends to (docs/serve.md).")
+    add_model_dirs(p, "an ensemble, decoded together (same preprocessing and vocabularies)")
+    p.add_argument("--ensemble-mode", choices=("logprob", "prob"), default="logprob",
+                   help="combine members by averaging log-probabilities (default) or probabilities")
+    p.add_argument("--device", default="cpu", help="where to decode: cpu (default), cuda or cuda:N")
     p.add_argument("--host", default=settings.HOST, help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=settings.PORT, help="port (default: %(default)s)")
     p.add_argument("--beam", type=int, help="beam size when a request gives none (default: the config's)")
@@ -43,6 +47,7 @@ def _check(args) -> None:
         raise ConfigError(f"--port must be at most 65535, not {args.port}")
     if args.max_wait_ms < 0:
         raise ConfigError(f"--max-wait-ms must not be negative, not {args.max_wait_ms}")
+    check_device(args.device)
 
 
 def cmd_serve(args) -> int:
@@ -56,9 +61,9 @@ def cmd_serve(args) -> int:
     options = length.from_arguments(args)
     log = SERVER_LOG
     start = time.perf_counter()
-    model_dirs = [args.model_dir, *args.ensemble]
-    translator = Translator.load(model_dirs if len(model_dirs) > 1 else args.model_dir,
-                                 ensemble_mode=args.ensemble_mode)
+    model_dirs = args.model_dirs
+    translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0],
+                                 device=args.device, ensemble_mode=args.ensemble_mode)
     translator.warn = log
     translator.length_control(options)  # a bad combination with the model's config: refused at start
     beam = args.beam or translator.config.decoding.beam

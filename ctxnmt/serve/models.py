@@ -6,9 +6,50 @@ from pathlib import Path
 
 import torch
 
-from ctxnmt.config import load_config
+from ctxnmt.config import ModelConfig, load_config
+from ctxnmt.models.capabilities import Capabilities
 from ctxnmt.utils.checkpoint import default_checkpoint
 from ctxnmt.serve.signals import Signals
+
+
+# Plain words for the registered components, for a reader who does not know the config's
+# names; a component missing here (a new variant) is named by its registry name.
+ENCODER_WORDS = {
+    "birnn": "bidirectional GRU encoder",
+    "stacked-birnn": "stacked bidirectional GRU encoder ({layers} layers)",
+    "fcae": "context-aware encoder (left to right, with the future context right to left)",
+    "bcae": "context-aware encoder (right to left, with the future context left to right)",
+}
+DECODER_WORDS = {
+    "cgru": "conditional GRU decoder",
+    "memory-rnn": "conditional GRU decoder whose recurrence attends to its own previous states",
+    "self-attentive-rnn": "conditional GRU decoder that also attends to its own previous states",
+}
+TARGET_CONTEXT_WORDS = {
+    "previous": "",  # the baseline's: the previous target word, as every RNNsearch reads it
+    "mean": "the mean of the previous target words as target context",
+    "mean-with-start": "the mean of the previous target words and the start symbol as target context",
+}
+SELF_ATTENTIVE = "self-attention over the previous target words"
+
+
+def describe(model: ModelConfig, capabilities: Capabilities) -> str:
+    """The architecture in plain words: the encoder and decoder, then only what differs
+    from RNNsearch's (target context, hyper-gated cells, adaptive output, document context)."""
+    encoder = ENCODER_WORDS.get(model.encoder, f"{model.encoder} encoder").format(layers=model.encoder_layers)
+    parts = [encoder, DECODER_WORDS.get(model.decoder, f"{model.decoder} decoder")]
+    parts.append(TARGET_CONTEXT_WORDS.get(model.target_context, SELF_ATTENTIVE
+                 if model.target_context.startswith("self-attentive") else f"target context {model.target_context}"))
+    gated = [side for side, names in (("encoder", capabilities.encoder_hyper_gates),
+                                      ("decoder", capabilities.decoder_hyper_gates)) if names]
+    if gated:
+        parts.append(f"hyper-gated (adaptive) GRUs in the {' and '.join(gated)}")
+    if capabilities.adaptive_output:
+        parts.append("adaptive output weights")
+    text = "RNNsearch: " + ", ".join(p for p in parts if p)
+    if model.uses_document:
+        text += f"; reads the {model.doc_sents} previous source sentences of the document as context"
+    return text
 
 
 def member_info(model_dir: Path, model, translator) -> dict:
@@ -20,6 +61,7 @@ def member_info(model_dir: Path, model, translator) -> dict:
         "model_dir": str(model_dir),
         "name": config.name,
         "architecture": config.to_dict()["model"],
+        "description": describe(config.model, model.capabilities),
         "capabilities": dataclasses.asdict(model.capabilities),
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocabularies": {"source": {"language": config.data.src_lang, "size": len(translator.src_vocab)},

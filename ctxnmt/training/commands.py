@@ -1,6 +1,7 @@
 """`ctxnmt prepare` and `ctxnmt train`."""
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -9,8 +10,10 @@ import torch
 from ctxnmt.config import load_config
 from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
+from ctxnmt.training.budget import add_budget_arguments, budget_overrides
 from ctxnmt.training.distributed import LAUNCHER_PID
 from ctxnmt.training.launch import launch
+from ctxnmt.training.log import score_text
 from ctxnmt.training.loop import check_fresh_start, held_training
 from ctxnmt.training.trainer import Trainer
 from ctxnmt.utils.messages import to_stderr
@@ -18,22 +21,42 @@ from ctxnmt.utils.preemption import Preempted
 
 
 def _add_config_args(p) -> None:
-    p.add_argument("config", help="YAML config file")
+    p.add_argument("config", metavar="CONFIG", help="YAML config file, e.g. configs/rnnsearch-small.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set training.lr=0.0005 (repeatable)")
 
 
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number of processes, at least 1, not {text!r}")
+    return value
+
+
 def register(sub) -> None:
-    p = sub.add_parser("prepare", help="tokenise, truecase, learn BPE and vocabularies into the model directory")
+    p = sub.add_parser("prepare", help="tokenise, truecase, learn BPE and vocabularies into the model directory",
+                       description="Prepare the config's corpus for training into MODEL_DIR/prep: tokenise, truecase, "
+                                   "learn BPE and the vocabularies.  `ctxnmt train` does it first when it is not done; "
+                                   "an up-to-date prep directory is kept.")
     _add_config_args(p)
     p.add_argument("--force", action="store_true", help="redo even if the model directory is up to date")
+    p.add_argument("--workers", type=_workers, default=0, metavar="N",
+                   help="processes that prepare the training pairs (default: one per core); the output is the same "
+                        "for any N")
     p.set_defaults(func=cmd_prepare)
 
-    p = sub.add_parser("train", help="train a model (prepares the data first if needed)")
+    p = sub.add_parser("train", help="train a model (prepares the data first if needed)",
+                       description="Train the model a config describes into its model_dir: prepare the data if "
+                                   "needed, validate every training.valid_every updates, keep checkpoints/best.pt "
+                                   "and last.pt, stop at a budget or by early stopping.  --resume continues exactly.")
     _add_config_args(p)
     p.add_argument("--resume", action="store_true", help="continue exactly from MODEL_DIR/checkpoints/last.pt")
-    p.add_argument("--max-minutes", type=float, help="wall-clock budget for training (overrides the config)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or log lines on stderr")
+    add_budget_arguments(p)
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar or log lines on stderr (train.log still has them)")
     p.add_argument("--nproc", type=int, default=1, metavar="N",
                    help="data-parallel training in N local processes (docs/distributed.md)")
     p.set_defaults(func=cmd_train)
@@ -45,17 +68,14 @@ def cmd_prepare(args) -> int:
     if held and args.force:
         raise DataError(f"{config.model_dir}: holds a training ({', '.join(held)}), which must go on with the data "
                         "it was prepared from; --force would prepare it again: prepare into another model_dir")
-    data = prepare(config, log=to_stderr, force=args.force, keep=bool(held))
+    data = prepare(config, log=to_stderr, force=args.force, keep=bool(held), workers=args.workers)
     print(f"prepared {len(data.train.src)} training and {len(data.dev.src)} dev pairs in {config.model_dir}/prep; "
           f"vocabulary {len(data.src_vocab)} source / {len(data.tgt_vocab)} target symbols")
     return 0
 
 
 def cmd_train(args) -> int:
-    overrides = list(args.overrides)
-    if args.max_minutes is not None:
-        overrides.append(f"training.max_minutes={args.max_minutes}")
-    config = load_config(args.config, overrides)
+    config = load_config(args.config, [*args.overrides, *budget_overrides(args)])
     if args.nproc != 1:
         return _launch(args, config)
     trainer = Trainer(config, resume=args.resume, quiet=args.quiet)
@@ -66,7 +86,7 @@ def cmd_train(args) -> int:
         return err.exit_code
     if trainer.world.is_main:
         print(f"{config.model_dir}: {progress.update} updates, stopped because {progress.stopped}; "
-              f"best dev {config.training.selection_metric}: {progress.best_metric}")
+              f"best dev {config.training.selection_metric}: {score_text(progress.best_metric)}")
     return 0
 
 
@@ -101,5 +121,7 @@ def _launch(args, config) -> int:
     child = [args.config, *[a for o in args.overrides for a in ("--set", o)]]
     if args.max_minutes is not None:
         child += ["--max-minutes", str(args.max_minutes)]
+    if args.max_updates is not None:
+        child += ["--max-updates", str(args.max_updates)]
     child += ["--resume"] * args.resume + ["--quiet"] * args.quiet
     return launch(child, args.nproc)

@@ -9,6 +9,12 @@ from pathlib import Path
 from ctxnmt.utils.messages import to_stderr
 
 
+def score_text(value: float | None) -> str:
+    """A dev score (BLEU, chrF or perplexity) as the validation lines give it: two decimals;
+    'none' before any validation."""
+    return "none" if value is None else f"{value:.2f}"
+
+
 class TrainingLog:
     def __init__(self, model_dir: Path, tensorboard: bool = True, quiet: bool = False, enabled: bool = True):
         self.path = model_dir / "train.log"

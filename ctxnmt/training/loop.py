@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from tqdm import tqdm
 
 from ctxnmt.errors import DataError
 from ctxnmt.training.budget import budget_reached
 from ctxnmt.training.distributed import LAUNCHER_PID, PeerFailure, World
-from ctxnmt.training.log import TrainingLog
+from ctxnmt.training.log import TrainingLog, score_text
 from ctxnmt.training.optim import PlateauSchedule, plateau_stop
+from ctxnmt.training.progress import progress
 from ctxnmt.utils.checkpoint import DEFINITIONS
 from ctxnmt.utils.io import atomic_write, make_directory
 from ctxnmt.utils.lock import TrainingLock
@@ -120,6 +120,10 @@ def check_fresh_start(model_dir: Path) -> None:
     if held:
         raise DataError(f"{model_dir}: already holds a training ({', '.join(held)}); continue it "
                         "with --resume, or train into another model_dir (or delete that one)")
+
+
+# The bar of a time budget: seconds of training, and the time left.
+MINUTES_BAR = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}s [ETA {remaining}] {postfix}"
 
 
 class TrainingLoop(ABC):
@@ -223,7 +227,7 @@ class TrainingLoop(ABC):
             with atomic_write(self.model_dir / "done.json", "w") as fh:
                 json.dump({**self.record(), "definitions": DEFINITIONS}, fh, indent=1)
         self._close(f"training stopped: {p.stopped}; {p.update} updates in {p.elapsed / 60:.1f} min, "
-                    f"best dev {self.metric} {self.best_so_far()}")
+                    f"best dev {self.metric} {score_text(self.best_so_far())}")
         return p
 
     def _close(self, last_line: str) -> None:
@@ -296,10 +300,10 @@ class TrainingLoop(ABC):
         """The progress bar, and the log line every `log_every` updates."""
         p = self.progress
         self.window.add(update)
-        if bar is not None:
-            bar.update(self._bar_position() - bar.n)
+        if bar is not None:  # the figures first: a plain progress line is written by update
             bar.set_postfix_str(f"loss/tok {update.loss / update.tokens:.3f}, "
-                                f"{p.tokens / max(p.elapsed, 1e-9):.0f} tok/s")
+                                f"{p.tokens / max(p.elapsed, 1e-9):.0f} tok/s", refresh=False)
+            bar.update(self._bar_position() - bar.n)
         if p.update % self.training.log_every == 0:
             self.log_window(self.window)
             self.window = Window()
@@ -371,6 +375,5 @@ class TrainingLoop(ABC):
             return None
         t = self.training
         if t.max_minutes:
-            return tqdm(total=int(60 * t.max_minutes), initial=self._bar_position(), unit="s", desc="training",
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}s [ETA {remaining}] {postfix}")
-        return tqdm(total=t.max_updates or None, initial=self._bar_position(), unit="upd", desc="training")
+            return progress(int(60 * t.max_minutes), self._bar_position(), "s", bar_format=MINUTES_BAR)
+        return progress(t.max_updates or None, self._bar_position(), "upd")

@@ -1,5 +1,7 @@
-"""Command-line numbers that argparse's types let through but mean nothing (a beam of 0, a
-negative count): each refused in one line naming its flag, before anything is loaded."""
+"""What the commands share on the command line: one spelling for model directories and for
+what a command reads and writes, and checks of values that argparse's types let through
+but that mean nothing (a beam of 0, a device that is not there): each refused in one line
+naming its flag, before anything is loaded."""
 from __future__ import annotations
 
 from ctxnmt.errors import ConfigError
@@ -11,3 +13,46 @@ def check_at_least(least: int, **flags: int | None) -> None:
     for name, value in flags.items():
         if value is not None and value < least:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least {least}, got {value}")
+
+
+# One spelling for what every command reads and writes (-i, -o, -r) and for model
+# directories; a command's older spelling of the same option stays as an alias.
+MODEL_DIR_HELP = "a model directory written by ctxnmt train"
+
+
+def add_model_dir(parser, help: str = MODEL_DIR_HELP) -> None:
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help=help)
+
+
+def add_model_dirs(parser, several: str) -> None:
+    """MODEL_DIR [MODEL_DIR …] as one positional (args.model_dirs): one model, or several
+    combined as `several` says."""
+    parser.add_argument("model_dirs", nargs="+", metavar="MODEL_DIR", help=f"{MODEL_DIR_HELP}; several: {several}")
+
+
+def add_input(parser, help: str, *aliases: str, **options) -> None:
+    parser.add_argument("-i", "--input", *aliases, metavar="FILE", help=help, **options)
+
+
+def add_output(parser, help: str, *aliases: str, metavar: str = "FILE", **options) -> None:
+    parser.add_argument("-o", "--output", *aliases, metavar=metavar, help=help, **options)
+
+
+def add_ref(parser, help: str, *aliases: str, **options) -> None:
+    parser.add_argument("-r", "--ref", *aliases, metavar="FILE", help=help, **options)
+
+
+def check_device(device: str) -> None:
+    """`--device`: cpu, cuda or cuda:N, and a GPU that is there (else a traceback from torch
+    once the model is loaded)."""
+    import torch
+
+    from ctxnmt.config import DEVICE
+
+    if not DEVICE.fullmatch(device):
+        raise ConfigError(f"--device must be cpu, cuda or cuda:N, got '{device}'")
+    if device == "cpu":
+        return
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise ConfigError(f"--device {device}: {torch.cuda.device_count()} CUDA device(s) visible")

@@ -24,7 +24,7 @@ def files(tmp_path, corpus):
 
 
 def test_scores_print_signature_and_labelled_tokenised_bleu(files, capsys):
-    assert main(["score", "--hyp", files["base"], "--ref", files["ref"]]) == 0
+    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], "--lang", "en"]) == 0
     out = capsys.readouterr().out
     assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in out
     assert "chrF2|" in out and "TER|" in out
@@ -32,32 +32,32 @@ def test_scores_print_signature_and_labelled_tokenised_bleu(files, capsys):
 
 
 def test_line_count_mismatch_names_both_files(files, capsys):
-    assert main(["score", "--hyp", files["short"], "--ref", files["ref"]]) == 2
+    assert main(["score", "--hyp", files["short"], "--ref", files["ref"], "--lang", "en"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ctxnmt score: error: ")
     assert f"{files['short']} has 5 lines but {files['ref']} has 40" in err
 
 
 def test_unknown_metric_lists_valid_names(files, capsys):
-    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], "--metrics", "bleu,bert"]) == 2
+    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], "--lang", "en", "--metrics", "bleu,bert"]) == 2
     assert "valid metrics: bleu, chrf, ter" in capsys.readouterr().err
 
 
 def test_significance_needs_two_systems(files, capsys):
-    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], "--significance", "sign"]) == 2
+    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], "--lang", "en", "--significance", "sign"]) == 2
     assert "at least two --hyp" in capsys.readouterr().err
 
 
 def test_empty_file_is_an_error(files, tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
-    assert main(["score", "--hyp", str(empty), "--ref", files["ref"]]) == 2
+    assert main(["score", "--hyp", str(empty), "--ref", files["ref"], "--lang", "en"]) == 2
     assert "empty" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("test", ["bootstrap", "ar", "ttest", "sign"])
 def test_significance_against_first_system(files, capsys, test):
-    argv = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"],
+    argv = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"], "--lang", "en",
             "--metrics", "bleu", "--significance", test, "--samples", "100"]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -66,7 +66,7 @@ def test_significance_against_first_system(files, capsys, test):
 
 
 def test_json_output(files, capsys):
-    argv = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"],
+    argv = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"], "--lang", "en",
             "--metrics", "bleu,chrf", "--significance", "bootstrap", "--samples", "100", "--json"]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
@@ -80,7 +80,7 @@ def test_json_output(files, capsys):
 def test_buckets_csv_and_png(files, tmp_path):
     table = tmp_path / "buckets.csv"
     plot = tmp_path / "buckets.png"
-    common = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"],
+    common = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"], "--lang", "en",
               "--metrics", "bleu", "--src", files["src"]]
     assert main(common + ["--buckets", str(table)]) == 0
     rows = list(csv.DictReader(table.open(encoding="utf-8")))
@@ -91,27 +91,28 @@ def test_buckets_csv_and_png(files, tmp_path):
 
 
 def test_buckets_need_source(files, tmp_path, capsys):
-    argv = ["score", "--hyp", files["base"], "--ref", files["ref"], "--buckets", str(tmp_path / "b.csv")]
+    argv = ["score", "--hyp", files["base"], "--ref", files["ref"], "--lang", "en",
+            "--buckets", str(tmp_path / "b.csv")]
     assert main(argv) == 2
-    assert "--src" in capsys.readouterr().err
+    assert "--buckets needs -i/--input, the source text" in capsys.readouterr().err
 
 
 def test_length_buckets_table_on_stdout(files, capsys):
-    argv = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"],
+    argv = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"], "--lang", "en",
             "--metrics", "bleu", "--src", files["src"], "--length-buckets"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "by source length" in out
     assert f"| source words | sentences | reference length | {files['base']} BLEU |" in out
     assert main(argv[:-3] + ["--length-buckets"]) == 2
-    assert "--length-buckets needs --src" in capsys.readouterr().err
+    assert "--length-buckets needs -i/--input" in capsys.readouterr().err
 
 
 def test_stratified_ar_over_replicates_groups_the_files_per_system(files, tmp_path, capsys):
     """Baseline = (base, better), system = (better, base): the seeds disagree and the pooled
     outputs are equal, so p = 1; the same files as two single runs are significant."""
     flipped = ["score", "--hyp", files["base"], "--hyp", files["better"], "--hyp", files["better"],
-               "--hyp", files["base"], "--ref", files["ref"], "--metrics", "bleu",
+               "--hyp", files["base"], "--ref", files["ref"], "--lang", "en", "--metrics", "bleu",
                "--significance", "stratified-ar", "--replicates", "2", "--samples", "300", "--json"]
     assert main(flipped) == 0
     result = json.loads(capsys.readouterr().out)["significance"]["results"]
@@ -121,8 +122,8 @@ def test_stratified_ar_over_replicates_groups_the_files_per_system(files, tmp_pa
     t_test = result[0]["t_over_replicates"]
     assert t_test["df"] == 1 and t_test["mean"] == pytest.approx(0.0) and t_test["p_value"] == pytest.approx(1.0)
     assert result[0]["system_replicates"][0] - result[0]["baseline_replicates"][0] > 1
-    single = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"], "--metrics", "bleu",
-              "--significance", "stratified-ar", "--samples", "300"]
+    single = ["score", "--hyp", files["base"], "--hyp", files["better"], "--ref", files["ref"], "--lang", "en",
+              "--metrics", "bleu", "--significance", "stratified-ar", "--samples", "300"]
     assert main(single) == 0
     out = capsys.readouterr().out
     assert "p = 0.0033 *" in out and "[1 replicates together; 300 trials]\n" in out  # one replicate: no t-test
@@ -141,7 +142,8 @@ def test_stratified_ar_over_replicates_groups_the_files_per_system(files, tmp_pa
     (["--significance", "stratified-ar", "--seed", "-1"], "seed must be a positive integer or None, not -1"),
 ])
 def test_bad_replicate_groupings_are_one_line_errors(files, capsys, extra, message):
-    args = ["score", "--hyp", files["base"], "--hyp", files["better"], "--hyp", files["base"], "--ref", files["ref"]]
+    args = ["score", "--hyp", files["base"], "--hyp", files["better"], "--hyp", files["base"], "--ref", files["ref"],
+            "--lang", "en"]
     assert main(args + extra) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
@@ -177,7 +179,34 @@ def test_tokenised_scoring_refuses_what_it_cannot_do(files, capsys, extra, messa
 
 
 def test_a_bucket_width_below_one_is_a_one_line_error(files, capsys):
-    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], "--src", files["src"],
+    assert main(["score", "--hyp", files["base"], "--ref", files["ref"], "--lang", "en", "--src", files["src"],
                  "--length-buckets", "--bucket-width", "0"]) == 2
     err = capsys.readouterr().err
     assert "bucket width must be at least 1, not 0" in err and len(err.strip().splitlines()) == 1
+
+
+def test_tokenised_bleu_needs_the_outputs_language_and_tokenises_in_it(tmp_path, capsys):
+    """--lang was 'en' unless given: Spanish output was Moses-tokenised by English rules."""
+    hyp, ref = tmp_path / "hyp.es", tmp_path / "ref.es"
+    hyp.write_text("Dijo: «sí».\n", encoding="utf-8")
+    ref.write_text("Dijo: «sí».\n", encoding="utf-8")
+    assert main(["score", "--hyp", str(hyp), "--ref", str(ref)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("ctxnmt score: error: tokenised BLEU (with the metric bleu) Moses-tokenises the output in its "
+                   "language: give it with --lang (e.g. --lang en), or leave bleu out of --metrics\n")
+    assert main(["score", "--hyp", str(hyp), "--ref", str(ref), "--metrics", "chrf"]) == 0  # no tokenisation
+    capsys.readouterr()
+    assert main(["score", "--hyp", str(hyp), "-r", str(ref), "--lang", "es", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)["systems"][0]["scores"]
+    assert scores["bleu_tok"]["pretok"] == "sacremoses-es"
+    assert main(["score", "--tokenised", "--metrics", "bleu", "--hyp", str(hyp), "--ref", str(ref),
+                 "--lang", "es"]) == 2
+    assert "--tokenised files are scored as they are: leave out --lang" in capsys.readouterr().err
+
+
+def test_the_source_is_given_as_for_every_other_command(files, capsys):
+    """-i/--input is the source text, as in translate and analyze; --src stays an alias."""
+    argv = ["score", "--hyp", files["base"], "-r", files["ref"], "--metrics", "chrf", "--length-buckets"]
+    for flag in ("-i", "--input", "--src"):
+        assert main([*argv, flag, files["src"]]) == 0
+        assert "by source length" in capsys.readouterr().out

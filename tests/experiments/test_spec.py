@@ -49,7 +49,7 @@ def test_seeds_under_budget_or_top_level_but_not_both():
 @pytest.mark.parametrize("changes, message", [
     ({"overides": []}, r"unknown config key 'overides'; did you mean 'overrides'\?"),
     ({"systems": [{"name": "base", "confg": "x.yaml"}]}, r"unknown config key 'systems\[0\]\.confg'"),
-    ({"budget": {"update": 5}}, r"unknown config key 'budget\.update'; did you mean 'updates'"),
+    ({"budget": {"update": 5}}, r"unknown config key 'budget\.update'; did you mean 'budget\.updates'"),
     ({"budget": {"updates": 5, "minutes": 3}}, "exactly one positive limit"),
     ({"budget": {}}, "exactly one positive limit"),
     ({"budget": {"updates": "many"}}, "'budget.updates' must be of type int"),
@@ -100,7 +100,7 @@ def test_bad_system_override_names_the_system(monkeypatch):
     monkeypatch.chdir(REPO)
     e = from_dict(spec(systems=[{"name": "base", "config": "configs/rnnsearch-small.yaml",
                                  "overrides": ["model.hiden_dim=3"]}]))
-    with pytest.raises(ConfigError, match="system 'base': configs/rnnsearch-small.yaml with --set: unknown config key 'model.hiden_dim'"):
+    with pytest.raises(ConfigError, match="system 'base': --set model.hiden_dim=3: unknown config key 'model.hiden_dim'"):
         plan_runs(e)
 
 

@@ -146,7 +146,7 @@ def test_tiny_lm_overfits_repeated_text_end_to_end(summary, tiny_corpus, tmp_pat
 def test_bad_input_gives_one_line_errors(tiny_corpus, tmp_path, capsys):
     cfg = write_config(tmp_path, tiny_corpus, "mean")
     for args, message in (
-        (["lm", "train", cfg, "--set", "model.sumary=mean"], "did you mean 'summary'"),
+        (["lm", "train", cfg, "--set", "model.sumary=mean"], "did you mean 'model.summary'"),
         (["lm", "train", cfg, "--set", "model.summary=self-attentive-sum"], "model.summary must be one of"),
         (["lm", "train", cfg, "--set", f"data.dir={tmp_path / 'none'}"], "no such file"),
         (["lm", "score", tmp_path / "nothing", "-i", tiny_corpus / "dev.en"], "not an LM model directory"),

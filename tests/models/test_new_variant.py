@@ -193,7 +193,7 @@ def test_a_registered_variant_trains_and_translates_through_the_command_line(tmp
 def test_a_variants_own_setting_is_a_model_key_of_its_type():
     assert toy_model(decoder="toy-dot-gru", toy_sharpness=2.0).decoder.sharpness == 2.0
     assert toy_model(decoder="toy-dot-gru").decoder.sharpness == 1.0  # its default
-    with pytest.raises(ConfigError, match="toy_sharpnes'.*did you mean 'toy_sharpness'"):
+    with pytest.raises(ConfigError, match="toy_sharpnes'.*did you mean 'model.toy_sharpness'"):
         ModelConfig.of(toy_sharpnes=2.0)
     from ctxnmt.config import from_dict
 

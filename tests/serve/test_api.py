@@ -324,3 +324,31 @@ def test_a_request_that_fails_unhandled_still_gets_its_log_line(model_dirs):
     with TestClient(app, raise_server_exceptions=False) as client:
         assert client.get("/broken").status_code == 500
     assert any(line.startswith("request 1 GET /broken 500 sentences=0 latency=") for line in lines), lines
+
+
+def test_each_model_is_described_in_plain_words(model_dirs):
+    """The page's header had said 'recurrences: forward, backward, decoder-gru1, decoder-gru2;
+    beyond source attention: nothing'."""
+    descriptions = {}
+    for name in ("base", "rich", "doc"):
+        client, _ = client_for([model_dirs[name]])
+        with client:
+            descriptions[name] = client.get("/v1/models").json()["models"][0]["description"]
+    base = "RNNsearch: bidirectional GRU encoder, conditional GRU decoder"
+    assert descriptions == {
+        "base": base,
+        "rich": f"{base}, self-attention over the previous target words, hyper-gated (adaptive) GRUs in the encoder "
+                "and decoder, adaptive output weights",
+        "doc": f"{base}; reads the 3 previous source sentences of the document as context",
+    }
+
+
+def test_a_component_without_plain_words_is_named_by_its_registry_name():
+    from ctxnmt.config import ModelConfig
+    from ctxnmt.models.capabilities import Capabilities
+    from ctxnmt.serve.models import describe
+
+    model = ModelConfig(encoder="stacked-birnn", encoder_layers=3, decoder="toy-decoder", target_context="mean")
+    assert describe(model, Capabilities(decoder_hyper_gates=("gru1",))) == (
+        "RNNsearch: stacked bidirectional GRU encoder (3 layers), toy-decoder decoder, the mean of the previous target "
+        "words as target context, hyper-gated (adaptive) GRUs in the decoder")

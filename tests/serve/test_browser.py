@@ -47,7 +47,11 @@ def test_translate_click_a_word_and_see_its_attention(live_server, browser, tmp_
     wait = WebDriverWait(browser, 60)
     browser.get(server.url + "/")
     wait.until(lambda b: "parameters" in b.find_element(By.ID, "model").text)
-    assert "self-attentive" in browser.find_element(By.ID, "model").text
+    # in plain words, not the recurrences' names; no document box for a sentence model
+    assert ("tiny · RNNsearch: bidirectional GRU encoder, conditional GRU decoder, self-attention over the previous "
+            "target words, hyper-gated (adaptive) GRUs in the encoder and decoder, adaptive output weights · "
+            in browser.find_element(By.ID, "model").text)
+    assert not browser.find_element(By.ID, "document").is_displayed()
     source = browser.find_element(By.ID, "source")
     source.clear()
     source.send_keys(SENTENCE)
@@ -87,14 +91,17 @@ def test_translate_click_a_word_and_see_its_attention(live_server, browser, tmp_
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
 
 
-def test_document_mode_says_which_sentences_were_the_context(live_server, browser):
+def test_document_mode_says_which_sentences_were_the_context(live_server, browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     server = live_server("doc", "--beam", "2")
     wait = WebDriverWait(browser, 60)
     browser.get(server.url + "/")
-    wait.until(lambda b: "document context: 3 previous sentences" in b.find_element(By.ID, "model").text)
+    wait.until(lambda b: "parameters" in b.find_element(By.ID, "model").text)
+    assert ("tiny · RNNsearch: bidirectional GRU encoder, conditional GRU decoder; reads the 3 previous source "
+            "sentences of the document as context · " in browser.find_element(By.ID, "model").text)
+    assert browser.find_element(By.ID, "document").is_displayed()
     source = browser.find_element(By.ID, "source")
     source.clear()
     source.send_keys("el gato 1 .\nel gato 2 .\n\nel gato 4 .")
@@ -105,6 +112,7 @@ def test_document_mode_says_which_sentences_were_the_context(live_server, browse
                 for card in browser.find_elements(By.CSS_SELECTOR, ".sentence")]
     assert contexts == [["context: none (first sentence of the document)"], ["context: sentence 1"], [],
                         ["context: sentences 1, 2"]]
+    assert browser.save_screenshot(str(tmp_path / "serve-document.png"))
 
 
 def test_an_answer_that_is_not_json_is_shown_with_its_status(live_server, browser):
@@ -136,4 +144,24 @@ def test_an_ensemble_is_described_by_its_members_not_by_its_first(live_server, b
     assert text.startswith("ensemble of 2 (logprob) · members: ")
     assert all(f"{m['name']} (dev BLEU {m['dev_scores']['bleu']:.2f})" in text for m in members)
     assert "encoder," not in text  # the first member's architecture is not the ensemble's
-    assert text.endswith("document context: 3 previous sentences")  # the doc member, though it is second
+    # the doc member's context, though it is second
+    assert text.endswith("reads the 3 previous source sentences of the document as context")
+    assert browser.find_element(By.ID, "document").is_displayed()
+
+
+def test_a_sentence_model_is_described_in_plain_words_and_offers_no_document_box(live_server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = live_server("base", "--beam", "2")
+    browser.get(server.url + "/")
+    WebDriverWait(browser, 60).until(lambda b: "parameters" in b.find_element(By.ID, "model").text)
+    info = httpx.get(f"{server.url}/v1/models", timeout=30).json()
+    member = info["models"][0]
+    assert info["document_sents"] == 0
+    assert browser.find_element(By.ID, "model").text == (
+        f"tiny · RNNsearch: bidirectional GRU encoder, conditional GRU decoder · "
+        f"{member['parameters'] / 1e6:.2f} M parameters · dev BLEU {member['dev_scores']['bleu']:.2f}")
+    assert not browser.find_element(By.ID, "document").is_displayed()
+    assert not browser.find_element(By.ID, "document-option").is_displayed()
+    assert browser.save_screenshot(str(tmp_path / "serve-base.png"))

@@ -2,7 +2,6 @@
 "use strict";
 
 const $ = (sel, root = document) => root.querySelector(sel);
-let signals = {};
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -42,33 +41,22 @@ function heatmap(kind, rows, cols, matrix, causal) {
   return table;
 }
 
-// What the model declares it can show (ctxnmt.models.capabilities), in one line.
-function describeCapabilities(c) {
-  const decoder = (names) => names.map((n) => `decoder-${n}`);
-  const recurrences = [...c.encoder_recurrences, ...decoder(c.decoder_recurrences)];
-  const gated = [...c.encoder_hyper_gates, ...decoder(c.decoder_hyper_gates)];
-  const has = [];
-  if (c.target_attention) has.push("target-side attention");
-  if (gated.length) has.push(`hyper-gates in ${gated.join(", ")}`);
-  if (c.adaptive_output) has.push("adaptive output weights");
-  return `recurrences: ${recurrences.join(", ") || "none"}; beyond source attention: ${has.join(", ") || "nothing"}`;
-}
-
+// The server describes each model in plain words (ctxnmt.serve.models.describe), its
+// document context included; an ensemble's reads context when any member does.
 function describeModel(info) {
-  signals = info.signals;
   const m = info.models[0];
-  const a = m.architecture;
   const bleu = (x) => (x.dev_scores && x.dev_scores.bleu !== undefined ? x.dev_scores.bleu.toFixed(2) : null);
   const parts = info.ensemble
     ? [`ensemble of ${info.models.length} (${info.ensemble_mode})`,  // each member is its own architecture
       "members: " + info.models.map((x) => (bleu(x) ? `${x.name} (dev BLEU ${bleu(x)})` : x.name)).join(", ")]
-    : [m.name,
-      `${a.encoder} encoder, ${a.decoder} decoder, ${a.cell} cell, target context ${a.target_context}, output ${a.output}`];
+    : [m.name, m.description];
   parts.push(`${(info.models.reduce((s, x) => s + x.parameters, 0) / 1e6).toFixed(2)} M parameters`);
   if (!info.ensemble && bleu(m)) parts.push(`dev BLEU ${bleu(m)}`);
-  if (signals.document_context) parts.push(`document context: ${info.document_sents} previous sentences`);
-  if (!info.ensemble) parts.push(describeCapabilities(m.capabilities));
+  if (info.ensemble && info.document_sents) {
+    parts.push(`reads the ${info.document_sents} previous source sentences of the document as context`);
+  }
   $("#model").textContent = parts.join(" · ");
+  $("#document-option").hidden = !info.document_sents;  // a sentence model has no use for documents
   $("#beam").value = info.server.beam;
 }
 
@@ -110,11 +98,10 @@ function sentenceCard(s, n, source, documentMode) {
   const card = el("section", { class: "sentence", "data-sentence": n });
   card.append(el("h2", { text: `sentence ${n + 1}` }), el("p", { class: "source-line", text: source }),
     el("p", { class: "translation", text: s.translation || "(empty)" }));
-  if (documentMode && s.src_tokens && s.src_tokens.length) {
+  if (documentMode && s.src_tokens && s.src_tokens.length) {  // document mode is offered to context models only
     const ctx = s.context || [];
-    const text = !signals.document_context ? "this model reads no document context"
-      : ctx.length ? `context: sentence${ctx.length > 1 ? "s" : ""} ${ctx.map((i) => i + 1).join(", ")}`
-        : "context: none (first sentence of the document)";
+    const text = ctx.length ? `context: sentence${ctx.length > 1 ? "s" : ""} ${ctx.map((i) => i + 1).join(", ")}`
+      : "context: none (first sentence of the document)";
     card.append(el("p", { class: "context", text }));
   }
   if (!s.tokens || !s.src_tokens.length) return card;
@@ -152,7 +139,7 @@ function sentenceCard(s, n, source, documentMode) {
 async function translate(event) {
   event.preventDefault();
   const text = $("#source").value;
-  const documentMode = $("#document").checked;
+  const documentMode = $("#document").checked && !$("#document-option").hidden;
   const status = $("#status");
   status.className = "";
   status.textContent = "translating…";
