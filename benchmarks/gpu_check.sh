@@ -25,6 +25,9 @@
 #            BLEU, and whether graphs change the outputs                           flags.txt
 #   profile  where a beam-5 step's time goes (benchmarks/search_profile.py): the model's step
 #            against search's own bookkeeping, eager and with graphs, fp32 and bf16    profile.txt
+#   feed     the GPU recipe fed by this tree's data path and by GPU_CHECK_BEAM_BEFORE's, each
+#            trained GPU_CHECK_FEED_MINUTES (default 1.5) from its own prepared data (a
+#            carried runs/feed-before-prep/ serves the older tree): target tokens/s   feed.txt
 #   recipes  configs/rnnsearch-gpu.yaml with each override set of GPU_CHECK_RECIPES
 #            ("NAME:key=v,key=v;NAME:..."), trained side by side on the one GPU for what
 #            the budget leaves, then each one's test set                           recipes.txt
@@ -164,7 +167,9 @@ if has beam; then
   BEAM_ARGS=(--beams 5 --decode-repeats 3 --decoding "$FIXED_LENGTHS" "${SPEED_ARGS[@]}" --train-batches 2 --warmup 1)
   BEFORE_TREE=$WORK/before
   rm -rf "$BEFORE_TREE"
-  if git worktree add -f --detach "$BEFORE_TREE" "${GPU_CHECK_BEAM_BEFORE:-HEAD}" > "$WORK/worktree.log" 2>&1; then
+  if [ "${GPU_CHECK_BEAM_BEFORE:-}" = none ]; then
+    echo "before: none asked for" >> "$OUT/beam.txt"
+  elif git worktree add -f --detach "$BEFORE_TREE" "${GPU_CHECK_BEAM_BEFORE:-HEAD}" > "$WORK/worktree.log" 2>&1; then
     ln -sfn "$ROOT/runs" "$BEFORE_TREE/runs" && ln -sfn "$ROOT/data" "$BEFORE_TREE/data"
     echo "before: $(git -C "$BEFORE_TREE" log --oneline -1)" >> "$OUT/beam.txt"
     PYTHONPATH=$BEFORE_TREE:$PYTHONPATH step beam-before 90 "$OUT/beam.txt" "$PY" "$BEFORE_TREE/benchmarks/speed.py" \
@@ -175,6 +180,29 @@ if has beam; then
   GRAPHED_ROWS=()
   [ -n "$GRAPHS" ] && GRAPHED_ROWS=("${BEAM_ROWS[0]},decoding.cuda_graphs=true" "${BEAM_ROWS[1]},decoding.cuda_graphs=true")
   step beam-after 120 "$OUT/beam.txt" "$PY" benchmarks/speed.py "${BEAM_ROWS[@]}" "${GRAPHED_ROWS[@]}" "${BEAM_ARGS[@]}"
+fi
+
+# 4e. The GPU recipe fed by this tree's data path and by the older tree's, one after the other.
+if has feed; then
+  FEED_MINUTES=${GPU_CHECK_FEED_MINUTES:-1.5}
+  [ "$DRY" = 1 ] && FEED_MINUTES=0.2
+  FEED_BEFORE=$WORK/feed-tree
+  rm -rf "$FEED_BEFORE"
+  git worktree add -f --detach "$FEED_BEFORE" "${GPU_CHECK_FEED_BEFORE:-HEAD}" > "$WORK/feed-worktree.log" 2>&1 \
+    && ln -sfn "$ROOT/data" "$FEED_BEFORE/data"
+  for which in after before; do
+    tree=$ROOT
+    [ "$which" = before ] && tree=$FEED_BEFORE
+    dir=$WORK/feed-$which
+    rm -rf "$dir" && mkdir -p "$dir"
+    [ "$which" = before ] && [ -d runs/feed-before-prep ] && cp -r runs/feed-before-prep "$dir/prep"
+    echo "== feed $which: $(git -C "$tree" log --oneline -1 2>/dev/null | cut -c1-80)" >> "$OUT/feed.txt"
+    # python -m runs the checkout in the working directory, so each tree runs from its own
+    (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH step "feed-$which" $(( 240 + ${FEED_MINUTES%.*} * 60 )) \
+      "$OUT/feed.txt" "$PY" -m ctxnmt train configs/rnnsearch-gpu.yaml --set "model_dir=$dir" \
+      --max-minutes "$FEED_MINUTES" --quiet --set training.valid_every=1000000 "${TRAIN_SETS[@]}")
+    grep -E "prepare:|model:| update [0-9]+:|training stopped" "$dir/train.log" | tail -n 12 >> "$OUT/feed.txt"
+  done
 fi
 
 # 4c. Where a beam step's time goes, on the beam step's model and lengths.

@@ -5,8 +5,9 @@ scored with AER (argmax links) and SAER (the probabilities) against a gold align
 (ctxnmt.analysis.aer) or a silver one (--silver, ctxnmt.analysis.silver).
 
 Words and subwords.  A word is a token of the model's own preprocessing (Moses
-tokenisation, truecasing) before BPE, i.e. a maximal run of BPE pieces whose pieces
-but the last end in "@@".  The word-level weight of target word j on source word i is
+tokenisation, truecasing) before its subwords, i.e. a maximal run of BPE pieces whose
+pieces but the last end in "@@", or of SentencePiece pieces whose first alone starts
+with "▁" (ctxnmt.data.words).  The word-level weight of target word j on source word i is
 
     M[j][i] = (1/|T_j|) Σ_{t ∈ T_j} Σ_{s ∈ S_i} α_t[s]
 
@@ -47,6 +48,7 @@ from ctxnmt.data.corpus import read_lines
 from ctxnmt.data.prepare import split_paths
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
+from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, add_ref
 from ctxnmt.utils.io import atomic_write
 
 
@@ -72,14 +74,20 @@ def forced_word_alignments(translator, src_lines: list[str], ref_lines: list[str
     alphas = source_attention(translator.model, [translator.src_vocab.encode(p, add_eos=False) for p in src_pieces],
                               [translator.tgt_vocab.encode(p) for p in tgt_pieces])
     out = []
+    scheme = pre.options.subwords
     for s, t, alpha in zip(src_pieces, tgt_pieces, alphas):
-        sg, tg = word_groups(s), word_groups(t)
-        out.append((_words(s, sg), _words(t, tg), word_matrix(alpha, sg, tg)))
+        sg, tg = word_groups(s, scheme), word_groups(t, scheme)
+        out.append((_words(s, sg, scheme), _words(t, tg, scheme), word_matrix(alpha, sg, tg)))
     return out
 
 
-def _words(pieces: list[str], groups: list[list[int]]) -> list[str]:
-    return [join_word(pieces, g) for g in groups]
+def _words(pieces: list[str], groups: list[list[int]], scheme: str) -> list[str]:
+    return [join_word(pieces, g, scheme) for g in groups]
+
+
+def _line_words(pre, lines: list[str], side: str) -> list[list[str]]:
+    scheme = pre.options.subwords
+    return [_words(p, word_groups(p, scheme), scheme) for p in pre.encode_many(lines, side)]
 
 
 def check_tokenised(lines: list[str], words: list[list[str]], path: str) -> None:
@@ -99,10 +107,13 @@ def score(matrices: list[list[list[float]]], gold: list[GoldAlignment]) -> dict:
 # -- command ---------------------------------------------------------------------------------
 
 def register(sub) -> None:
-    p = sub.add_parser("alignment", help="AER and SAER of the attention of a model forced to produce the reference")
-    p.add_argument("model_dir")
-    p.add_argument("-i", "--input", required=True, help="source sentences, one per line")
-    p.add_argument("-r", "--reference", required=True, help="reference translations, line-aligned")
+    p = sub.add_parser("alignment", help="AER and SAER of the attention of a model forced to produce the reference",
+                       description="Force the model to produce the reference, take each target word's most attended "
+                                   "source word as its alignment and score these links against a gold (or silver) "
+                                   "alignment: AER and SAER (docs/alignment.md).")
+    add_model_dir(p)
+    add_input(p, "source sentences, one per line", required=True)
+    add_ref(p, "reference translations, line-aligned", "--reference", dest="reference", required=True)
     gold = p.add_mutually_exclusive_group(required=True)
     gold.add_argument("--gold", help="gold alignment file (see --gold-format)")
     gold.add_argument("--silver", action="store_true",
@@ -116,7 +127,7 @@ def register(sub) -> None:
                    help="the corpus eflomal learns from (default: the model's training corpus)")
     p.add_argument("--write-silver", metavar="F", help="write the silver links (Pharaoh) here")
     p.add_argument("--write-links", metavar="F", help="write the attention's argmax links (Pharaoh) here")
-    p.add_argument("-o", "--output", help="JSON file with the scores (written atomically)")
+    add_output(p, "JSON file with the scores (written atomically)")
     p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
     p.set_defaults(func=cmd_alignment)
 
@@ -183,8 +194,8 @@ def silver_gold(translator, args, forced: list, keep: list[int]) -> list[GoldAli
         raise DataError(f"{train_tgt} has {len(tgt_lines)} lines but {train_src} has {len(src_lines)}")
     pairs = [(s, t) for s, t in zip(src_lines, tgt_lines) if s.strip() and t.strip()]
     pre = translator.preprocessor
-    train_s = [_words(p, word_groups(p)) for p in pre.encode_many([s for s, _ in pairs], "src")]
-    train_t = [_words(p, word_groups(p)) for p in pre.encode_many([t for _, t in pairs], "tgt")]
+    train_s = _line_words(pre, [s for s, _ in pairs], "src")
+    train_t = _line_words(pre, [t for _, t in pairs], "tgt")
     links = silver_alignment(train_s, train_t, [forced[k][0] for k in keep], [forced[k][1] for k in keep])
     if args.write_silver:
         by_line = dict(zip(keep, links))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ctxnmt.data.batching import pad
-from ctxnmt.data.preprocess import BPE_SEPARATOR
+from ctxnmt.data.words import join_word, word_groups  # noqa: F401  (the analyses' words, from here)
 from ctxnmt.errors import ConfigError
 
 
@@ -26,31 +26,15 @@ def target_attention(model, src_ids: list[list[int]], tgt_ids: list[list[int]],
     model forced to produce the given target sentences (Decoder.target_attention)."""
     model.eval()
     out: list[torch.Tensor] = []
+    device = model.start.device  # a server may decode on a GPU (serve --device)
     for start in range(0, len(src_ids), batch_size):
-        src, src_mask = pad(src_ids[start: start + batch_size])
-        tgt, tgt_mask = pad(tgt_ids[start: start + batch_size])
+        src, src_mask = (t.to(device) for t in pad(src_ids[start: start + batch_size]))
+        tgt, tgt_mask = (t.to(device) for t in pad(tgt_ids[start: start + batch_size]))
         weights = model.decoder.target_attention(model.encode(src, src_mask), model.previous_embeddings(tgt),
                                                  tgt_mask)
         for b, ids in enumerate(tgt_ids[start: start + batch_size]):
             out.append(weights[b, : len(ids), : len(ids)].clone())
     return out
-
-
-def word_groups(subwords: list[str]) -> list[list[int]]:
-    """Indices of the subwords of each word ("new@@ found@@ land" is one word)."""
-    groups: list[list[int]] = []
-    open_word = False
-    for i, piece in enumerate(subwords):
-        if open_word:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-        open_word = piece.endswith(BPE_SEPARATOR)
-    return groups
-
-
-def join_word(subwords: list[str], group: list[int]) -> str:
-    return "".join(subwords[i].removesuffix(BPE_SEPARATOR) for i in group)
 
 
 def word_attention(alpha: torch.Tensor, groups: list[list[int]]) -> list[list[float]]:

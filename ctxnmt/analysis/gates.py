@@ -11,7 +11,8 @@ Two quantities, the papers' Tables 4 and 5:
                  (beam-search) translation, teacher-forced
 
 Subwords and words: a word is a maximal run of BPE pieces whose pieces but the
-last end in "@@" (the tokenised, truecased word the pieces join to); its value is
+last end in "@@", or of SentencePiece pieces whose first alone starts with "▁" (the
+tokenised, truecased word the pieces join to, ctxnmt.data.words); its value is
 the mean of its pieces' values.  Per-token tags (`--tags`, e.g. POS) have one tag
 per such word, i.e. per token of the model's Moses tokenisation of the line: tag
 input that is already tokenised (Moses tokenisation leaves it unchanged).
@@ -32,11 +33,13 @@ from ctxnmt.analysis.forced import check_without_context
 from ctxnmt.analysis.tagger import apertium_tags
 from ctxnmt.data.batching import pad
 from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.preprocess import BPE_SCHEME
 from ctxnmt.data.vocab import EOS
+from ctxnmt.data.words import join_word, word_groups
 from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.models.cells import AdaptiveGRUCell
-from ctxnmt.utils.arguments import check_at_least
+from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, check_at_least
 from ctxnmt.utils.io import atomic_write
 
 OUTPUT_WEIGHTS = ("alpha_s", "alpha_y", "alpha_c")  # the order of AdaptiveOutput.weights
@@ -117,18 +120,10 @@ def decoder_gates(model, src_ids: list[list[int]], out_ids: list[list[int]]) -> 
 
 # -- subwords to words ----------------------------------------------------------------------
 
-def word_spans(tokens: list[str], separator: str = "@@") -> list[tuple[str, int, int]]:
-    """(word, start, end) for each word, joining BPE pieces that end in the separator."""
-    spans, start, pieces = [], 0, []
-    for i, token in enumerate(tokens):
-        if token.endswith(separator):
-            pieces.append(token[: -len(separator)])
-            continue
-        spans.append(("".join(pieces) + token, start, i + 1))
-        start, pieces = i + 1, []
-    if pieces:  # a dangling continuation: keep it as a word of its own
-        spans.append(("".join(pieces), start, len(tokens)))
-    return spans
+def word_spans(tokens: list[str], scheme: str = BPE_SCHEME) -> list[tuple[str, int, int]]:
+    """(word, start, end) for each word of the subwords `tokens` (a dangling continuation is a
+    word of its own)."""
+    return [(join_word(tokens, group, scheme), group[0], group[-1] + 1) for group in word_groups(tokens, scheme)]
 
 
 def word_values(values: torch.Tensor, spans) -> list[list[float]]:
@@ -192,7 +187,8 @@ def analyse_lines(translator, lines: list[str], tags: list[str] | None = None, b
         raise ConfigError("this model has no adaptive gates (no adaptive-gru cell in its encoder or decoder and "
                           "model.output is neither 'adaptive' nor 'adaptive-gain3'): nothing to analyse")
     tokens = [translator.preprocessor.encode(line, "src") if line.strip() else [] for line in lines]
-    spans = [word_spans(t) for t in tokens]
+    scheme = translator.preprocessor.options.subwords
+    spans = [word_spans(t, scheme) for t in tokens]
     tag_lists = check_tags(tags, spans, tags_path) if tags is not None else [None] * len(lines)
     agg = Aggregate()
     todo = [i for i, t in enumerate(tokens) if t]
@@ -228,7 +224,8 @@ def _add_output(agg: Aggregate, translator, ids: list[list[int]], beam: int | No
     spans = []
     for out_ids in outs:
         out_tokens = [translator.tgt_vocab.token(i) for i in out_ids]
-        spans.append(word_spans(out_tokens) + [("</s>", len(out_tokens), len(out_tokens) + 1)])
+        spans.append(word_spans(out_tokens, translator.preprocessor.options.subwords)
+                     + [("</s>", len(out_tokens), len(out_tokens) + 1)])
     tags = output_tagger([[w for w, _, _ in sp[:-1]] for sp in spans]) if output_tagger else None
     for k, (sentence_spans, alpha) in enumerate(zip(spans, alphas)):
         per_word = {f"gate_{name}": [v[0] for v in word_values(values[k], sentence_spans)]
@@ -286,9 +283,10 @@ def format_table(rows: list[Row], top: int = 20) -> str:
 # -- command ---------------------------------------------------------------------------------
 
 def source_words(translator, lines: list[str]) -> list[list[str]]:
-    """The words (tokenised, truecased, BPE joined) the analysis reports, per line."""
-    return [[w for w, _, _ in word_spans(translator.preprocessor.encode(line, "src"))] if line.strip() else []
-            for line in lines]
+    """The words (tokenised, truecased, subwords joined) the analysis reports, per line."""
+    scheme = translator.preprocessor.options.subwords
+    return [[w for w, _, _ in word_spans(translator.preprocessor.encode(line, "src"), scheme)] if line.strip()
+            else [] for line in lines]
 
 
 def tag_lines(translator, lines: list[str]) -> list[str]:
@@ -298,15 +296,18 @@ def tag_lines(translator, lines: list[str]) -> list[str]:
 
 def register(sub) -> None:
     p = sub.add_parser("gates", help="mean hyper-gate values per source word/tag and adaptive output weights "
-                                     "per output word")
-    p.add_argument("model_dir")
-    p.add_argument("-i", "--input", required=True, help="source text, one sentence per line")
+                                     "per output word",
+                       description="Translate a text and report the adaptive model's mean hyper-gate value per "
+                                   "source word (or tag) and its adaptive output weights per output word "
+                                   "(docs/encoders-and-adaptive.md).")
+    add_model_dir(p, "a model with adaptive cells or an adaptive output, as ctxnmt train wrote it")
+    add_input(p, "source text, one sentence per line", required=True)
     tags = p.add_mutually_exclusive_group()
     tags.add_argument("--tags", help="one tag per tokenised source word, one line per input line (e.g. POS)")
     tags.add_argument("--tagger", choices=("apertium",),
                       help="tag the source words with Universal POS tags (Debian's apertium-eng-spa)")
     p.add_argument("--write-tags", metavar="F", help="with --tagger: write the tags made (the --tags format)")
-    p.add_argument("-o", "--output", help="CSV file (written atomically); default: the table only")
+    add_output(p, "CSV file (written atomically); default: the table only")
     p.add_argument("--beam", type=int, help="beam size for the translations whose α are reported")
     p.add_argument("--top", type=int, default=20, help="items per section in the printed table")
     p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")

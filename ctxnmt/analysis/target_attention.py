@@ -27,7 +27,7 @@ from ctxnmt.analysis.trees import ParsEval, attention_tree, brackets, parse_ptb,
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.utils.arguments import check_at_least
+from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, add_ref, check_at_least
 from ctxnmt.utils.io import atomic_write, make_directory
 
 START = "<s>"
@@ -134,8 +134,9 @@ def cmd_target_attention(args) -> int:
     for k, (line_no, tokens, alpha) in enumerate(zip(keep, tgt_tokens, alphas)):
         positions += max_positions(alpha, len(tokens))
         if tokens:
-            groups = word_groups(tokens)
-            words = [join_word(tokens, g) for g in groups]
+            scheme = translator.preprocessor.options.subwords
+            groups = word_groups(tokens, scheme)
+            words = [join_word(tokens, g, scheme) for g in groups]
             tree_lines[line_no] = brackets(attention_tree(word_attention(alpha, groups)), words)
         if k < args.max_plots and tokens:
             plot_heatmap(alpha, tokens, out / f"sentence{line_no + 1:05d}.png")
@@ -162,7 +163,7 @@ def reference_subwords(translator, words: list[str]) -> tuple[list[str], list[li
     word.  The whole sentence is encoded at once (truecasing sees the real sentence
     start); if tokenisation splits a word, each word is encoded alone instead."""
     pieces = translator.preprocessor.encode(" ".join(words), "tgt")
-    groups = word_groups(pieces)
+    groups = word_groups(pieces, translator.preprocessor.options.subwords)
     if len(groups) == len(words):
         return pieces, groups
     pieces, groups = [], []
@@ -203,22 +204,30 @@ def cmd_trees(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("target-attention", help="heatmaps and maximum-weight positions of the target attention")
-    p.add_argument("model_dir")
-    p.add_argument("-i", "--input", required=True, help="source sentences, one per line")
-    p.add_argument("-r", "--ref", help="force the model to produce these references instead of its translations")
-    p.add_argument("-o", "--output", default="target-attention", help="output directory (default: %(default)s)")
+    p = sub.add_parser("target-attention", help="heatmaps and maximum-weight positions of the target attention",
+                       description="Translate (or force the references), then draw the target-side attention of "
+                                   "each sentence as a heatmap and the distribution of its maximum-weight positions; "
+                                   "write the trees it induces (Algorithm 1).")
+    add_model_dir(p, "a model with target-side attention (model.target_context: self-attentive*), as ctxnmt train "
+                     "wrote it")
+    add_input(p, "source sentences, one per line", required=True)
+    add_ref(p, "force the model to produce these references instead of its translations")
+    add_output(p, "output directory (default: %(default)s)", default="target-attention", metavar="DIR")
     p.add_argument("--bins", type=int, default=10, help="bins of the relative position (default: %(default)s)")
     p.add_argument("--max-plots", type=int, default=50, help="heatmaps for the first N sentences only")
     p.add_argument("--beam", type=int, help="beam size of the translations (default: the config's)")
     p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
     p.set_defaults(func=cmd_target_attention)
 
-    p = sub.add_parser("trees", help="trees from target attention (Algorithm 1) scored with ParsEval")
-    p.add_argument("model_dir")
-    p.add_argument("-i", "--input", required=True, help="source sentences, one per reference tree")
+    p = sub.add_parser("trees", help="trees from target attention (Algorithm 1) scored with ParsEval",
+                       description="Force the model to produce each reference tree's sentence, induce a tree from "
+                                   "its target-side attention (Algorithm 1) and score the trees, and the "
+                                   "right-branching baseline, against the reference trees with ParsEval.")
+    add_model_dir(p, "a model with target-side attention (model.target_context: self-attentive*), as ctxnmt train "
+                     "wrote it")
+    add_input(p, "source sentences, one per reference tree", required=True)
     p.add_argument("--trees", required=True, help="reference trees in Penn Treebank bracket format")
-    p.add_argument("-o", "--output", help="write the induced bracketings here (default: stdout)")
+    add_output(p, "write the induced bracketings here (default: stdout)")
     p.add_argument("--include-root", action="store_true", help="count the whole-sentence span as a constituent")
     p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
     p.set_defaults(func=cmd_trees)

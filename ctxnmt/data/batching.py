@@ -7,11 +7,14 @@ the batches are shuffled.  Resuming therefore needs only (epoch, batch index).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from ctxnmt.data.vocab import PAD
+from ctxnmt.data.documents import ListedContext
+from ctxnmt.data.indexed import Side
 
 
 @dataclass
@@ -47,63 +50,121 @@ class Batch:
 
 
 def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(1, max(len(s) for s in seqs))
-    ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return ids, (ids != PAD).float()
+    return Side.from_lists(seqs).gather(np.arange(len(seqs)))
 
 
 def pad_context(sentences: list[list[list[int]]], k: int | None = None) -> Context:
     """Context of each batch sentence (its last k id lists; by default all) as a padded (B, k, L) block."""
-    k = k or max([1] + [len(ctx) for ctx in sentences])
-    width = max([1] + [len(s) for ctx in sentences for s in ctx])
-    ids = torch.full((len(sentences), k, width), PAD, dtype=torch.long)
-    for b, ctx in enumerate(sentences):
-        for j, s in enumerate(ctx[-k:]):
-            ids[b, j, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return Context(ids, (ids != PAD).float())
+    flat = [s for ctx in sentences for s in ctx]
+    where, at = [], 0
+    for ctx in sentences:
+        where.append(list(range(at, at + len(ctx))))
+        at += len(ctx)
+    return context_block(Side.from_lists(flat), ListedContext(where, k or 0), np.arange(len(sentences)))
 
 
-def make_batch(indices: list[int], src: list[list[int]], tgt: list[list[int]],
-               context: list[list[int]] | None = None, k: int = 0) -> Batch:
-    """`context[i]` lists the dataset positions of sentence i's previous sentences (see
-    ctxnmt.data.documents); with it the batch carries their source ids, at most k each."""
-    s, sm = pad([src[i] for i in indices])
-    t, tm = pad([tgt[i] for i in indices])
+def context_block(src: Side, context, rows: np.ndarray) -> Context:
+    """The source sentences that `context` (ctxnmt.data.documents) names for `rows`, as a block."""
+    positions, count = context.positions(rows)
+    real = np.arange(positions.shape[1]) < count[:, None]
+    lens = np.zeros(positions.shape, dtype=np.int64)
+    lens[real] = src.lens[positions[real]]
+    ids, mask = src.gather(positions.reshape(-1), lens.reshape(-1))
+    shape = (*positions.shape, ids.size(1))
+    return Context(ids.view(shape), mask.view(shape))
+
+
+def as_side(seqs) -> Side:
+    return seqs if isinstance(seqs, Side) else Side.from_lists(seqs)
+
+
+def make_batch(indices, src, tgt, context=None, k: int = 0) -> Batch:
+    """The batch of the sentences at `indices` of `src` and `tgt` (each a Side, or id lists).
+    `context` names each sentence's previous sentences (ctxnmt.data.documents: a context
+    source, or lists of positions, of which the last k count); with it the batch carries
+    their source ids."""
+    rows = np.asarray(indices, dtype=np.int64)
+    src, tgt = as_side(src), as_side(tgt)
+    s, sm = src.gather(rows)
+    t, tm = tgt.gather(rows)
     ctx = None
     if context is not None:
-        ctx = pad_context([[src[j] for j in context[i]] for i in indices], k)
-    return Batch(torch.tensor(indices), s, sm, t, tm, ctx)
+        if isinstance(context, list):
+            context = ListedContext(context, k)
+        ctx = context_block(src, context, rows)
+    return Batch(torch.from_numpy(rows), s, sm, t, tm, ctx)
 
 
-def epoch_batches(src_lens: list[int], tgt_lens: list[int], batch_tokens: int, batch_sents: int,
-                  seed: int, epoch: int, shuffle: bool = True) -> list[list[int]]:
-    """Index lists of one epoch's batches, in training order."""
+class EpochBatches(Sequence):
+    """An epoch's batches in training order, each a list of sentence indices; held as one
+    permutation of the corpus and the batches' bounds in it, so an epoch of millions of
+    sentences costs a few arrays, not a list per batch.  A slice is a view of the same arrays."""
+
+    def __init__(self, order: np.ndarray, bounds: np.ndarray, sequence: np.ndarray):
+        self.order, self.bounds, self.sequence = order, bounds, sequence
+
+    def __len__(self) -> int:
+        return len(self.sequence)
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            return EpochBatches(self.order, self.bounds, self.sequence[item])
+        b = self.sequence[item]
+        return self.order[self.bounds[b]:self.bounds[b + 1]].tolist()
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.bounds)[self.sequence]
+
+
+def epoch_batches(src_lens, tgt_lens, batch_tokens: int, batch_sents: int,
+                  seed: int, epoch: int, shuffle: bool = True) -> EpochBatches:
+    """One epoch's batches (sentence indices), in training order."""
+    src_lens, tgt_lens = np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64)
     n = len(tgt_lens)
     gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    order = torch.randperm(n, generator=gen).tolist() if shuffle else list(range(n))
-    order.sort(key=lambda i: (tgt_lens[i], src_lens[i]))  # stable: ties keep the shuffled order
-    batches, current, tokens = [], [], 0
-    for i in order:
-        if current and (len(current) >= batch_sents or tokens + tgt_lens[i] > batch_tokens):
-            batches.append(current)
-            current, tokens = [], 0
-        current.append(i)
-        tokens += tgt_lens[i]
-    if current:
-        batches.append(current)
+    order = torch.randperm(n, generator=gen).numpy() if shuffle else np.arange(n)
+    key = tgt_lens[order] * (int(src_lens.max(initial=0)) + 1) + src_lens[order]
+    order = order[np.argsort(key, kind="stable")]  # stable: ties keep the shuffled order
+    bounds = _cut(tgt_lens[order], batch_tokens, batch_sents)
+    sequence = np.arange(len(bounds) - 1)
     if shuffle:
-        perm = torch.randperm(len(batches), generator=gen).tolist()
-        batches = [batches[p] for p in perm]
-    return batches
+        sequence = torch.randperm(len(sequence), generator=gen).numpy()
+    return EpochBatches(order, bounds, sequence)
 
 
-def padding_ratio(batches: list[list[int]], src_lens: list[int], tgt_lens: list[int]) -> tuple[float, float]:
+def _cut(lens: np.ndarray, batch_tokens: int, batch_sents: int) -> np.ndarray:
+    """Bounds of the batches that filling greedily in this order makes: a batch takes the next
+    sentence while it holds fewer than `batch_sents` and its tokens stay within `batch_tokens`
+    (a first sentence always)."""
+    total = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=total[1:])
+    bounds, start = [0], 0
+    while start < len(lens):
+        end = int(np.searchsorted(total, total[start] + batch_tokens, side="right")) - 1
+        start = max(start + 1, min(end, start + batch_sents))
+        bounds.append(start)
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def padding_ratio(batches, src_lens, tgt_lens) -> tuple[float, float]:
     """Fraction of padded cells on the source and target side."""
+    if not isinstance(batches, EpochBatches):
+        batches = _as_epoch(batches)
+    if not len(batches):
+        return 0.0, 0.0
+    firsts = batches.bounds[:-1]
+
     def ratio(lens):
-        real = sum(lens[i] for b in batches for i in b)
-        padded = sum(len(b) * max(lens[i] for i in b) for b in batches)
+        lens = np.asarray(lens, dtype=np.int64)[batches.order]
+        real = int(np.add.reduceat(lens, firsts)[batches.sequence].sum())
+        padded = int((batches.sizes() * np.maximum.reduceat(lens, firsts)[batches.sequence]).sum())
         return 1.0 - real / padded if padded else 0.0
 
     return ratio(src_lens), ratio(tgt_lens)
+
+
+def _as_epoch(batches: list[list[int]]) -> EpochBatches:
+    order = np.asarray([i for b in batches for i in b], dtype=np.int64)
+    bounds = np.zeros(len(batches) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in batches], out=bounds[1:])
+    return EpochBatches(order, bounds, np.arange(len(batches)))

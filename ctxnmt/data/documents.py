@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 from ctxnmt.errors import DataError
 
 
@@ -41,6 +43,39 @@ def previous_sentences(doc_ids: list[str], k: int, usable: list[bool] | None = N
         if usable is None or usable[i]:
             window = (window + [i])[-k:]
     return context
+
+
+class PreviousSentences:
+    """`previous_sentences` of a whole training split, computed for a batch's rows when it is
+    built, from each sentence's document number (ctxnmt.data.indexed): nothing per sentence is
+    kept, whatever the corpus size."""
+
+    def __init__(self, docs: np.ndarray, k: int):
+        self.docs, self.k = docs, k
+
+    def positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(B, k) context positions, oldest first in slots 0 … count − 1, and (B,) counts."""
+        window = rows[:, None] - np.arange(self.k, 0, -1)
+        same = (window >= 0) & (self.docs[np.maximum(window, 0)] == self.docs[rows][:, None])
+        count = same.sum(1)  # a document's lines are consecutive: the same-document slots end the window
+        slots = np.arange(self.k)
+        return np.where(slots < count[:, None], rows[:, None] - count[:, None] + slots, 0), count
+
+
+class ListedContext:
+    """Context given as a list of position lists per sentence (its last k count)."""
+
+    def __init__(self, lists: list[list[int]], k: int = 0):
+        self.k = k or max([1] + [len(c) for c in lists])
+        self.table = np.zeros((len(lists), self.k), dtype=np.int64)
+        self.counts = np.zeros(len(lists), dtype=np.int64)
+        for i, c in enumerate(lists):
+            c = c[-self.k:]
+            self.table[i, :len(c)] = c
+            self.counts[i] = len(c)
+
+    def positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.table[rows], self.counts[rows]
 
 
 def other_document_sentences(doc_ids: list[str], k: int, seed: int) -> list[list[int]]:

@@ -1,8 +1,8 @@
 """`ctxnmt prepare`: from raw parallel text to subword ids in the model directory.
 
-Everything learned here (tokeniser options, truecaser, BPE codes, vocabularies)
-lives under MODEL_DIR/prep so that `translate` applies exactly the same
-pipeline.  The step is skipped when MODEL_DIR/prep already matches the data
+Everything learned here (tokeniser options, truecaser, BPE codes or SentencePiece
+model, vocabularies) lives under MODEL_DIR/prep so that `translate` applies exactly
+the same pipeline.  The step is skipped when MODEL_DIR/prep already matches the data
 section of the config and the training and dev files it was made from.
 """
 from __future__ import annotations
@@ -11,17 +11,23 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ctxnmt.config import Config, DataConfig, first_difference, lookup
+from ctxnmt.data.batching import as_side
 from ctxnmt.data.bible import build_bible
-from ctxnmt.data.corpus import filter_by_length, read_parallel
-from ctxnmt.data.preprocess import Preprocessor
+from ctxnmt.data.corpus import read_parallel
+from ctxnmt.data.indexed import META, TokenArrays
+from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor, make_options
+from ctxnmt.data.stream import Cleaning, check_readable, prepare_training
 from ctxnmt.data.vocab import Vocab
-from ctxnmt.data.words import count_words, goes_on
+from ctxnmt.data.words import count_words, goes_on, joins_back
 from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write, file_sha256, read_json_object
 from ctxnmt.utils.messages import Log, to_stderr
@@ -43,8 +49,17 @@ class Prepared:
     preprocessor: Preprocessor
     src_vocab: Vocab
     tgt_vocab: Vocab
-    train: Split
+    train: TokenArrays
     dev: Split
+    directory: Path | None = None
+
+    def length_ratios(self) -> dict[str, float]:
+        """The training pairs' length ratios, words included: prep/lengths.json where it has them."""
+        if self.directory is not None:
+            recorded = load_length_ratios(self.directory, words=True)
+            if recorded is not None and WORD_RATIO in recorded:
+                return recorded
+        return length_ratios(self.train, self.src_vocab, self.tgt_vocab, self.preprocessor.options.subwords)
 
 
 def split_paths(data: DataConfig, split: str) -> tuple[Path, Path, Path]:
@@ -144,83 +159,126 @@ def _out_of_date(stamp: Path, data: DataConfig) -> Staleness | None:
     return None
 
 
-def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: bool = False) -> Prepared:
+def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: bool = False,
+            workers: int = 0) -> Prepared:
     """The prepared data of `config`, prepared again where MODEL_DIR/prep is missing, was made
     from another data section or other files, or `force` says so.  `keep` (the directory holds a
     training, which must go on with the data it was trained on): a prepared directory known to
-    differ is a DataError naming the key or file, and is left as it is."""
+    differ is a DataError naming the key or file, and is left as it is.  `workers`: processes
+    that prepare the training pairs (0: one per core).  A new prep/ is built beside the old one
+    and takes its place only once complete, so a failed or killed preparation leaves the old."""
     prep_dir = Path(config.model_dir) / "prep"
     stamp = prep_dir / "fingerprint.json"
-    fingerprint = data_fingerprint(config.data)
     stale = None if force else _out_of_date(stamp, config.data)
     if not force and stale is None:
-        return load_prepared(prep_dir)
+        return load_prepared(prep_dir, log)
     if keep and stale is not None and stale.known:
         raise DataError(f"{stale.reason}; {config.model_dir} holds a training, which must go on with the data it "
                         "was prepared from: use that data, or another model_dir")
     if stale is not None and stale.reason:
         log(f"prepare: {stale.reason}; preparing again")
     ensure_corpus(config.data, log)
-    d = config.data
-    corpus = {role: _file_record(path) for role, path in corpus_files(d).items() if path.is_file()}  # as read
-    train, dev = read_split(d, "train"), read_split(d, "dev")
-    log(f"prepare: learning tokenisation, truecasing and BPE on {len(train.src)} training pairs")
-    pre = Preprocessor.fit(train.src, train.tgt, src_lang=d.src_lang, tgt_lang=d.tgt_lang, tokenize=d.tokenize,
-                           truecase=d.truecase, bpe_merges=d.bpe_merges, joint_bpe=d.joint_bpe)
-    src_tok, tgt_tok = pre.encode_many(train.src, "src"), pre.encode_many(train.tgt, "tgt")
-    kept, too_long, empty = filter_by_length(src_tok, tgt_tok, d.max_len)
-    log(f"prepare: dropped {too_long} training pairs longer than {d.max_len} subwords and {empty} empty ones")
-    if not kept:
-        raise DataError(f"{split_paths(d, 'train')[0]}: no training pair left after length filtering")
-    src_tok, tgt_tok = [src_tok[i] for i in kept], [tgt_tok[i] for i in kept]
-    max_size = d.vocab_size or None
-    if d.joint_bpe:
-        src_vocab = tgt_vocab = Vocab.build(src_tok + tgt_tok, max_size=max_size)
-    else:
-        src_vocab, tgt_vocab = Vocab.build(src_tok, max_size=max_size), Vocab.build(tgt_tok, max_size=max_size)
+    corpus = {role: _file_record(path) for role, path in corpus_files(config.data).items() if path.is_file()}
+    partial = Path(config.model_dir) / "prep.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        _prepare_into(partial, config.data, log, workers)
+        with atomic_write(partial / stamp.name, "w") as fh:  # last: what makes the directory complete
+            json.dump({"data": data_fingerprint(config.data), "section": dataclasses.asdict(config.data),
+                       "corpus": corpus}, fh, indent=1)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    _put_in_place(partial, prep_dir)
+    return load_prepared(prep_dir, log)
+
+
+def _put_in_place(partial: Path, prep_dir: Path) -> None:
+    old = prep_dir.with_name("prep.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if prep_dir.exists():
+        prep_dir.rename(old)
+    partial.rename(prep_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def cleaning(data: DataConfig) -> Cleaning:
+    return Cleaning(max_ratio=data.filter_ratio, duplicates=data.filter_duplicates, identical=data.filter_identical)
+
+
+def _workers(requested: int, train_src: Path) -> int:
+    """A corpus of one block is prepared in this process: forking would only cost time."""
+    if train_src.is_file() and train_src.stat().st_size < SMALL_CORPUS_BYTES:
+        return 1
+    return requested or os.cpu_count() or 1
+
+
+SMALL_CORPUS_BYTES = 1 << 20
+
+
+def _prepare_into(out: Path, d: DataConfig, log: Log, workers: int) -> None:
+    """Everything `prepare` writes, into the directory `out`."""
+    src, tgt, doc = split_paths(d, "train")
+    for path in (src, tgt):
+        check_readable(str(path))
+    dev = read_split(d, "dev")  # a broken dev split is found before the long work
+    options = make_options({"src_lang": d.src_lang, "tgt_lang": d.tgt_lang, "tokenize": d.tokenize,
+                            "truecase": d.truecase, "bpe_merges": d.bpe_merges, "joint_bpe": d.joint_bpe,
+                            "subwords": d.subwords, "sentencepiece_vocab": d.sentencepiece_vocab,
+                            "sentencepiece_type": d.sentencepiece_type})
+    workers = _workers(workers, src)
+    subwords = "SentencePiece" if d.subwords == SENTENCEPIECE_SCHEME else "BPE"
+    log(f"prepare: learning tokenisation, truecasing and {subwords} on {src} and {tgt}")
+    result = prepare_training(options, (str(src), str(tgt), str(doc) if doc.is_file() else None), out / "train",
+                              out / "work", d.max_len, d.vocab_size, cleaning(d), workers, log)
+    shutil.rmtree(out / "work", ignore_errors=True)
+    c = result.counts
+    if c.ratio or c.duplicates or c.identical:
+        log(f"prepare: cleaning dropped {c.ratio} pairs over the length ratio {d.filter_ratio:g}, {c.duplicates} "
+            f"duplicates and {c.identical} pairs whose two sides are identical")
+    log(f"prepare: dropped {c.too_long} training pairs longer than {d.max_len} subwords and {c.empty} empty ones")
+    src_vocab, tgt_vocab = result.src_vocab, result.tgt_vocab
     log(f"prepare: vocabulary {len(src_vocab)} source / {len(tgt_vocab)} target symbols")
-    train_split = Split([src_vocab.encode(s, add_eos=False) for s in src_tok],
-                        [tgt_vocab.encode(t) for t in tgt_tok],
-                        [train.src[i] for i in kept], [train.tgt[i] for i in kept],
-                        [train.docs[i] for i in kept] if train.docs else None)
+    pre = Preprocessor(options, result.truecasers, result.codes)
     dev_split = encode_split(pre, src_vocab, tgt_vocab, dev.src, dev.tgt, dev.docs)
-    prep_dir.mkdir(parents=True, exist_ok=True)
-    pre.save(prep_dir / "preprocess")
-    src_vocab.save(prep_dir / "vocab.src")
-    tgt_vocab.save(prep_dir / "vocab.tgt")
-    with atomic_write(prep_dir / "data.pt", "wb") as fh:
-        torch.save({"train": dataclasses.asdict(train_split), "dev": dataclasses.asdict(dev_split)}, fh)
-    with atomic_write(prep_dir / LENGTHS, "w") as fh:
-        json.dump(length_ratios(train_split, src_vocab, tgt_vocab), fh, indent=1)
-    with atomic_write(stamp, "w") as fh:
-        json.dump({"data": fingerprint, "section": dataclasses.asdict(d), "corpus": corpus}, fh, indent=1)
-    return Prepared(pre, src_vocab, tgt_vocab, train_split, dev_split)
+    pre.save(out / "preprocess")
+    src_vocab.save(out / "vocab.src")
+    tgt_vocab.save(out / "vocab.tgt")
+    with atomic_write(out / DEV, "wb") as fh:
+        torch.save(dataclasses.asdict(dev_split), fh)
+    with atomic_write(out / LENGTHS, "w") as fh:
+        json.dump(length_ratios(TokenArrays.open(out / "train"), src_vocab, tgt_vocab, d.subwords), fh, indent=1)
 
 
+DEV = "dev.pt"
 LENGTHS = "lengths.json"
 RATIO_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
 WORD_RATIO = "words 0.5"  # the median output/source ratio in words (see length_ratios)
 
 
-def length_ratios(split: Split, src_vocab: Vocab | None = None, tgt_vocab: Vocab | None = None) -> dict[str, float]:
-    """Quantiles of |y| / |x| over the pairs of a split, in subwords (the target's </s> not
-    counted): the smallest ratio that at least that share of the pairs do not exceed.  Read by
-    `decoding.max_len_rule: data` (ctxnmt.decoding.length).  Given the vocabularies, also
-    `words 0.5`: the median of W(y) / W(x) in words (subwords joined by the BPE separator),
-    which `decoding.length_ratio_rule: data` reads."""
-    pairs = [(s, t[:-1]) for s, t in zip(split.src, split.tgt) if s]
-    if not pairs:
+def length_ratios(split, src_vocab: Vocab | None = None, tgt_vocab: Vocab | None = None,
+                  scheme: str = BPE_SCHEME) -> dict[str, float]:
+    """Quantiles of |y| / |x| over the pairs of a split (a Split or TokenArrays), in subwords (the
+    target's </s> not counted): the smallest ratio that at least that share of the pairs do not
+    exceed.  Read by `decoding.max_len_rule: data` (ctxnmt.decoding.length).  Given the
+    vocabularies, also `words 0.5`: the median of W(y) / W(x) in words (subwords joined as the
+    subword `scheme` joins them, ctxnmt.data.words), which `decoding.length_ratio_rule: data` reads."""
+    src, tgt = as_side(split.src), as_side(split.tgt)
+    rows = np.flatnonzero(src.lens > 0)
+    if not len(rows):
         raise DataError("no pair with a non-empty source to measure length ratios on")
-    out = {f"{q:g}": quantile(sorted(len(t) / len(s) for s, t in pairs), q) for q in RATIO_QUANTILES}
+    tgt_lens = np.maximum(tgt.lens[rows] - 1, 0)
+    ratios = np.sort(tgt_lens / src.lens[rows])
+    out = {f"{q:g}": float(quantile(ratios, q)) for q in RATIO_QUANTILES}
     if src_vocab is not None and tgt_vocab is not None:
-        src_words = count_words([s for s, _ in pairs], goes_on(src_vocab))
-        tgt_words = count_words([t for _, t in pairs], goes_on(tgt_vocab))
-        words = sorted(t / s for s, t in zip(src_words, tgt_words))
-        out[WORD_RATIO] = quantile(words, 0.5)
+        src_words = count_words(src, goes_on(src_vocab, scheme), rows, joins_back=joins_back(src_vocab, scheme))
+        tgt_words = count_words(tgt, goes_on(tgt_vocab, scheme), rows, tgt_lens, joins_back(tgt_vocab, scheme))
+        out[WORD_RATIO] = float(quantile(np.sort(tgt_words / src_words), 0.5))
     return out
 
 
-def quantile(ordered: list[float], q: float) -> float:
+def quantile(ordered, q: float) -> float:
     """The smallest value that at least a share q of `ordered` does not exceed."""
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
@@ -228,16 +286,21 @@ def quantile(ordered: list[float], q: float) -> float:
 def load_length_ratios(prep_dir: Path, words: bool = False) -> dict[str, float] | None:
     """The training length ratios of a prepared directory: prep/lengths.json, else (a directory
     prepared before it was written, or, where `words` asks for the word ratio, before it held
-    that) measured on prep/data.pt; None where neither is there."""
+    that) measured on the prepared pairs; None where there are none."""
     path = Path(prep_dir) / LENGTHS
     if path.is_file():
         recorded = read_json_object(path)
-        if not words or WORD_RATIO in recorded or not (Path(prep_dir) / "data.pt").is_file():
+        if not words or WORD_RATIO in recorded or not _holds_pairs(Path(prep_dir)):
             return recorded
-    if (Path(prep_dir) / "data.pt").is_file():
+    if _holds_pairs(Path(prep_dir)):
         prepared = load_prepared(Path(prep_dir))
-        return length_ratios(prepared.train, prepared.src_vocab, prepared.tgt_vocab)
+        return length_ratios(prepared.train, prepared.src_vocab, prepared.tgt_vocab,
+                             prepared.preprocessor.options.subwords)
     return None
+
+
+def _holds_pairs(prep_dir: Path) -> bool:
+    return (prep_dir / "train" / META).is_file() or (prep_dir / OLD_DATA).is_file()
 
 
 def encode_split(pre: Preprocessor, src_vocab: Vocab, tgt_vocab: Vocab, src: list[str], tgt: list[str],
@@ -254,7 +317,23 @@ def load_pipeline(prep_dir: Path) -> tuple[Preprocessor, Vocab, Vocab]:
     return Preprocessor.load(prep_dir / "preprocess"), *vocabs
 
 
-def load_prepared(prep_dir: Path) -> Prepared:
+OLD_DATA = "data.pt"  # the form before the arrays: both splits as pickled lists
+
+
+def load_prepared(prep_dir: Path, log: Log = to_stderr) -> Prepared:
+    """The prepared pipeline and splits; the training split memory-mapped, never read whole.  A
+    directory prepared in the older form (prep/data.pt) is read as it is, into memory."""
     pre, src_vocab, tgt_vocab = load_pipeline(prep_dir)
-    data = torch.load(prep_dir / "data.pt", weights_only=True)
-    return Prepared(pre, src_vocab, tgt_vocab, Split(**data["train"]), Split(**data["dev"]))
+    if (prep_dir / "train" / META).is_file():
+        train = TokenArrays.open(prep_dir / "train")
+        dev = Split(**torch.load(prep_dir / DEV, weights_only=True))
+    elif (prep_dir / OLD_DATA).is_file():
+        log(f"prepare: {prep_dir / OLD_DATA} is the older form of prepared data, read into memory as it is "
+            "(a directory prepared again holds the memory-mapped form)")
+        data = torch.load(prep_dir / OLD_DATA, weights_only=True)
+        old = data["train"]
+        train = TokenArrays.from_lists(old["src"], old["tgt"], old.get("docs"))
+        dev = Split(**data["dev"])
+    else:
+        raise DataError(f"{prep_dir}: no prepared training pairs here; run 'ctxnmt prepare CONFIG' again")
+    return Prepared(pre, src_vocab, tgt_vocab, train, dev, Path(prep_dir))

@@ -7,8 +7,9 @@ directory can be inspected and shared safely.
 
 Pipeline per side, in order: tokenise (sacremoses, no XML escaping), truecase
 (sacremoses model trained on the tokenised training side, with only the start
-of a line counted as a sentence start), BPE (subword-nmt, one model learned on
-both sides or one per side). ``decode`` undoes it.
+of a line counted as a sentence start), subwords: BPE (subword-nmt) or SentencePiece
+(run on the words joined by spaces), one model learned on both sides or one per side.
+``decode`` undoes it.
 """
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from unittest import mock
 
+import sentencepiece
 from sacremoses import MosesDetokenizer, MosesDetruecaser, MosesTokenizer, MosesTruecaser
 from subword_nmt import learn_bpe as _learn_bpe_module
 from subword_nmt.apply_bpe import BPE
@@ -29,7 +31,10 @@ from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.utils.io import atomic_write
 
 SIDES = ("src", "tgt")
+BPE_SCHEME, SENTENCEPIECE_SCHEME = "bpe", "sentencepiece"  # the subword schemes (data.subwords)
+SENTENCEPIECE_TYPES = ("unigram", "bpe")
 BPE_SEPARATOR = "@@"
+WORD_START = "\u2581"  # "▁": SentencePiece's mark of a piece that starts a word
 OPTIONS_FILE = "preprocess.json"
 FORMAT_VERSION = 1
 _BPE_JOIN = re.compile(re.escape(BPE_SEPARATOR) + r"(?: |$)")
@@ -44,7 +49,10 @@ class PreprocessOptions:
     tokenize: bool = True
     truecase: bool = True
     bpe_merges: int = 0
-    joint_bpe: bool = True
+    joint_bpe: bool = True  # one subword model (BPE or SentencePiece) learned on both sides
+    subwords: str = BPE_SCHEME
+    sentencepiece_vocab: int = 8000
+    sentencepiece_type: str = "unigram"
 
     def __post_init__(self) -> None:
         for name in ("src_lang", "tgt_lang"):
@@ -56,6 +64,14 @@ class PreprocessOptions:
                 raise ConfigError(f"preprocessing: {name} must be true or false, not {getattr(self, name)!r}")
         if isinstance(self.bpe_merges, bool) or not isinstance(self.bpe_merges, int) or self.bpe_merges < 0:
             raise ConfigError(f"preprocessing: bpe_merges must be a non-negative integer, not {self.bpe_merges!r}")
+        if self.subwords not in (BPE_SCHEME, SENTENCEPIECE_SCHEME):
+            raise ConfigError(f"preprocessing: subwords must be 'bpe' or 'sentencepiece', not {self.subwords!r}")
+        if self.sentencepiece_type not in SENTENCEPIECE_TYPES:
+            raise ConfigError("preprocessing: sentencepiece_type must be 'unigram' or 'bpe', "
+                              f"not {self.sentencepiece_type!r}")
+        vocab = self.sentencepiece_vocab
+        if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+            raise ConfigError(f"preprocessing: sentencepiece_vocab must be a positive integer, not {vocab!r}")
 
     def lang(self, side: str) -> str:
         return self.src_lang if side == "src" else self.tgt_lang
@@ -66,16 +82,29 @@ class PreprocessOptions:
 BPE_CACHE_WORDS = 200_000
 
 
-class _Side:
-    """The fitted pipeline of one side (source or target)."""
+class SentencePieceModel:
+    """A learned SentencePiece model (its serialised bytes), applied to a line's words joined by spaces."""
 
-    def __init__(self, lang: str, tokenize: bool, truecaser: MosesTruecaser | None, bpe: BPE | None):
+    def __init__(self, model: bytes):
+        self.model = model
+        self.processor = sentencepiece.SentencePieceProcessor(model_proto=model)
+
+    def segment_tokens(self, words: list[str]) -> list[str]:
+        return self.processor.encode(" ".join(words), out_type=str)
+
+
+class SidePipeline:
+    """The fitted pipeline of one side (source or target); `bpe` segments the words into
+    subwords: subword-nmt's BPE or a SentencePieceModel."""
+
+    def __init__(self, lang: str, tokenize: bool, truecaser: MosesTruecaser | None,
+                 bpe: BPE | SentencePieceModel | None):
         self.lang = lang
         self.tokenizer = MosesTokenizer(lang=lang)
         self.detokenizer = MosesDetokenizer(lang=lang) if tokenize else None
         self.do_tokenize = tokenize
         self.truecaser = truecaser
-        self.detruecaser = _line_start_only(MosesDetruecaser()) if truecaser is not None else None
+        self.detruecaser = line_start_only(MosesDetruecaser()) if truecaser is not None else None
         self.bpe = bpe
         self.bpe_cache: dict[str, tuple[str, ...]] = {}
 
@@ -87,12 +116,14 @@ class _Side:
         # which the BPE codes and the vocabulary files could not represent.
         tokens = line.split()
         if self.truecaser is not None:
-            tokens = _truecase(self.truecaser, tokens)
+            tokens = truecase_tokens(self.truecaser, tokens)
         return tokens
 
     def subwords(self, words: Iterable[str]) -> list[str]:
         if self.bpe is None:
             return list(words)
+        if isinstance(self.bpe, SentencePieceModel):  # fast enough on whole lines: no cache to bound
+            return self.bpe.segment_tokens(list(words))
         cache = self.bpe_cache
         out: list[str] = []
         for word in words:
@@ -105,8 +136,10 @@ class _Side:
         return out
 
     def decode(self, tokens: Sequence[str]) -> str:
-        text = _BPE_JOIN.sub("", " ".join(tokens))
-        words = text.split()
+        if isinstance(self.bpe, SentencePieceModel):
+            words = "".join(tokens).replace(WORD_START, " ").split()
+        else:
+            words = _BPE_JOIN.sub("", " ".join(tokens)).split()
         if self.detruecaser is not None:
             words = self.detruecaser.detruecase(" ".join(words))
         if self.detokenizer is not None:
@@ -132,7 +165,7 @@ def _rejoin_apostrophes(text: str) -> str:
 _EXTRA_DELAYED_START = frozenset({"¿", "¡", "«", "“", "‘"})
 
 
-def _line_start_only(caser):
+def line_start_only(caser):
     """Make a sacremoses (de)truecaser treat only the start of the line as a sentence start.
 
     Moses also restarts a sentence after '.', ':', '?' and '!'. In verse text a
@@ -147,7 +180,7 @@ def _line_start_only(caser):
     return caser
 
 
-def _truecase(truecaser: MosesTruecaser, tokens: list[str]) -> list[str]:
+def truecase_tokens(truecaser: MosesTruecaser, tokens: list[str]) -> list[str]:
     """Apply a sacremoses truecasing model to a token list, as ``truecase(use_known=True)`` would.
 
     sacremoses re-parses the joined line with several regexes per token, which
@@ -175,24 +208,25 @@ def _truecase(truecaser: MosesTruecaser, tokens: list[str]) -> list[str]:
 
 
 class Preprocessor:
-    """Tokenise, truecase and BPE-segment text; built by :meth:`fit` or :meth:`load`."""
+    """Tokenise, truecase and segment text into subwords; built by :meth:`fit` or :meth:`load`."""
 
     def __init__(self, options: PreprocessOptions, truecase_models: dict[str, MosesTruecaser],
-                 bpe_codes: dict[str, str]):
+                 bpe_codes: dict[str, str | bytes]):
         """Use :meth:`fit` or :meth:`load` rather than calling this directly.
 
         ``truecase_models`` maps each side to its model (empty without truecasing);
-        ``bpe_codes`` maps "joint", or "src" and "tgt", to subword-nmt codes text.
+        ``bpe_codes`` maps "joint", or "src" and "tgt", to the learned subword model:
+        subword-nmt codes text, or a SentencePiece model's bytes (``options.subwords``).
         """
         self.options = options
         self._truecase_models = truecase_models
         self._bpe_codes = bpe_codes
         self._sides = {
-            side: _Side(
+            side: SidePipeline(
                 options.lang(side),
                 options.tokenize,
                 truecase_models.get(side),
-                _make_bpe(bpe_codes.get("joint", bpe_codes.get(side))),
+                make_segmenter(options, bpe_codes.get("joint", bpe_codes.get(side))),
             )
             for side in SIDES
         }
@@ -204,12 +238,13 @@ class Preprocessor:
 
     @classmethod
     def fit(cls, src_lines: Sequence[str], tgt_lines: Sequence[str], **options) -> Preprocessor:
-        """Learn the truecasing and BPE models from training text.
+        """Learn the truecasing and subword models from training text.
 
         ``options`` are the fields of :class:`PreprocessOptions`: ``src_lang``,
-        ``tgt_lang``, ``tokenize``, ``truecase``, ``bpe_merges`` and ``joint_bpe``.
+        ``tgt_lang``, ``tokenize``, ``truecase``, ``bpe_merges``, ``joint_bpe``,
+        ``subwords``, ``sentencepiece_vocab`` and ``sentencepiece_type``.
         """
-        opts = _make_options(options)
+        opts = make_options(options)
         lines = {"src": src_lines, "tgt": tgt_lines}
         words: dict[str, dict[str, list[str]]] = {}
         truecasers: dict[str, MosesTruecaser] = {}
@@ -217,7 +252,8 @@ class Preprocessor:
             words[side], truecaser = _fit_words_and_truecaser(opts, side, lines[side])
             if truecaser is not None:
                 truecasers[side] = truecaser
-        codes = _learn_codes(opts, {side: _word_counts(lines[side], words[side]) for side in SIDES})
+        codes = learn_subwords(opts, {side: _word_counts(lines[side], words[side]) for side in SIDES},
+                               lambda sides: (" ".join(words[side][line]) for side in sides for line in lines[side]))
         preprocessor = cls(opts, truecasers, codes)
         preprocessor._fit_words = words
         return preprocessor
@@ -225,7 +261,7 @@ class Preprocessor:
     # --- applying ---------------------------------------------------------------
 
     def encode(self, line: str, side: str) -> list[str]:
-        """Tokenise, truecase and BPE-segment one line of ``side`` ("src" or "tgt")."""
+        """Tokenise, truecase and segment into subwords one line of ``side`` ("src" or "tgt")."""
         pipeline = self._side(side)
         return pipeline.subwords(pipeline.words(line))
 
@@ -248,14 +284,14 @@ class Preprocessor:
         return result
 
     def decode(self, tokens: Sequence[str], side: str) -> str:
-        """Join BPE pieces, restore sentence-initial capitals and detokenise."""
+        """Join subwords into words, restore sentence-initial capitals and detokenise."""
         return self._side(side).decode(tokens)
 
     def tokenize_for_bleu(self, line: str, side: str) -> str:
         """Moses-tokenise a plain-text line, for BLEU on tokenised text as in the papers."""
         return " ".join(self._side(side).tokenizer.tokenize(line, escape=False))
 
-    def _side(self, side: str) -> _Side:
+    def _side(self, side: str) -> SidePipeline:
         try:
             return self._sides[side]
         except KeyError:
@@ -272,9 +308,11 @@ class Preprocessor:
             files[f"truecase_{side}"] = name = f"preprocess.truecase.{side}"
             # sacremoses writes its model through a temporary file and a rename too.
             truecaser.save_model(os.path.join(directory, name))
+        scheme = self.options.subwords
         for key, codes in self._bpe_codes.items():
-            files[f"bpe_{key}"] = name = f"preprocess.bpe.{key}"
-            with atomic_write(os.path.join(directory, name)) as handle:
+            files[f"{scheme}_{key}"] = name = f"preprocess.{scheme}.{key}"
+            binary = scheme == SENTENCEPIECE_SCHEME
+            with atomic_write(os.path.join(directory, name), "wb" if binary else "w") as handle:
                 handle.write(codes)
         # Written last: a directory with preprocess.json is a complete one.
         record = {"format": FORMAT_VERSION, "options": asdict(self.options), "files": files}
@@ -289,7 +327,7 @@ class Preprocessor:
         record = _read_record(os.path.join(directory, OPTIONS_FILE))
         options_path = os.path.join(directory, OPTIONS_FILE)
         try:
-            opts = _make_options(record["options"])
+            opts = make_options(record["options"])
         except ConfigError as err:
             raise CheckpointError(f"{options_path}: {err}") from None
         files = record["files"]
@@ -298,15 +336,16 @@ class Preprocessor:
             for side in SIDES:
                 truecasers[side] = _load_truecaser(_model_file(directory, files, f"truecase_{side}", options_path))
         codes = {}
-        if opts.bpe_merges:
+        if opts.subwords == SENTENCEPIECE_SCHEME or opts.bpe_merges:
+            read = _read_sentencepiece if opts.subwords == SENTENCEPIECE_SCHEME else _read_codes
             for key in ("joint",) if opts.joint_bpe else SIDES:
-                codes[key] = _read_codes(_model_file(directory, files, f"bpe_{key}", options_path))
+                codes[key] = read(_model_file(directory, files, f"{opts.subwords}_{key}", options_path))
         return cls(opts, truecasers, codes)
 
 
 def moses_words(lines: Sequence[str], lang: str) -> list[list[str]]:
     """Moses-tokenise lines into word lists (no truecasing, no BPE); each distinct line once."""
-    side = _Side(lang, True, None, None)
+    side = SidePipeline(lang, True, None, None)
     done = _unique_map(side.words, lines)
     return [list(done[line]) for line in lines]
 
@@ -314,7 +353,7 @@ def moses_words(lines: Sequence[str], lang: str) -> list[list[str]]:
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _make_options(options: dict) -> PreprocessOptions:
+def make_options(options: dict) -> PreprocessOptions:
     known = {field.name for field in fields(PreprocessOptions)}
     unknown = sorted(set(options) - known)
     if unknown:
@@ -329,13 +368,13 @@ def _fit_words_and_truecaser(
     opts: PreprocessOptions, side: str, lines: Sequence[str]
 ) -> tuple[dict[str, list[str]], MosesTruecaser | None]:
     """Tokenise the distinct lines of one side and, if asked, learn and apply truecasing."""
-    plain = _Side(opts.lang(side), opts.tokenize, None, None)
+    plain = SidePipeline(opts.lang(side), opts.tokenize, None, None)
     tokenised = _unique_map(plain.words, lines)
     if not opts.truecase:
         return tokenised, None
-    truecaser = _line_start_only(MosesTruecaser())
+    truecaser = line_start_only(MosesTruecaser())
     truecaser.train([tokenised[line] for line in lines])  # every occurrence counts, as in Moses
-    return {line: _truecase(truecaser, tokens) for line, tokens in tokenised.items()}, truecaser
+    return {line: truecase_tokens(truecaser, tokens) for line, tokens in tokenised.items()}, truecaser
 
 
 def _unique_map(function, lines: Iterable[str]) -> dict[str, list[str]]:
@@ -354,8 +393,52 @@ def _word_counts(lines: Iterable[str], words: dict[str, list[str]]) -> Counter:
     return counts
 
 
-def _learn_codes(opts: PreprocessOptions, counts: dict[str, Counter]) -> dict[str, str]:
-    if opts.bpe_merges == 0:
+def learn_subwords(opts: PreprocessOptions, counts: dict[str, Counter],
+                   sentences: Callable[[tuple[str, ...]], Iterator[str]]) -> dict[str, str | bytes]:
+    """The subword model(s) of `opts`: BPE codes learned from the word `counts`, or SentencePiece
+    models from the lines of words that `sentences(sides)` yields, each side's in turn."""
+    if opts.subwords == SENTENCEPIECE_SCHEME:
+        if opts.joint_bpe:
+            return {"joint": _learn_sentencepiece(opts, sentences(SIDES))}
+        return {side: _learn_sentencepiece(opts, sentences((side,))) for side in SIDES}
+    return learn_codes(opts, counts)
+
+
+# Sentences SentencePiece learns from, sampled (with its own fixed seed) where the corpus has
+# more: it holds them in memory, so a corpus of any size costs at most this many.
+SENTENCEPIECE_SENTENCES = 2_000_000
+# The unigram trainer sums per-thread partial counts in thread order: the model is the same
+# on every run with the same number of threads, another with another number.  Fixed, then,
+# never the machine's cores or prepare's workers.
+SENTENCEPIECE_THREADS = 8
+
+
+def _learn_sentencepiece(opts: PreprocessOptions, lines: Iterator[str]) -> bytes:
+    """A SentencePiece model of at most sentencepiece_vocab pieces (fewer where the corpus has
+    fewer: a tiny corpus cannot fill a large vocabulary), on the text as it is ("identity": NFKC
+    would change what decoding gives back, and can split a word in two)."""
+    model = io.BytesIO()
+    try:
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=lines, model_writer=model, model_type=opts.sentencepiece_type,
+            vocab_size=opts.sentencepiece_vocab, hard_vocab_limit=False, normalization_rule_name="identity",
+            input_sentence_size=SENTENCEPIECE_SENTENCES, shuffle_input_sentence=True,
+            num_threads=SENTENCEPIECE_THREADS, bos_id=-1, eos_id=-1, minloglevel=2)
+    except RuntimeError as err:  # "INTERNAL: file(line) [condition] reason"
+        reason = str(err).split("] ", 1)[-1].strip() or "no sentence to learn from"
+        raise ConfigError(f"preprocessing: SentencePiece cannot learn a model of sentencepiece_vocab "
+                          f"{opts.sentencepiece_vocab} pieces here: {reason}") from None
+    return model.getvalue()
+
+
+def make_segmenter(opts: PreprocessOptions, model: str | bytes | None) -> BPE | SentencePieceModel | None:
+    if model is None:
+        return None
+    return SentencePieceModel(model) if opts.subwords == SENTENCEPIECE_SCHEME else make_bpe(model)
+
+
+def learn_codes(opts: PreprocessOptions, counts: dict[str, Counter]) -> dict[str, str]:
+    if opts.bpe_merges == 0 or opts.subwords != BPE_SCHEME:
         return {}
     if opts.joint_bpe:
         return {"joint": _learn_bpe(counts["src"] + counts["tgt"], opts.bpe_merges)}
@@ -377,7 +460,7 @@ def _learn_bpe(counts: Counter, merges: int) -> str:
     return codes
 
 
-def _make_bpe(codes: str | None) -> BPE | None:
+def make_bpe(codes: str | None) -> BPE | None:
     return None if codes is None else BPE(io.StringIO(codes), separator=BPE_SEPARATOR)
 
 
@@ -408,9 +491,24 @@ def _load_truecaser(path: str) -> MosesTruecaser:
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: truecasing model missing")
     try:
-        return _line_start_only(MosesTruecaser(load_from=path))
+        return line_start_only(MosesTruecaser(load_from=path))
     except (ValueError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path}: corrupt truecasing model ({err})") from None
+
+
+def _read_sentencepiece(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            model = handle.read()
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: SentencePiece model missing") from None
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read the SentencePiece model ({err})") from None
+    try:
+        SentencePieceModel(model)
+    except RuntimeError:
+        raise CheckpointError(f"{path}: corrupt SentencePiece model (not a serialised model)") from None
+    return model
 
 
 def _read_codes(path: str) -> str:

@@ -168,10 +168,14 @@ class _OnHost:
 
     @classmethod
     def of(cls, candidates: _Candidates, alive_scores: torch.Tensor, beam_of: torch.Tensor,
-           row_cp: torch.Tensor | None, words: _RowWords | None = None) -> _OnHost:
+           row_cp: torch.Tensor | None, words: _RowWords | None = None, tok_of: torch.Tensor | None = None
+           ) -> _OnHost:
         best_cp = row_cp.gather(1, beam_of[:, :1]).view(-1) if row_cp is not None else None
-        best_words = words.with_next().view(beam_of.size(0), -1).gather(1, beam_of[:, :1]).view(-1) \
-            if words is not None else None
+        best_words = None
+        if words is not None:  # the best open hypothesis: its row and the subword it goes on with
+            n = beam_of.size(0)
+            rows = torch.arange(n, device=beam_of.device) * (words.words.numel() // n) + beam_of[:, 0]
+            best_words = words.with_next(rows, tok_of[:, 0])
         fields = {"scores": candidates.scores, "beam": candidates.beam, "tokens": candidates.tokens,
                   "cp": candidates.cp, "best_alive": alive_scores[:, 0], "best_alive_cp": best_cp,
                   "best_alive_words": best_words}
@@ -186,26 +190,33 @@ class _OnHost:
 
 @dataclass
 class _RowWords:
-    """W of each row's history (R,), and whether the row's next word starts a new word (R,):
-    what a length-ratio prior needs of the rows."""
+    """W of each row's history (R,), and whether the row's next subword starts a new word (R,)
+    unless it joins back on to the row's last (`joins_back` (V,), None where none does): what
+    a length-ratio prior needs of the rows."""
     words: torch.Tensor
     opens: torch.Tensor
+    started: torch.Tensor  # (R,) whether the row holds a subword yet
+    joins_back: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, part: _Part, K: int, continues: torch.Tensor) -> _RowWords:
+    def of(cls, part: _Part, K: int, continues: torch.Tensor, joins_back: torch.Tensor | None = None) -> _RowWords:
         history = part.history
         steps = torch.tensor(part.steps, device=history.device).repeat_interleave(K)
         real = torch.arange(history.size(1), device=history.device) >= history.size(1) - steps.view(-1, 1)
-        words = word_starts(history, real, continues)
+        words = word_starts(history, real, continues, joins_back)
         if history.size(1):
             last = continues.to(history.device)[history[:, -1]] & (steps > 0)
         else:
             last = torch.zeros_like(steps, dtype=torch.bool)
-        return cls(words, ~last)
+        return cls(words, ~last, steps > 0, joins_back.to(history.device) if joins_back is not None else None)
 
-    def with_next(self) -> torch.Tensor:
-        """W of each row with one more subword."""
-        return self.words + self.opens.long()
+    def with_next(self, rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """W of the rows `rows` (on the rows' device) each with one more subword, `tokens`."""
+        rows, tokens = rows.to(self.words.device), tokens.to(self.words.device)
+        opens = self.opens[rows]
+        if self.joins_back is not None:
+            opens = opens & ~(self.joins_back[tokens] & self.started[rows])
+        return self.words[rows] + opens.long()
 
 
 class _Search:
@@ -219,7 +230,8 @@ class _Search:
     def start(self, indices, src, src_mask, context=None) -> _Part:
         """Encode a batch; its rows wait for their first step."""
         src_lens = [int(n) for n in src_mask.sum(1).tolist()]
-        src_words = (word_starts(src, src_mask.bool(), self.length.words.src_continues).tolist()
+        src_words = (word_starts(src, src_mask.bool(), self.length.words.src_continues,
+                                 self.length.words.src_joins_back).tolist()
                      if self.length.ratio_penalty else [0] * len(src_lens))
         for i, n, w in zip(indices, src_lens, src_words):
             self.sentences[i] = _Sentence(max_len=self.length.max_len(n), src_words=w, src_len=n, keep=self.keep)
@@ -241,7 +253,7 @@ class _Search:
         if self.length.ratio_penalty:  # every row's </s>, whatever its rank: the whole distribution
             logp, state, alpha = self.model.step(part.enc, part.state, part.prev)
             (row_logp, row_tok), row_eos = logp.topk(C, dim=1), logp[:, EOS]
-            words = _RowWords.of(part, K, self.length.words.tgt_continues)
+            words = _RowWords.of(part, K, self.length.words.tgt_continues, self.length.words.tgt_joins_back)
         else:
             row_logp, row_tok, state, alpha = self.model.step_candidates(part.enc, part.state, part.prev, C)
         if self.length.block_ngram_repeat:
@@ -252,7 +264,7 @@ class _Search:
         coverage, row_cp = self._coverage(part, alpha)
         candidates = self._candidates(part, row_logp, row_tok, row_cp)
         alive_scores, beam_of, tok_of = self._continuations(candidates)
-        seen = _OnHost.of(candidates, alive_scores, beam_of, row_cp, words)
+        seen = _OnHost.of(candidates, alive_scores, beam_of, row_cp, words, tok_of)
         sentences = [None if i is None else self.sentences[i] for i in part.active]
         lengths = [t + 1 for t in part.steps]  # words of each hypothesis with this step's
         self._collect_finished(part, sentences, lengths, seen, att_history, words)
@@ -327,7 +339,7 @@ class _Search:
         prior = None
         if words is not None:  # cut off at the limit: each holds its row's words and this step's
             rows = js * K + top.beam[js, cs]
-            prior = self.length.ratio_prior(words.with_next().cpu()[rows], _src_words(sentences)[js])
+            prior = self.length.ratio_prior(words.with_next(rows, top.tokens[js, cs]).cpu(), _src_words(sentences)[js])
         scores = self.length.score(logprobs.double(), [lengths[j] for j in js.tolist()],
                                    top.cp[js, cs] if top.cp is not None else None, prior).tolist()
         history, width = part.history.cpu(), part.history.size(1)  # one transfer for every hypothesis ending here

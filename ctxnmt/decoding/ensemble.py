@@ -96,7 +96,7 @@ class Ensemble(nn.Module):
 
 
 def preprocessing_fingerprint(model_dir: Path) -> str:
-    """Hash of the files that define the preprocessing (tokeniser options, truecaser, BPE)."""
+    """Hash of the files that define the preprocessing (tokeniser options, truecaser, subword model)."""
     digest = hashlib.sha256()
     prep = Path(model_dir) / "prep" / "preprocess"
     for path in sorted(p for p in prep.rglob("*") if p.is_file()):

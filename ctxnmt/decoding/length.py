@@ -35,7 +35,8 @@ pays for a length out of proportion with its source, in words:
     s(y, x) = log P(y|x) / lp(y) + cp(x; y) − λ · |log(W(y) / (r · W(x)))|
 
 W counts words, a word being a run of subwords joined by the BPE separator ("new@@ found@@
-land" is one); r = `decoding.length_ratio`, or with `decoding.length_ratio_rule: data` the
+land" is one) or, for SentencePiece, one piece starting with ▁ and those after it without
+("▁new found land"; ctxnmt.data.words); r = `decoding.length_ratio`, or with `decoding.length_ratio_rule: data` the
 median W(y)/W(x) of the model's training pairs (prep/lengths.json, `words 0.5`).  Words,
 not subwords: text unlike the training data splits into many more subwords on the source
 side, so a prior in subwords would let its translations grow with them.  Since the prior
@@ -158,7 +159,7 @@ def length_control(dec, ratios: Mapping[str, float] | None, warn: Callable[[str]
         fallback = getattr(dec, value)
         if ratios is None or key not in ratios:
             if warn is not None:
-                warn(f"{rule} data: no training {what} for this model (prep/lengths.json or prep/data.pt); "
+                warn(f"{rule} data: no training {what} for this model (prep/lengths.json or the prepared pairs); "
                      f"using {value} = {fallback:g} instead")
             return fallback
         return float(ratios[key])

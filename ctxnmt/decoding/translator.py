@@ -234,10 +234,11 @@ class Translator:
         check(decoding_options(dec), str, ConfigError)
         return length_control(dec, self._length_ratios(needs_word_ratio(dec)) if uses_ratios(dec) else None,
                               self._warn_once,
-                              WordBoundaries.of(self.src_vocab, self.tgt_vocab) if dec.length_ratio_penalty else None)
+                              WordBoundaries.of(self.src_vocab, self.tgt_vocab, self.preprocessor.options.subwords)
+                              if dec.length_ratio_penalty else None)
 
     def _length_ratios(self, words: bool) -> Mapping[str, float] | None:
-        if words not in self._ratios:  # read once: from data.pt of an older directory it takes a moment
+        if words not in self._ratios:  # read once: measured on an older directory's pairs, it takes a moment
             self._ratios[words] = load_length_ratios(self.prep_dir, words) if self.prep_dir is not None else None
         return self._ratios[words]
 

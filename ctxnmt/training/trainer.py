@@ -68,7 +68,7 @@ class Trainer(TrainingLoop):
         self.checkpoint_every = t.checkpoint_every
         self.device = device_for(self.world, t.device)
         self.data: Prepared = self._prepare()
-        self.src_lens, self.tgt_lens = [len(s) for s in self.data.train.src], [len(s) for s in self.data.train.tgt]
+        self.src_lens, self.tgt_lens = self.data.train.src.lens, self.data.train.tgt.lens
         self.train_context = document_context(self.data.train, config, "train", t.document_context)
         document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
         self.model: NMTModel = build_model(config.model, len(self.data.src_vocab), len(self.data.tgt_vocab))

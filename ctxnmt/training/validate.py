@@ -6,9 +6,11 @@ import math
 import torch
 
 from ctxnmt.config import Config
-from ctxnmt.data.batching import epoch_batches, make_batch
-from ctxnmt.data.documents import check_document_ids, other_document_sentences, previous_sentences
-from ctxnmt.data.prepare import length_ratios, split_paths
+from ctxnmt.data.batching import as_side, epoch_batches, make_batch
+from ctxnmt.data.documents import (ListedContext, PreviousSentences, check_document_ids, other_document_sentences,
+                                   previous_sentences)
+from ctxnmt.data.indexed import TokenArrays
+from ctxnmt.data.prepare import split_paths
 from ctxnmt.data.words import WordBoundaries
 from ctxnmt.decoding.length import length_control, uses_ratios
 from ctxnmt.decoding.translator import translate_ids
@@ -16,24 +18,30 @@ from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import bleu
 
 
-def document_context(split, config: Config, name: str, whose: str = "own") -> list[list[int]] | None:
-    """Each sentence's previous sentences in `split` for a document-context model (None for
-    a sentence-level one), or with `whose` "other-document" as many from another document
-    (training.document_context); a DataError if the split has no document ids."""
+def document_context(split, config: Config, name: str, whose: str = "own"):
+    """Where each sentence of `split` finds its previous sentences, for a document-context model
+    (None for a sentence-level one): the training split's as a source computed per batch
+    (ctxnmt.data.documents), the dev split's as lists; with `whose` "other-document", as many
+    from another document (training.document_context).  A DataError if the split has no usable
+    document ids."""
     if not config.model.uses_document:
         return None
+    path = split_paths(config.data, name)[2]
     if split.docs is None:
-        path = split_paths(config.data, name)[2]
         raise DataError(f"{path}: no such file; a document-context model (model.doc_*) needs document ids "
                         f"for the {name} split")
-    where = str(split_paths(config.data, name)[2]) + (" (line numbers of kept pairs)" if name == "train" else "")
-    check_document_ids(split.docs, where)
-    if whose == "other-document":
-        try:
-            return other_document_sentences(split.docs, config.model.doc_sents, config.training.seed)
-        except DataError as err:
-            raise DataError(f"{where}: {err}") from None
-    return previous_sentences(split.docs, config.model.doc_sents)
+    k = config.model.doc_sents
+    if isinstance(split, TokenArrays):
+        if split.doc_problem:
+            raise DataError(f"{path} (line numbers of kept pairs):{split.doc_problem}")
+        if whose == "other-document":
+            try:
+                return ListedContext(other_document_sentences(split.docs.tolist(), k, config.training.seed), k)
+            except DataError as err:
+                raise DataError(f"{path} (line numbers of kept pairs): {err}") from None
+        return PreviousSentences(split.docs, k)
+    check_document_ids(split.docs, str(path))
+    return previous_sentences(split.docs, k)
 
 
 @torch.no_grad()
@@ -43,10 +51,10 @@ def dev_perplexity(model, src: list[list[int]], tgt: list[list[int]], batch_toke
     with no attention distribution and so no conditional to score (it translates as empty)."""
     model.eval()
     total, tokens = 0.0, 0
-    batches = epoch_batches([len(s) for s in src], [len(t) for t in tgt], batch_tokens, batch_sents, 0, 0,
-                            shuffle=False)
+    src, tgt = as_side(src), as_side(tgt)
+    batches = epoch_batches(src.lens, tgt.lens, batch_tokens, batch_sents, 0, 0, shuffle=False)
     for index in batches:
-        index = [i for i in index if src[i]]
+        index = [i for i in index if src.lens[i]]
         if not index:
             continue
         b = make_batch(index, src, tgt, context, k).to(device)
@@ -58,8 +66,9 @@ def dev_perplexity(model, src: list[list[int]], tgt: list[list[int]], batch_toke
 def _length(config: Config, data):
     """The length settings `translate` will use, the training data's length ratios included."""
     dec = config.decoding
-    return length_control(dec, length_ratios(data.train, data.src_vocab, data.tgt_vocab) if uses_ratios(dec) else None,
-                          words=WordBoundaries.of(data.src_vocab, data.tgt_vocab) if dec.length_ratio_penalty else None)
+    words = (WordBoundaries.of(data.src_vocab, data.tgt_vocab, data.preprocessor.options.subwords)
+             if dec.length_ratio_penalty else None)
+    return length_control(dec, data.length_ratios() if uses_ratios(dec) else None, words=words)
 
 
 def validate(model, data, config: Config, device) -> dict[str, float]:

@@ -58,7 +58,7 @@ def test_a_corpus_written_again_byte_for_byte_is_the_same_corpus(tmp_path, capsy
     corpus = write_corpus(tmp_path / "corpus")
     cfg = tiny_config(tmp_path / "c.yaml", corpus, tmp_path / "m")
     assert run(["prepare", cfg], capsys)[0] == 0
-    data = tmp_path / "m" / "prep" / "data.pt"
+    data = tmp_path / "m" / "prep" / "train" / "meta.json"
     made = data.stat().st_mtime_ns
     write_corpus(corpus)  # the same text, new modification times (a corpus built again)
     os.utime(corpus / "dev.es", ns=(1, 1))

@@ -3,7 +3,7 @@ import json
 import pytest
 from sacremoses import MosesTruecaser
 
-from ctxnmt.data.preprocess import Preprocessor, _line_start_only, _truecase
+from ctxnmt.data.preprocess import Preprocessor, line_start_only, truecase_tokens
 from ctxnmt.errors import CheckpointError, ConfigError
 
 SRC = [
@@ -81,14 +81,14 @@ def test_save_load_gives_identical_encodings(fitted, tmp_path):
     assert record["options"]["bpe_merges"] == 40
 
 
-@pytest.mark.parametrize("line_start_only", [True, False])
-def test_fast_truecasing_matches_sacremoses(line_start_only):
+@pytest.mark.parametrize("at_line_start_only", [True, False])
+def test_fast_truecasing_matches_sacremoses(at_line_start_only):
     lines = ["The cat sat .", "the Cat sat on the mat .", "Mary saw the cat . The end", "( The ) cat", "¿ Dónde ?"]
     tokenised = [line.split() for line in lines]
-    truecaser = _line_start_only(MosesTruecaser()) if line_start_only else MosesTruecaser()
+    truecaser = line_start_only(MosesTruecaser()) if at_line_start_only else MosesTruecaser()
     truecaser.train(tokenised)
     for tokens in tokenised + [["THE", "CAT", "?", "the", "Mary"], ["a|b", "The"], ["¡", "The", "end", "!"]]:
-        assert _truecase(truecaser, tokens) == truecaser.truecase(" ".join(tokens), use_known=True)
+        assert truecase_tokens(truecaser, tokens) == truecaser.truecase(" ".join(tokens), use_known=True)
 
 
 def words(tokens):

@@ -233,14 +233,14 @@ def words_of(ids: list[int]) -> int:
 
 def test_words_are_counted_across_subwords_and_padding():
     seqs = [[8, 5, 6, 9, 10], [4], [], [9, 9, 4, 4]]  # 8 | 5 6 9 | 10 and 9 | 9 | 4 4: a word cut short still counts
-    assert count_words(seqs, BOUNDARIES.tgt_continues) == [words_of(s) for s in seqs] == [3, 1, 0, 3]
-    assert count_words([], BOUNDARIES.tgt_continues) == []
+    assert count_words(seqs, BOUNDARIES.tgt_continues).tolist() == [words_of(s) for s in seqs] == [3, 1, 0, 3]
+    assert count_words([], BOUNDARIES.tgt_continues).tolist() == []
     from ctxnmt.data import words as words_module
 
     many = seqs * 5
     words_module.CHUNK, chunk = 3, words_module.CHUNK  # padded a few at a time, counted the same
     try:
-        assert count_words(many, BOUNDARIES.tgt_continues) == [words_of(s) for s in many]
+        assert count_words(many, BOUNDARIES.tgt_continues).tolist() == [words_of(s) for s in many]
     finally:
         words_module.CHUNK = chunk
     rows = [[8, 5, 6, 9, 10], [0, 0, 4, 5, 12], [0, 0, 0, 0, 0]]  # left-padded, as search's histories
@@ -407,15 +407,15 @@ def test_the_data_rule_reads_the_recorded_ratios_and_older_directories_fall_back
     (tiny / "m" / "prep" / "lengths.json").rename(tiny / "lengths.json")  # prepared before it was recorded
     try:
         code, err, _ = translate(tiny, capsys, "--max-len-rule", "data")
-        assert code == 0 and seen[-1].max_len_a == recorded["0.99"] and err == ""  # measured on data.pt
-        (tiny / "m" / "prep" / "data.pt").rename(tiny / "data.pt")
+        assert code == 0 and seen[-1].max_len_a == recorded["0.99"] and err == ""  # measured on the prepared pairs
+        (tiny / "m" / "prep" / "train").rename(tiny / "train")
         code, err, _ = translate(tiny, capsys, "--max-len-rule", "data")
         assert code == 0 and seen[-1].max_len_a == 2.0
         assert err.count("warning: max_len_rule data: no training length ratios") == 1
     finally:
         (tiny / "lengths.json").rename(tiny / "m" / "prep" / "lengths.json")
-        if (tiny / "data.pt").exists():
-            (tiny / "data.pt").rename(tiny / "m" / "prep" / "data.pt")
+        if (tiny / "train").exists():
+            (tiny / "train").rename(tiny / "m" / "prep" / "train")
 
 
 def test_the_prior_reads_the_recorded_word_ratio_and_older_directories_measure_it(tiny, capsys, monkeypatch):
@@ -433,18 +433,18 @@ def test_the_prior_reads_the_recorded_word_ratio_and_older_directories_measure_i
     code, _, _ = translate(tiny, capsys, "--length-ratio-penalty", "4", "--length-ratio", "0.7")
     assert code == 0 and seen[-1].ratio == 0.7  # a given ratio is the one used
     path.write_text(json.dumps({k: v for k, v in recorded.items() if k != "words 0.5"}))  # written before words
-    (tiny / "m" / "prep" / "data.pt").rename(tiny / "data.pt")
+    (tiny / "m" / "prep" / "train").rename(tiny / "train")
     try:
         code, err, _ = translate(tiny, capsys, "--length-ratio-penalty", "4")
         assert code == 0 and seen[-1].ratio == DecodingConfig().length_ratio
         assert err.count("warning: length_ratio_rule data: no training word ratios") == 1
-        (tiny / "data.pt").rename(tiny / "m" / "prep" / "data.pt")
+        (tiny / "train").rename(tiny / "m" / "prep" / "train")
         code, err, _ = translate(tiny, capsys, "--length-ratio-penalty", "4")
-        assert code == 0 and err == "" and seen[-1].ratio == recorded["words 0.5"]  # measured on data.pt
+        assert code == 0 and err == "" and seen[-1].ratio == recorded["words 0.5"]  # measured on the prepared pairs
     finally:
         path.write_text(json.dumps(recorded))
-        if (tiny / "data.pt").exists():
-            (tiny / "data.pt").rename(tiny / "m" / "prep" / "data.pt")
+        if (tiny / "train").exists():
+            (tiny / "train").rename(tiny / "m" / "prep" / "train")
 
 
 BAD_FLAGS = [
