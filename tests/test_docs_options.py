@@ -1,7 +1,7 @@
 """The docs name only options and configs that exist.
 
 README.md and docs/*.md name registry-backed model options (`model.cell: adaptive-gru`,
-`--set model.output=adaptive-gain3`, the README's model table) and config files
+`--set model.output=adaptive-gain3`, the model table of docs/reference.md) and config files
 (`configs/adaptive-{gru,both}-small.yaml`).  A renamed or removed option or config
 leaves such a name behind; this test finds it.  Checked: a value written right after
 its key (`model.KEY: VALUE`, `model.KEY=VALUE`; `a | b` lists; a trailing `*` is a
