@@ -20,6 +20,8 @@ import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 from typing import Any, TypeVar
 
 import yaml
@@ -658,3 +660,15 @@ def save_config(config: Any, path: str | Path) -> None:
     tree = config.to_dict() if isinstance(config, Config) else dataclasses.asdict(config)
     with atomic_write(path, "w") as fh:
         yaml.safe_dump(tree, fh, sort_keys=False)
+
+
+def check_device(device: str) -> None:
+    """`--device`: cpu, cuda or cuda:N, and a GPU that is there (else a traceback from torch
+    once the model is loaded)."""
+    if not DEVICE.fullmatch(device):
+        raise ConfigError(f"--device must be cpu, cuda or cuda:N, got '{device}'")
+    if device == "cpu":
+        return
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise ConfigError(f"--device {device}: {torch.cuda.device_count()} CUDA device(s) visible")

@@ -25,7 +25,7 @@ from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import read_parallel
 from ctxnmt.data.indexed import META, TokenArrays
 from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor, make_options
-from ctxnmt.data.stream import Cleaning, check_readable, prepare_training
+from ctxnmt.data.stream import Cleaning, check_aligned, prepare_training
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.data.words import count_words, goes_on, joins_back
 from ctxnmt.errors import DataError
@@ -220,8 +220,7 @@ SMALL_CORPUS_BYTES = 1 << 20
 def _prepare_into(out: Path, d: DataConfig, log: Log, workers: int) -> None:
     """Everything `prepare` writes, into the directory `out`."""
     src, tgt, doc = split_paths(d, "train")
-    for path in (src, tgt):
-        check_readable(str(path))
+    check_aligned((str(src), str(tgt), str(doc) if doc.is_file() else None))
     dev = read_split(d, "dev")  # a broken dev split is found before the long work
     options = make_options({"src_lang": d.src_lang, "tgt_lang": d.tgt_lang, "tokenize": d.tokenize,
                             "truecase": d.truecase, "bpe_merges": d.bpe_merges, "joint_bpe": d.joint_bpe,

@@ -4,12 +4,13 @@ from __future__ import annotations
 import signal
 import time
 
+from ctxnmt.config import check_device
 from ctxnmt.decoding import length
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, CtxnmtError
 from ctxnmt.serve import settings
 from ctxnmt.serve.settings import Limits, ServeSettings
-from ctxnmt.utils.arguments import add_model_dirs, check_device
+from ctxnmt.utils.arguments import add_model_dirs
 
 
 def register(sub) -> None:

@@ -40,19 +40,3 @@ def add_output(parser, help: str, *aliases: str, metavar: str = "FILE", **option
 
 def add_ref(parser, help: str, *aliases: str, **options) -> None:
     parser.add_argument("-r", "--ref", *aliases, metavar="FILE", help=help, **options)
-
-
-def check_device(device: str) -> None:
-    """`--device`: cpu, cuda or cuda:N, and a GPU that is there (else a traceback from torch
-    once the model is loaded)."""
-    import torch
-
-    from ctxnmt.config import DEVICE
-
-    if not DEVICE.fullmatch(device):
-        raise ConfigError(f"--device must be cpu, cuda or cuda:N, got '{device}'")
-    if device == "cpu":
-        return
-    index = int(device.partition(":")[2] or 0)
-    if index >= torch.cuda.device_count():
-        raise ConfigError(f"--device {device}: {torch.cuda.device_count()} CUDA device(s) visible")

@@ -232,3 +232,14 @@ def test_a_directory_prepared_in_the_older_form_is_read_as_it_is(tmp_path):
     assert old.train.docs.tolist() == new.train.docs.tolist() and old.dev == new.dev
     assert len(said) == 1 and "older form of prepared data, read into memory as it is" in said[0]
     assert old.length_ratios() == new.length_ratios()
+
+
+def test_misaligned_training_files_are_refused_before_any_work(tmp_path):
+    src, tgt, docs = corpus_lines(40)
+    paths = write(tmp_path / "c", src, tgt, docs)
+    Path(paths[1]).write_bytes(Path(paths[1]).read_bytes().rstrip(b"\n"))  # no final newline: still 40 lines
+    stream.check_aligned(paths)
+    assert stream.count_lines(paths[1]) == 40
+    Path(paths[2]).write_text("".join(d + "\n" for d in docs[:-2]), encoding="utf-8")
+    with pytest.raises(DataError, match=r"train\.es has 40 lines but .*train\.doc has 38$"):
+        stream.check_aligned(paths)
