@@ -419,12 +419,12 @@ def _subword_pass(blocks: int, work: Path, max_len: int | None, counts: Counts, 
                 provisional.count(side, kept_ids)
                 out.write(kept_ids.astype(np.int32).tobytes())
             lens_out.write(np.stack([s_lens[keep], t_lens[keep]], 1).astype(np.int32).tobytes())
-            doc_path = _JOB.work / f"{block:07d}.doc"
+            doc_path = work / f"{block:07d}.doc"
             if doc_path.is_file():
                 docs = _read_lines(doc_path)
                 docs_out.write(runs.number([d for d, k in zip(docs, keep) if k]).tobytes())
             for side in (*SIDES, "doc"):
-                (_JOB.work / f"{block:07d}.{side}").unlink(missing_ok=True)
+                (work / f"{block:07d}.{side}").unlink(missing_ok=True)
     provisional.doc_problem = runs.problem
     return provisional
 
