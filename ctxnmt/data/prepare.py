@@ -13,7 +13,7 @@ import json
 import math
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -53,13 +53,17 @@ class Prepared:
     dev: Split
     directory: Path | None = None
 
+    _ratios: dict[str, float] | None = field(default=None, init=False, repr=False, compare=False)
+
     def length_ratios(self) -> dict[str, float]:
-        """The training pairs' length ratios, words included: prep/lengths.json where it has them."""
-        if self.directory is not None:
-            recorded = load_length_ratios(self.directory, words=True)
-            if recorded is not None and WORD_RATIO in recorded:
-                return recorded
-        return length_ratios(self.train, self.src_vocab, self.tgt_vocab, self.preprocessor.options.subwords)
+        """The training pairs' length ratios, words included: prep/lengths.json where it has
+        them, else measured on the pairs; read or measured once (validation asks each time)."""
+        if self._ratios is None:
+            path = self.directory / LENGTHS if self.directory is not None else None
+            recorded = read_json_object(path) if path is not None and path.is_file() else {}
+            self._ratios = recorded if WORD_RATIO in recorded else length_ratios(
+                self.train, self.src_vocab, self.tgt_vocab, self.preprocessor.options.subwords)
+        return self._ratios
 
 
 def split_paths(data: DataConfig, split: str) -> tuple[Path, Path, Path]:

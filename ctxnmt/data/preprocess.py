@@ -438,7 +438,7 @@ def make_segmenter(opts: PreprocessOptions, model: str | bytes | None) -> BPE | 
 
 
 def learn_codes(opts: PreprocessOptions, counts: dict[str, Counter]) -> dict[str, str]:
-    if opts.bpe_merges == 0 or opts.subwords != BPE_SCHEME:
+    if opts.bpe_merges == 0:
         return {}
     if opts.joint_bpe:
         return {"joint": _learn_bpe(counts["src"] + counts["tgt"], opts.bpe_merges)}

@@ -343,7 +343,8 @@ def prepare_training(options: PreprocessOptions, paths: tuple[str, str, str | No
         if not provisional.kept:
             raise DataError(f"{paths[0]}: no training pair left after length filtering")
         src_vocab, tgt_vocab, lookups = _vocabularies(provisional, options.joint_bpe, vocab_size)
-        kept = _write_arrays(work, out, lookups, id_dtype(max(len(src_vocab), len(tgt_vocab))), paths[2] is not None)
+        kept = _write_arrays(work, out, lookups, id_dtype(max(len(src_vocab), len(tgt_vocab))), paths[2] is not None,
+                             provisional.doc_problem)
         return StreamResult(truecasers, codes, src_vocab, tgt_vocab, counts, read, kept)
     finally:
         _JOB = None
@@ -450,14 +451,14 @@ def _vocabularies(provisional: Provisional, joint: bool, vocab_size: int):
         vocabs[side] = Vocab(ranked[:vocab_size] if vocab_size else ranked)
     lookups = {side: np.asarray([UNK if name in SPECIALS else vocabs[side].index(name) for name in names] or [UNK],
                                 dtype=np.int64) for side in SIDES}
-    lookups["doc_problem"] = provisional.doc_problem
     return vocabs["src"], vocabs["tgt"], lookups
 
 
 SENTENCES_PER_WRITE = 200_000
 
 
-def _write_arrays(work: Path, out: Path, lookups: dict, dtype: np.dtype, docs: bool) -> int:
+def _write_arrays(work: Path, out: Path, lookups: dict[str, np.ndarray], dtype: np.dtype, docs: bool,
+                  doc_problem: str) -> int:
     """Pass 4: the final ids (targets ending in EOS) as the arrays of ctxnmt.data.indexed."""
     lens = np.fromfile(work / "lens", dtype=np.int32).reshape(-1, 2).astype(np.int64)
     n = len(lens)
@@ -475,7 +476,7 @@ def _write_arrays(work: Path, out: Path, lookups: dict, dtype: np.dtype, docs: b
             at += sizes
             writer.add(src, part[:, 0], tgt, part[:, 1] + 1,
                        doc_numbers[start:start + len(part)] if docs else None)
-        writer.close(doc_problem=lookups["doc_problem"])
+        writer.close(doc_problem=doc_problem)
     except BaseException:
         writer.abort()
         raise
