@@ -19,11 +19,13 @@ from ctxnmt.evaluation.metrics import (
     tokenised_bleu_metric,
     tokenized_bleu,
 )
+from ctxnmt.evaluation.references import reference_warning
 from ctxnmt.evaluation.replicates import TEST as REPLICATE_TEST
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_ar
 from ctxnmt.evaluation.significance import TESTS, compare
 from ctxnmt.utils.arguments import add_input, add_ref
 from ctxnmt.utils.io import atomic_write, check_writable
+from ctxnmt.utils.messages import warn
 
 
 def register(subparsers) -> None:
@@ -33,9 +35,10 @@ def register(subparsers) -> None:
         description="Score one or more systems against a reference: sacreBLEU, tokenised BLEU (Moses-tokenised "
                     "in the output's language, --lang), chrF and TER. With several --hyp files and --significance, "
                     "every system is compared with the first one (the baseline).")
-    parser.add_argument("--hyp", action="append", required=True, metavar="FILE",
-                        help="detokenised system output; repeat for several systems")
-    add_ref(parser, "detokenised reference", required=True)
+    # --hyp and --ref are checked in _validate, not by argparse: `score contrastive` needs neither
+    parser.add_argument("--hyp", action="append", metavar="FILE",
+                        help="detokenised system output; repeat for several systems (required)")
+    add_ref(parser, "detokenised reference (required)")
     parser.add_argument("--metrics", default=",".join(METRICS),
                         help="comma-separated subset of %(default)s")
     parser.add_argument("--significance", choices=(*TESTS, REPLICATE_TEST),
@@ -87,6 +90,8 @@ def _load(args) -> tuple[list[list[str]], list[str], list[str] | None]:
 
 
 def _validate(args) -> tuple[str, ...]:
+    if not args.hyp or not args.ref:
+        raise CtxnmtError("score needs --hyp FILE and -r/--ref FILE (or: ctxnmt score contrastive MODEL_DIR FILE)")
     metrics = _parse_metrics(args.metrics)
     if args.significance and len(args.hyp) < 2:
         raise CtxnmtError("--significance needs at least two --hyp files (the first is the baseline)")
@@ -134,6 +139,9 @@ def run_score(args: argparse.Namespace) -> int:
     """Entry point of ``ctxnmt score``."""
     metrics = _validate(args)
     systems, refs, srcs = _load(args)
+    changed = reference_warning(args.ref)  # a rebuilt reference would make the scores look comparable
+    if changed:
+        warn(changed)
     if args.tokenised:
         scores = [{"bleu": tokenized_bleu(hyps, refs, args.lowercase)} for hyps in systems]
     else:

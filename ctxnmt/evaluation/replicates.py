@@ -16,7 +16,8 @@ a trial costs one sum, not a re-scoring.  Replicate r of the system is paired wi
 replicate r of the baseline (the same seed).  With R = 1 this is the ordinary paired
 approximate randomisation test.  `shuffled_p` is the test itself, on any per-sentence
 statistics and corpus score: the language models' perplexity uses it too (ctxnmt.lm.compare).
-`seed_t_test` asks the other question, whether the seeds agree, with the seeds as the sample.
+`seed_t_test` asks the other question, whether the seeds agree, with the seeds as the sample;
+`seed_t_power` is its power against a given true difference.
 """
 from __future__ import annotations
 
@@ -138,5 +139,30 @@ def seed_t_test(differences: Sequence[float]) -> dict[str, float | None] | None:
 def smallest_detectable(sd: float, n: int, alpha: float = 0.05) -> float:
     """The smallest mean difference this t-test over n seed pairs would call significant
     (two-sided, p < alpha) at a spread sd of the per-seed differences: t_{1−α/2, n−1}·sd/√n.
-    With the spread fixed, it shrinks with more seeds both through √n and the t quantile."""
+    With the spread fixed, it shrinks with more seeds both through √n and the t quantile.  It is
+    the half-width of the mean difference's 95% interval, not a difference the test would catch:
+    for that, seed_t_power."""
     return float(stats.t.ppf(1 - alpha / 2, n - 1) * sd / np.sqrt(n))
+
+
+def seed_t_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float | None:
+    """The chance that seed_t_test over n seed pairs calls a true mean difference `effect`
+    significant (two-sided, p < alpha) when the per-seed differences spread by sd; None with
+    fewer than two seeds.
+
+    `smallest_detectable` is only the half-width of the 95% interval: a true difference of that
+    size is called significant little more than half the time (0.56 with five seeds).  This is
+    the t-test's power, exactly:
+    t = mean/(sd'/√n) has the noncentral t distribution with n − 1 degrees of freedom and
+    noncentrality effect·√n/sd, so power = P(t > c) + P(t < −c) with c = t_{1−α/2, n−1}.
+    It takes sd as the true spread; with the observed spread of a few seeds it is an estimate."""
+    if n < 2:
+        return None
+    if sd == 0.0:  # as seed_t_test: any difference is significant, none never
+        return 1.0 if effect != 0.0 else 0.0
+    df, noncentrality = n - 1, abs(effect) * np.sqrt(n) / sd
+    critical = stats.t.ppf(1 - alpha / 2, df)
+    near = stats.nct.sf(critical, df, noncentrality)
+    # scipy gives nan for the far tail once it is below about 1e-15; it is at most Φ(−noncentrality)
+    far = stats.nct.cdf(-critical, df, noncentrality)
+    return float(near + (far if np.isfinite(far) else 0.0))

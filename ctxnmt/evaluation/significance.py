@@ -22,6 +22,13 @@ from ctxnmt.evaluation.metrics import HIGHER_IS_BETTER, check_metrics, check_pai
 
 TESTS = ("bootstrap", "ar", "ttest", "sign")
 DEFAULT_SAMPLES = {"bootstrap": 1000, "ar": 10000}
+# How reports name each test.  The bootstrap's p-value is the share of resampled |differences|,
+# less their mean, above the observed difference: for a clear difference that is the upper tail
+# of a distribution centred on zero, a one-sided p-value, about half of the two-sided one.
+DESCRIPTIONS = {"bootstrap": "paired bootstrap (sacreBLEU's; its p-value is in effect one-sided)",
+                "ar": "two-sided paired approximate randomisation (sacreBLEU's)",
+                "ttest": "one-sided paired t-test on sentence scores",
+                "sign": "one-sided sign test on sentence scores"}
 
 
 @dataclass
@@ -133,7 +140,8 @@ def _zero_difference_p(baseline: float, system: float, p_value: float) -> float:
 def paired_bootstrap(baseline_hyps: Sequence[str], system_hyps: Sequence[str],
                      refs: Sequence[str], metric: str = "bleu", n: int = 1000,
                      seed: int | None = 12345, *, scorer=None) -> SigResult:
-    """Paired bootstrap resampling (Koehn 2004) via sacreBLEU's PairedTest."""
+    """Paired bootstrap resampling (Koehn 2004) via sacreBLEU's PairedTest; its p-value
+    behaves as a one-sided test's (DESCRIPTIONS): approximate_randomization is two-sided."""
     return _resampling_test("bs", baseline_hyps, system_hyps, refs, metric, n, seed, scorer)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from ctxnmt.evaluation.metrics import HIGHER_IS_BETTER, Bucket, format_length_buckets, plot_length_buckets
 from ctxnmt.evaluation.replicates import seed_t_test
+from ctxnmt.evaluation.significance import DEFAULT_SAMPLES, DESCRIPTIONS
 from ctxnmt.experiments.evaluate import Output, TestSet
 from ctxnmt.experiments.spec import Experiment
 from ctxnmt.utils.io import atomic_write, make_directory
@@ -141,8 +142,22 @@ def significance_cell(row: Row) -> str:
     if sig is None:
         return "–"
     marks = sig["marks"]
-    text = (marks if sig["direction"] == "better" else f"worse {marks}") if marks else "n.s."
-    return f"{text} (p={sig['max_p']:.3f})"
+    text = (marks if sig["direction"] == "better" else f"worse {marks}") if marks else "n.s." + _unmarked_why(sig)
+    return f"{text} ({_p_text(sig['max_p'])})"
+
+
+def _unmarked_why(sig: dict[str, Any]) -> str:
+    # with every p below the threshold, "n.s." alone would read as a contradiction
+    if sig["direction"] or not any(sig["deltas"]):
+        return ""
+    return ", seed pairs differ in sign"
+
+
+def describe_test(spec) -> str:
+    """The per-seed test as the report names it: which test, and its resamples and seed."""
+    samples = spec.samples or DEFAULT_SAMPLES.get(spec.test)
+    unit = {"bootstrap": "resamples", "ar": "trials"}.get(spec.test)
+    return DESCRIPTIONS[spec.test] + (f", {samples:,} {unit}, seed {spec.seed}" if unit else "")
 
 
 def format_number(mean: float | None, sd: float | None, decimals: int) -> str:
@@ -255,17 +270,20 @@ def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buck
         markdown_table(rows, experiment.baseline),
         "",
         *([f"Not in this report: {'; '.join(not_reported)}.", ""] if not_reported else []),
-        f"- sig.: paired {spec.test} test on test-set {spec.metric} against `{experiment.baseline}`"
+        f"- sig.: {describe_test(spec)} on test-set {spec.metric} against `{experiment.baseline}`"
         + (", for every seed pair; the largest p-value is shown" if len(seeds) > 1 else "")
-        + ": `*` p < 0.05, `**` p < 0.01 (`worse` if the system is the worse one), n.s. otherwise.",
+        + ": `*` p < 0.05, `**` p < 0.01 (`worse` if the system is the worse one), n.s. otherwise"
+        + (" (also where the seed pairs differ in sign)" if len(seeds) > 1 else "") + ".",
         "- all seeds: Δ, p: for a system with two or more of the baseline's seeds, its test-set "
         f"{spec.metric} on all its seeds' outputs together minus the baseline's, and the p-value of "
         "approximate randomisation stratified over the seed pairs (Clark et al. 2011, as MultEval).",
         f"- t-test over seeds: t, p: the same seed pairs' {spec.metric} differences (the sig. test's Δ) as "
         "the sample of a two-sided one-sample t-test (n − 1 degrees of freedom).  The stratified test "
         "resamples sentences within the seed pairs; this one asks whether the seeds agree.",
-        "- smallest detectable Δ: the smallest mean difference that t-test would call significant "
-        "(p < 0.05) at this row's spread of per-seed differences: t(0.975, n − 1) · sd / √n.",
+        "- smallest detectable Δ: the half-width of that t-test's 95% interval at this row's spread of "
+        "per-seed differences, t(0.975, n − 1) · sd / √n: the smallest mean difference it would call "
+        "significant (p < 0.05).  Not its power: a true difference of that size is called significant "
+        "only a little over half the time (`ctxnmt.evaluation.replicates.seed_t_power`).",
         "- dev gain, last ¼: how much the best dev BLEU so far rose over the last quarter of each run's "
         "updates (mean over seeds); a large value says the run was still learning when it stopped.",
         "- test BLEU (tokenised): Moses-tokenised, case-sensitive, multi-bleu convention; test sacreBLEU: "

@@ -85,7 +85,7 @@ class SystemSpec:
 class SignificanceSpec:
     """Which paired test compares each system with the baseline, on which test-set metric."""
 
-    test: str = "bootstrap"
+    test: str = "ar"  # two-sided; sacreBLEU's bootstrap p-value is in effect one-sided (significance.DESCRIPTIONS)
     metric: str = "bleu"
     samples: int = 0  # 0 = the test's default (1000 bootstrap resamples, 10000 AR trials)
     seed: int = 12345

@@ -16,12 +16,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxnmt.evaluation.replicates import seed_t_power
+
 REPORTS = {"translation": Path("experiments/results/reproduction/report.json"),
            "lm": Path("experiments/results/lm/report.json")}
 LM_BASELINE = "lm-lstm"
 BEGIN = "<!-- begin summary: python -m ctxnmt.experiments.summary --update docs/results.md -->"
 END = "<!-- end summary -->"
 ALPHA = 0.05
+POWER = 0.8  # the conventional power below which a missing gain is not evidence against it
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,15 @@ RULE = (
     "Verdict, from the row's numbers: where the paper's gains differ in sign (it found no "
     "difference), *reproduces* if ours is not significant either.  Otherwise *does not reproduce* "
     "if our Δ has the other sign; *reproduces* if it has the paper's sign and is significant "
-    f"(p < {ALPHA} by the t-test over seeds, or by the bootstrap for one seed); *does not "
-    "reproduce* if it is not significant although the paper's smallest gain is above what these "
-    "seeds could detect (a gain of the paper's size would have shown); else *same direction, not "
-    "significant*.  The LMs' gains are scaled to our baseline's perplexity first (the paper's "
-    "baseline is 88.7 on the Penn Treebank)."
+    f"(p < {ALPHA} by the t-test over seeds, or for one seed by two-sided paired approximate "
+    "randomisation); *does not reproduce* if it is not significant although the t-test over seeds "
+    f"had power {POWER} or more at the paper's smallest gain (a gain of the paper's size would have "
+    f"shown at least {POWER:.0%} of the time); else *same direction, not significant*.  Power: the "
+    "chance that t-test calls a true mean gain of the paper's size significant, from the noncentral "
+    "t distribution with the seeds' observed spread; 95% half-width: the smallest mean Δ it "
+    "calls significant, which a true gain of that size reaches only a little over half the time.  The LMs' "
+    "gains are scaled to our baseline's perplexity first (the paper's baseline is 88.7 on the Penn "
+    "Treebank)."
 )
 
 
@@ -74,11 +81,12 @@ class Result:
     seeds: int
     delta: float  # over all seeds (translation: pooled outputs; LM: mean of the seed differences)
     deltas: list[float]  # each seed's difference
-    p_pooled: float  # stratified approximate randomisation over the seeds, or one seed's bootstrap
+    p_pooled: float  # stratified approximate randomisation over the seeds, or one seed's paired test
     p_seeds: float | None  # the t-test with the seeds' differences as the sample
-    detectable: float | None  # the smallest mean Δ that t-test would call significant
+    detectable: float | None  # the smallest mean Δ that t-test would call significant: its 95% half-width
     higher_is_better: bool
     baseline: float | None  # the baseline's mean score (pooled over seeds; for the LMs' scaling)
+    sd: float | None = None  # the spread of the seeds' differences, for the t-test's power
 
 
 def translation_rows(root: Path) -> list[dict]:
@@ -96,7 +104,7 @@ def load_results(root: Path = Path(".")) -> dict[str, Result]:
         if len(row["seeds"]) > 1:
             pooled, t = sig["over_seeds"], sig["seeds_t"]
             results[row["system"]] = Result(len(row["seeds"]), pooled["delta"], sig["deltas"], pooled["p_value"],
-                                            t["p_value"], t.get("detectable"), True, baseline)
+                                            t["p_value"], t.get("detectable"), True, baseline, t["sd"])
         else:
             results[row["system"]] = Result(1, sig["deltas"][0], sig["deltas"][:1], sig["p_values"][0],
                                             None, None, True, baseline)
@@ -107,7 +115,8 @@ def load_results(root: Path = Path(".")) -> dict[str, Result]:
             continue
         t = row["t_over_seeds"]
         results[row["system"]] = Result(len(row["paired_seeds"]), row["delta_mean"], row["delta"],
-                                        row["p_over_seeds"], t["p_value"], t["detectable"], False, lm_baseline)
+                                        row["p_over_seeds"], t["p_value"], t["detectable"], False, lm_baseline,
+                                        t["sd"])
     return results
 
 
@@ -124,14 +133,27 @@ def verdict(claim: Claim, result: Result) -> str:
         return "does not reproduce"
     if p < ALPHA:
         return "reproduces"
-    scale = result.baseline / claim.paper_baseline if claim.paper_baseline else 1.0
-    if result.detectable is not None and result.detectable < min(abs(g) for g in gains) * scale:
+    if min(powers(claim, result) or [0.0]) >= POWER:
         return "does not reproduce"
     return "same direction, not significant"
 
 
+def powers(claim: Claim, result: Result) -> list[float] | None:
+    """The t-test over seeds' power at each of the paper's gains (scaled to our baseline for the
+    LMs); None for one seed, and where the paper's gains differ in sign (it claimed no gain)."""
+    gains = [number(g) for g in claim.paper]
+    if result.sd is None or min(gains) < 0 < max(gains):
+        return None
+    scale = result.baseline / claim.paper_baseline if claim.paper_baseline else 1.0
+    return [seed_t_power(g * scale, result.sd, result.seeds) for g in gains]
+
+
 def signed(x: float) -> str:
     return f"{x:+.2f}".replace("-", "−")
+
+
+def power_text(power: float) -> str:
+    return "> 0.99" if power >= 0.995 else f"{power:.2f}"  # 1.00 would read as certainty
 
 
 def p_text(p: float, worse: bool) -> str:
@@ -146,13 +168,15 @@ def cells(claim: Claim, result: Result, note_mark: str = "") -> list[str]:
     if result.p_seeds is not None:
         p += " / " + p_text(result.p_seeds, worse)
     better = sum((d > 0) == result.higher_is_better for d in result.deltas)
+    power = powers(claim, result)
     return [f"{claim.label} (`{claim.system}`)", " / ".join(g + unit for g in claim.paper), str(result.seeds),
             signed(result.delta) + unit, p, "–" if result.detectable is None else f"{result.detectable:.2f}",
+            "–" if power is None else " / ".join(map(power_text, power)),
             f"{better} of {len(result.deltas)}", verdict(claim, result) + note_mark]
 
 
-HEADER = ("system (form)", "paper's gain", "seeds", "Δ", "p: stratified / over seeds", "detectable",
-          "seeds better", "verdict")
+HEADER = ("system (form)", "paper's gain", "seeds", "Δ", "p: stratified / over seeds", "95% half-width",
+          "power at the paper's gain", "seeds better", "verdict")
 
 
 def markdown(root: Path = Path(".")) -> str:

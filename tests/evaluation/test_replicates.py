@@ -7,11 +7,13 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU, CHRF
+from scipy import integrate, stats
 
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.evaluation.replicates import seed_t_test, smallest_detectable, stratified_ar
+from ctxnmt.evaluation.replicates import seed_t_power, seed_t_test, smallest_detectable, stratified_ar
 
 REFS = ["the cat sat on the mat", "a dog ran in the park today", "we saw the red house",
         "it rained all day long", "she reads a good book"]
@@ -127,3 +129,38 @@ def test_the_smallest_detectable_difference_is_where_the_t_test_reaches_p_005():
     sd, n = 0.7, 5
     shifted = seed_t_test([x - 1.0 + smallest_detectable(sd, n) for x in (0.3, 1.7, 1.0, 0.3, 1.7)])
     assert shifted["p_value"] == pytest.approx(0.05)
+
+
+def test_power_with_three_seeds_is_the_integral_over_the_sample_spread():
+    """Three seeds: s²/σ² of the differences is χ²₂/2, an exponential with mean 1, so the power
+    against a true difference δ is ∫ [Φ(λ − c√u) + Φ(−λ − c√u)] e^(−u) du with λ = δ√3/σ and
+    c = t(0.975, 2) = 0.95/√(2 · 0.975 · 0.025): no noncentral t in it."""
+    c = 0.95 / math.sqrt(2 * 0.975 * 0.025)
+    assert stats.t.ppf(0.975, 2) == pytest.approx(c)
+    for effect, sd in ((0.92, 0.85), (1.0, 0.35), (2.0, 1.0)):
+        lam = effect * math.sqrt(3) / sd
+        integral, _ = integrate.quad(
+            lambda u: (stats.norm.cdf(lam - c * math.sqrt(u)) + stats.norm.cdf(-lam - c * math.sqrt(u))) * math.exp(-u),
+            0, np.inf)
+        assert seed_t_power(effect, sd, 3) == pytest.approx(integral, abs=1e-6)
+
+
+def test_power_is_alpha_without_a_difference_and_one_far_above_the_half_width():
+    assert seed_t_power(0.0, 0.5, 5) == pytest.approx(0.05)
+    assert seed_t_power(-0.3, 0.5, 5) == seed_t_power(0.3, 0.5, 5)  # a loss is caught as a gain is
+    assert seed_t_power(40.0, 0.5, 5) == 1.0  # the far tail scipy cannot compute is dropped, not nan
+    assert seed_t_power(1.0, 0.5, 1) is None
+    assert (seed_t_power(0.4, 0.0, 3), seed_t_power(0.0, 0.0, 3)) == (1.0, 0.0)
+
+
+def test_a_difference_the_size_of_the_half_width_is_caught_little_more_than_half_the_time():
+    sd = 0.7
+    powers = [seed_t_power(smallest_detectable(sd, n), sd, n) for n in (3, 5, 30)]
+    assert 0.5 < powers[2] < powers[1] < powers[0] < 0.65
+
+
+def test_power_is_how_often_seed_t_test_calls_the_difference():
+    rng = np.random.default_rng(7)
+    effect, sd, n, draws = 0.9, 0.85, 5, 4000
+    called = sum(seed_t_test(rng.normal(effect, sd, n))["p_value"] < 0.05 for _ in range(draws))
+    assert called / draws == pytest.approx(seed_t_power(effect, sd, n), abs=0.025)

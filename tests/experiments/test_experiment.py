@@ -439,7 +439,7 @@ def test_an_ensemble_system_decodes_its_members_together_seed_by_seed(finished, 
     hyp = work / "exp/ensembles/base+mean/seed1234/test.hyp.en"
     assert hyp.read_text(encoding="utf-8").splitlines() == expected
     ens = row(report(work), "base+mean")
-    assert ens["seeds"] == [1234] and ens["significance"]["test"] == "bootstrap"
+    assert ens["seeds"] == [1234] and ens["significance"]["test"] == "ar"
     parameters = row(report(work), "base")["mean"]["parameters"] + row(report(work), "mean")["mean"]["parameters"]
     assert ens["mean"]["parameters"] == parameters
     assert any(c.startswith("ctxnmt translate exp/systems/base/seed1234 exp/systems/mean/seed1234 -i ")

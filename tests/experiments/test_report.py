@@ -6,7 +6,16 @@ from pathlib import Path
 import pytest
 
 from ctxnmt.experiments.evaluate import Output
-from ctxnmt.experiments.report import format_number, headers, make_row, summarise_tests, table_cells, train_command
+from ctxnmt.experiments.report import (
+    format_number,
+    headers,
+    make_row,
+    summarise_tests,
+    table_cells,
+    describe_test,
+    train_command,
+)
+from ctxnmt.experiments.spec import SignificanceSpec
 
 
 def result(p_value: float, delta: float) -> dict:
@@ -120,3 +129,24 @@ def test_an_output_without_seeds_has_no_t_test_over_seeds():
     # an external output is paired with every baseline seed, but those are not its replicates
     row = make_row("ctx", False, [output(1, 20.0, 18.0)], [], summarise_tests([result(0.01, 1.0)] * 3, "bleu"))
     assert "seeds_t" not in row.significance and table_cells(row, baseline="base")[10] == "–"
+
+
+def sig_cell(tests: list[dict]) -> str:
+    row = make_row("ctx", False, [output(s, 20.0, 18.0) for s in range(1, len(tests) + 1)], [],
+                   summarise_tests(tests, "bleu"))
+    return dict(zip(headers(), table_cells(row, baseline="base")))["sig."]
+
+
+def test_an_unmarked_row_says_why_when_its_seeds_differ_in_sign():
+    # every p below 0.05, yet no mark: the seeds disagree on the direction (the recipe arm's mean residual)
+    assert sig_cell([result(0.022, 0.88), result(0.003, -1.47), result(0.001, 1.71)]) == \
+        "n.s., seed pairs differ in sign (p=0.022)"
+    assert sig_cell([result(0.2, 0.5), result(0.3, 0.4)]) == "n.s. (p=0.300)"
+    assert sig_cell([result(1.0, 0.0)]) == "n.s. (p=1.000)"  # identical outputs: nothing to disagree on
+
+
+def test_the_report_names_the_per_seed_test_with_its_trials_and_seed():
+    assert describe_test(SignificanceSpec()) == \
+        "two-sided paired approximate randomisation (sacreBLEU's), 10,000 trials, seed 12345"
+    assert "one-sided" in describe_test(SignificanceSpec(test="bootstrap", samples=500))
+    assert describe_test(SignificanceSpec(test="sign")) == "one-sided sign test on sentence scores"

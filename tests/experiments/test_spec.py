@@ -26,7 +26,7 @@ def test_defaults():
     e = from_dict(spec())
     assert e.root == Path("runs/exp/cmp")
     assert e.run_seeds == [1234]
-    assert e.significance.test == "bootstrap" and e.significance.metric == "bleu"
+    assert e.significance.test == "ar" and e.significance.metric == "bleu"  # two-sided: the bootstrap is not
     assert [s.name for s in e.trained] == ["base"] and e.system("ext").external
 
 
