@@ -1,8 +1,9 @@
 """The `ctxnmt` console script.
 
 Each command family lives next to the code it drives and exposes
-``register(subparsers)``; this module only assembles them and turns user errors
-into one-line messages with a non-zero exit status.
+``register(subparsers)`` (and, in EXTENDING_MODULES, ``extend(commands)``); this
+module only assembles them and turns user errors into one-line messages with a
+non-zero exit status.
 """
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ COMMAND_MODULES = (
     "ctxnmt.serve.commands",
     "ctxnmt.judge.commands",
 )
+
+# Families that add a kind to a command of a lower layer's family, through `extend(commands)`
+# once every command is registered: `score contrastive` needs a model, which `score` does not.
+EXTENDING_MODULES = ("ctxnmt.analysis.commands",)
 
 
 class CommandImportError(CtxnmtError):
@@ -55,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         except ImportError as err:
             raise CommandImportError(f"cannot load the commands of {name}: {err}") from err
         module.register(sub)
+    for name in EXTENDING_MODULES:
+        importlib.import_module(name).extend(sub.choices)
     return parser
 
 

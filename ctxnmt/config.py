@@ -205,6 +205,10 @@ class TrainingConfig:
     # that keeps the amount of context and removes its information) another document's,
     # drawn once with the seed.  Validation and translation always read the own document.
     document_context: str = "own"  # own | other-document
+    # fixed: every training sentence reads all its previous sentences (up to K), as the papers
+    # train; random: as many as a uniform draw from 0 … K allows, anew each update (context
+    # dropout, Fernandes et al. 2021), so that an empty context is in the model's distribution
+    context_size: str = "fixed"  # fixed | random
 
     @property
     def selection_metric(self) -> str:
@@ -593,6 +597,10 @@ def validate(config: Config) -> None:
         raise ConfigError(f"model.doc_sents must be at least 1 for a document-context model, got {m.doc_sents}")
     if t.document_context not in ("own", "other-document"):
         raise ConfigError(f"training.document_context must be 'own' or 'other-document', got '{t.document_context}'")
+    if t.context_size not in ("fixed", "random"):
+        raise ConfigError(f"training.context_size must be 'fixed' or 'random', got '{t.context_size}'")
+    if t.context_size != "fixed" and not m.uses_document:
+        raise ConfigError("training.context_size=random needs a document-context model (model.doc_*)")
     if t.document_context != "own" and not m.uses_document:
         raise ConfigError("training.document_context=other-document needs a document-context model (model.doc_*)")
     validate_loop(t)

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import importlib
 
+from ctxnmt.analysis import contrastive
+
 ANALYSIS_MODULES = (
     "ctxnmt.analysis.target_attention",
     "ctxnmt.analysis.gates",
     "ctxnmt.analysis.curves",
     "ctxnmt.analysis.alignment",
     "ctxnmt.analysis.context",
+    "ctxnmt.analysis.cxmi",
 )
 
 
 def register(sub) -> None:
-    p = sub.add_parser("analyze", help="analyse a trained model (attention, trees, gates, alignment, document context)",
+    p = sub.add_parser("analyze", help="analyse a trained model (attention, trees, gates, alignment, document context, CXMI)",
                        description="Analyses of trained models: what the target-side attention attends to and the "
                                    "trees it induces, the adaptive gates, attention as word alignment, the use of "
                                    "document context, and learning curves (docs/analysis.md).")
@@ -30,3 +33,8 @@ def register(sub) -> None:
                 continue
             raise
         module.register(inner)
+
+
+def extend(commands: dict) -> None:
+    """`score contrastive`: scoring with a model belongs to the analyses, above decoding."""
+    contrastive.register(commands["score"])

@@ -12,7 +12,7 @@ than to the previous sentences.  The same model translates the test set three wa
 "none" also measures how much the model has come to expect a context; "other" keeps the
 amount of context and changes only whose it is, so own − other is what the right
 context adds.  Each condition is scored against the references and tested against
-"own" with the paired bootstrap.
+"own" with paired approximate randomisation (two-sided).
 """
 from __future__ import annotations
 
@@ -54,6 +54,21 @@ def other_context(src: list[str], doc_ids: list[str], k: int, seed: int) -> Cont
     return ContextInput(lines, ids, keep)
 
 
+CONDITIONS = ("own", "none", "other")
+
+
+def context_conditions(src: list[str], doc_ids: list[str], k: int, seed: int,
+                       names: tuple[str, ...] = CONDITIONS) -> dict[str, ContextInput]:
+    """The inputs of each named condition: own, none and other (module docstring)."""
+    unknown = [name for name in names if name not in CONDITIONS]
+    if unknown:
+        raise DataError(f"unknown context condition '{unknown[0]}' (they are {', '.join(CONDITIONS)})")
+    make = {"own": lambda: ContextInput(list(src), list(doc_ids), list(range(len(src)))),
+            "none": lambda: no_context(src),
+            "other": lambda: other_context(src, doc_ids, k, seed)}
+    return {name: make[name]() for name in names}
+
+
 def translate_condition(translator, given: ContextInput, beam: int | None) -> list[str]:
     out = translator.translate(given.lines, beam=beam, doc_ids=given.doc_ids)
     return [out[i].text for i in given.keep]
@@ -61,27 +76,25 @@ def translate_condition(translator, given: ContextInput, beam: int | None) -> li
 
 def context_table(src: list[str], doc_ids: list[str], refs: list[str], translator, lang: str,
                   seed: int = 1, beam: int | None = None) -> tuple[list[dict], dict[str, list[str]]]:
-    """One row per condition (BLEU, chrF, Δ BLEU and bootstrap p against 'own'), and the outputs."""
+    """One row per condition (BLEU, chrF, Δ BLEU and two-sided AR p against 'own'), and the outputs."""
     k = translator.document_sents
     if not k:
         raise DataError("this model reads no document context: there is nothing to take away")
-    conditions = {"own": ContextInput(list(src), list(doc_ids), list(range(len(src)))),
-                  "none": no_context(src),
-                  "other": other_context(src, doc_ids, k, seed)}
-    outputs = {name: translate_condition(translator, given, beam) for name, given in conditions.items()}
+    outputs = {name: translate_condition(translator, given, beam)
+               for name, given in context_conditions(src, doc_ids, k, seed).items()}
     rows = []
     for name, hyps in outputs.items():
         scores = score_all(hyps, refs, lang=lang)
         row = {"context": name, "bleu": scores["bleu"].value, "chrf": scores["chrf"].value}
         if name != "own":
-            test = compare(outputs["own"], hyps, refs, test="bootstrap", metric="bleu", seed=seed)
+            test = compare(outputs["own"], hyps, refs, test="ar", metric="bleu", seed=seed)
             row.update(delta=test.system - test.baseline, p=test.p_value)
         rows.append(row)
     return rows, outputs
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| context | BLEU | chrF | Δ BLEU vs own | bootstrap p |", "|---|---|---|---|---|"]
+    lines = ["| context | BLEU | chrF | Δ BLEU vs own | AR p (two-sided) |", "|---|---|---|---|---|"]
     for r in rows:
         delta = f"{r['delta']:+.2f}" if "delta" in r else ""
         p = f"{r['p']:.3f}" if "p" in r else ""
@@ -94,7 +107,7 @@ def register(sub) -> None:
                                        "document's",
                        description="Translate a test set with each sentence's own previous sentences, with none, "
                                    "and with as many from another document; score each and test it against the "
-                                   "own context (paired bootstrap).")
+                                   "own context (paired approximate randomisation, two-sided).")
     add_model_dir(p, "a document-context model's directory (model.doc_*), as ctxnmt train wrote it")
     add_input(p, "source text, one sentence a line", required=True)
     p.add_argument("--doc-ids", required=True, metavar="FILE", help="one document id per input line")
@@ -108,12 +121,18 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_context)
 
 
-def cmd_context(args) -> int:
-    check_at_least(1, beam=args.beam)
+def read_aligned(args) -> tuple[list[str], list[str], list[str]]:
+    """-i, --doc-ids and -r, refused unless they have as many lines."""
     src, doc_ids, refs = read_lines(args.input), read_lines(args.doc_ids), read_lines(args.ref)
     for path, lines in ((args.doc_ids, doc_ids), (args.ref, refs)):
         if len(lines) != len(src):
             raise DataError(f"{path} has {len(lines)} lines but {args.input} has {len(src)}")
+    return src, doc_ids, refs
+
+
+def cmd_context(args) -> int:
+    check_at_least(1, beam=args.beam)
+    src, doc_ids, refs = read_aligned(args)
     translator = Translator.load(args.model_dir)
     rows, outputs = context_table(src, doc_ids, refs, translator, args.lang or translator.config.data.tgt_lang,
                                   args.seed, args.beam)

@@ -78,6 +78,40 @@ class ListedContext:
         return self.table[rows], self.counts[rows]
 
 
+class RandomContextSize:
+    """Context dropout in the form Fernandes et al. (2021) train with: each sentence reads
+    min(n, what its document gives) of its previous sentences, the most recent ones, with n
+    drawn uniformly from 0 … K anew at every update.  A model trained so has read an empty
+    context (about one sentence in K + 1), so "none" at test time is in its distribution.
+
+    A draw is a hash of (seed, update, sentence), not a generator's state: a resumed run
+    draws exactly what the uninterrupted one did, and nothing is kept per sentence."""
+
+    def __init__(self, inner, k: int, seed: int, update: int = 0):
+        self.inner, self.k, self.seed, self.update = inner, k, seed, update
+
+    def at(self, update: int) -> RandomContextSize:
+        return RandomContextSize(self.inner, self.k, self.seed, update)
+
+    def sizes(self, rows: np.ndarray) -> np.ndarray:
+        """n for each row, uniform over 0 … K: splitmix64 of the (seed, update, row) triple."""
+        with np.errstate(over="ignore"):
+            x = (np.asarray(rows, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                 + np.uint64(self.update) * np.uint64(0xBF58476D1CE4E5B9) + np.uint64(self.seed))
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            x ^= x >> np.uint64(31)
+        return (x % np.uint64(self.k + 1)).astype(np.int64)
+
+    def positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        positions, count = self.inner.positions(rows)
+        kept = np.minimum(count, self.sizes(rows))
+        # slots 0 … count − 1 hold the sentences oldest first: keep the last `kept`
+        slots = np.arange(positions.shape[1])[None, :] + (count - kept)[:, None]
+        moved = np.take_along_axis(positions, np.minimum(slots, positions.shape[1] - 1), axis=1)
+        return np.where(np.arange(positions.shape[1]) < kept[:, None], moved, 0), kept
+
+
 def other_document_sentences(doc_ids: list[str], k: int, seed: int) -> list[list[int]]:
     """A control for `previous_sentences`: each position gets as many context positions as
     its own document gives it (up to `k`), but from a consecutive run of one other document

@@ -25,11 +25,12 @@ from ctxnmt.data.prepare import load_length_ratios, load_pipeline
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
+from ctxnmt.decoding.forced import ForcedScore, forced_log_probs
 from ctxnmt.decoding.graphs import graphed
 from ctxnmt.data.words import WordBoundaries
 from ctxnmt.decoding.length import LengthControl, length_control, needs_word_ratio, uses_ratios
 from ctxnmt.decoding.searchable import TranslationModel
-from ctxnmt.errors import CheckpointError, ConfigError
+from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
 from ctxnmt.models.nmt import build_model
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_checkpoint, load_model_state
@@ -203,6 +204,30 @@ class Translator:
                 out[line_no] = Translation(text, sum(p.score for p in parts), src_tokens[line_no],
                                            [t for p in parts for t in p.tokens])
                 out[line_no].nbest = [out[line_no]]
+        return out
+
+    def score(self, lines: list[str], targets: list[str | None], doc_ids: list[str] | None = None,
+              batch_size: int | None = None) -> list[ForcedScore | None]:
+        """The log-probability of each token of `targets[i]` as the translation of `lines[i]`
+        (None: line i is only context for the lines after it), through the model's own
+        preprocessing.  `doc_ids`: as for `translate`; a document-context model reads each
+        line's previous lines of its document.  A source is scored whole, however long."""
+        if len(targets) != len(lines):
+            raise DataError(f"{len(targets)} targets for {len(lines)} source lines")
+        src_tokens = {n: tokens for n, line in enumerate(lines) if line.strip()
+                      for tokens in [self.preprocessor.encode(line, "src")] if tokens}
+        todo = [n for n, target in enumerate(targets) if target is not None]
+        for n in todo:
+            if n not in src_tokens:
+                raise DataError(f"line {n + 1}: an empty source sentence cannot be scored")
+        context = self._document_context(lines, doc_ids, {n: [p] for p, n in enumerate(todo)}, src_tokens)
+        src_ids = [self.src_vocab.encode(src_tokens[n], add_eos=False) for n in todo]
+        tgt_tokens = [self.preprocessor.encode(targets[n], "tgt") for n in todo]
+        scores = forced_log_probs(self.model, src_ids, [self.tgt_vocab.encode(t) for t in tgt_tokens], context,
+                                  batch_size or self.config.decoding.batch_size, self.device)
+        out: list[ForcedScore | None] = [None] * len(lines)
+        for n, tokens, logp in zip(todo, tgt_tokens, scores):
+            out[n] = ForcedScore([*tokens, "</s>"], logp)
         return out
 
     def use_cuda_graphs(self) -> None:

@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ctxnmt.config import Config, save_config
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
+from ctxnmt.data.documents import RandomContextSize
 from ctxnmt.data.prepare import Prepared, prepare
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.nmt import NMTModel, build_model, check_names, count_parameters
@@ -70,6 +71,8 @@ class Trainer(TrainingLoop):
         self.data: Prepared = self._prepare()
         self.src_lens, self.tgt_lens = self.data.train.src.lens, self.data.train.tgt.lens
         self.train_context = document_context(self.data.train, config, "train", t.document_context)
+        self.random_context = (RandomContextSize(self.train_context, config.model.doc_sents, t.seed)
+                               if t.context_size == "random" else None)
         document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
         self.model: NMTModel = build_model(config.model, len(self.data.src_vocab), len(self.data.tgt_vocab))
         self.model.to(self.device)
@@ -134,7 +137,8 @@ class Trainer(TrainingLoop):
     def train_on(self, index: list[int]) -> tuple[float, int]:
         share, weight = self.world.share(index)
         train = self.data.train
-        batch = make_batch(share, train.src, train.tgt, self.train_context, self.config.model.doc_sents)
+        context = self.random_context.at(self.progress.update) if self.random_context else self.train_context
+        batch = make_batch(share, train.src, train.tgt, context, self.config.model.doc_sents)
         if self.graphs is not None:
             return self.graphed_step(batch, len(index))
         return self.train_step(batch.to(self.device), len(index), weight)

@@ -157,3 +157,39 @@ def test_validation_reads_the_dev_context():
     without = dev_perplexity(model, src, tgt, 200, 8, "cpu")
     assert ppl == pytest.approx(with_context, rel=1e-6)
     assert abs(with_context - without) > 1e-4
+
+
+def test_random_context_size_keeps_the_most_recent_sentences_of_a_uniform_draw():
+    """training.context_size=random: min(n, available) previous sentences, n uniform on 0 … K,
+    the most recent kept, the same draw for the same (seed, update) and a new one at each update."""
+    from ctxnmt.data.documents import PreviousSentences, RandomContextSize
+
+    docs = np.repeat(np.arange(400), 6)  # 400 documents of 6 sentences
+    rows = np.arange(len(docs))
+    own = previous_sentences([str(d) for d in docs], 3)
+    source = RandomContextSize(PreviousSentences(docs, 3), 3, seed=5)
+    draws = source.at(7).sizes(rows)
+    assert np.array_equal(draws, source.at(7).sizes(rows)) and not np.array_equal(draws, source.at(8).sizes(rows))
+    shares = np.bincount(draws, minlength=4) / len(rows)
+    assert np.allclose(shares, 0.25, atol=0.03), shares
+    positions, count = source.at(7).positions(rows)
+    for r in rows:
+        n = min(int(draws[r]), len(own[r]))
+        assert positions[r, :count[r]].tolist() == own[r][len(own[r]) - n:]
+        assert not positions[r, count[r]:].any()
+
+
+def test_the_trainer_draws_context_sizes_only_when_asked(tiny_corpus, tmp_path):
+    from ctxnmt.config import load_config
+    from ctxnmt.errors import ConfigError
+    from ctxnmt.training.trainer import Trainer
+    from tests.training.conftest import tiny_config
+
+    cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")
+    fixed = Trainer(load_config(cfg, [f"model_dir={tmp_path / 'f'}", "model.doc_aux=aux"]), quiet=True)
+    assert fixed.random_context is None
+    drawn = Trainer(load_config(cfg, [f"model_dir={tmp_path / 'r'}", "model.doc_aux=aux",
+                                      "training.context_size=random"]), quiet=True)
+    assert drawn.random_context.k == drawn.config.model.doc_sents
+    with pytest.raises(ConfigError, match="training.context_size=random needs a document-context model"):
+        load_config(cfg, ["training.context_size=random"])
