@@ -30,11 +30,11 @@ def bench_model(cfg, data, checkpoint: str | None = None, strict: bool = False):
     initial values and otherwise decodes with a trained baseline's weights, so output
     lengths are alike; those left initialised are reported on stderr."""
     from ctxnmt.models.nmt import build_model
-    from ctxnmt.utils.checkpoint import load_checkpoint
+    from ctxnmt.models.migrations import load_model_checkpoint
 
     model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
     if checkpoint:
-        saved = load_checkpoint(checkpoint)["model"]
+        saved = load_model_checkpoint(checkpoint)["model"]
         if not strict:
             shapes = {k: v.shape for k, v in model.state_dict().items()}
             saved = {k: v for k, v in saved.items() if shapes.get(k, v.shape) == v.shape}

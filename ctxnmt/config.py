@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import yaml
 
 from ctxnmt.errors import ConfigError
-from ctxnmt.length_options import check, decoding_options
+from ctxnmt.length_options import LengthOptions, check, decoding_options
 from ctxnmt.utils.io import atomic_write
 
 
@@ -90,7 +90,7 @@ class ModelConfig:
     doc_sents: int = 3  # K previous sentences
     doc_dim: int = 0  # sentence- and document-RNN size; 0 = hidden_dim
     doc_embeddings: str = "shared"  # history sentences use the source embeddings, or "separate" ones
-    # gated-aux: a bias b_z in the gate (ours, and what runs before 2026-11-26 had); eq. 5 has
+    # gated-aux: a bias b_z in the gate (ours, and what the earlier runs had); eq. 5 has
     # none, and the paper's configs (configs/doc-*gated-aux*.yaml) set false
     doc_gate_bias: bool = True
     # D of a sentence without previous sentences (a document's first): zero (ours; every integration
@@ -197,7 +197,7 @@ class TrainingConfig:
     log_every: int = 50
     device: str = "cpu"  # cpu | cuda; a distributed run on cuda gives each local rank its own GPU
     precision: str = "fp32"  # fp32 | bf16 | fp16: autocast for the training forward pass (docs/distributed.md)
-    # Ours (issue 33): each training step's forward and backward pass replayed from a CUDA
+    # Ours: each training step's forward and backward pass replayed from a CUDA
     # graph, one per padded batch shape (ctxnmt/training/graphs.py, docs/speed.md).
     cuda_graphs: bool = False
     checkpoint_every: int = 0  # updates between writes of last.pt, independent of validation; 0 = at validation only
@@ -218,27 +218,18 @@ class TrainingConfig:
 
 
 @dataclass
-class DecodingConfig:
+class _Beam:  # a base, so that beam and batch_size stay first in a saved decoding section
     beam: int = 5
     batch_size: int = 64  # sentences decoded together
-    # Length control (ctxnmt/decoding/length.py, docs/decoding.md).  The defaults were chosen
-    # on the demo model's dev set with benchmarks/length_sweep.py (2026-11-26); until then they
-    # were power, α = 1, fixed, a = 2, b = 10, which the experiments that ran under them pin.
-    length_penalty: float = 0.6  # α of the length penalty; 0 = raw log-probability
-    length_penalty_kind: str = "wu"  # power: logP / |y|^α | wu: logP / ((5+|y|)/6)^α (GNMT) | none
-    coverage_penalty: float = 0.0  # β of GNMT's coverage penalty; 0 = off
-    max_len_a: float = 2.0  # an output has at most a·|x| + b subwords (fairseq's --max-len-a/-b)
-    max_len_b: int = 5
-    max_len_rule: str = "data"  # fixed: a as above | data: a = the training pairs' 99th-percentile ratio
-    block_ngram_repeat: int = 0  # n > 0: no hypothesis repeats an n-gram of its own (OpenNMT-py's); 0 = off
-    # ours (issue 34): λ of the length-ratio prior, −λ·|log(words(y) / (r·words(x)))|; 0 = off
-    length_ratio_penalty: float = 0.0
-    length_ratio: float = 1.1  # r, output words per source word, where length_ratio_rule is fixed
-    length_ratio_rule: str = "data"  # data: r = the training pairs' median words(y)/words(x) | fixed
+
+
+@dataclass
+class DecodingConfig(LengthOptions, _Beam):
+    """Search's settings; the length options are ctxnmt.length_options's (docs/decoding.md)."""
     max_src_len: int = 200  # longer inputs are translated in pieces
-    # ours (issue 33): on CUDA, each search step replayed from a CUDA graph (ctxnmt/decoding/graphs.py)
+    # ours: on CUDA, each search step replayed from a CUDA graph (ctxnmt/decoding/graphs.py)
     cuda_graphs: bool = False
-    # ours (issue 33): bf16 = on CUDA, the search's products in bfloat16 under autocast (softmax and
+    # ours: bf16 = on CUDA, the search's products in bfloat16 under autocast (softmax and
     # scores in float32); on other devices the search stays float32 (docs/decoding.md)
     precision: str = "fp32"
 

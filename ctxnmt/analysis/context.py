@@ -102,16 +102,21 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def add_document_inputs(p, ref_help: str) -> None:
+    """MODEL_DIR, -i, --doc-ids and -r: what the analyses of a document model's context read."""
+    add_model_dir(p, "a document-context model's directory (model.doc_*), as ctxnmt train wrote it")
+    add_input(p, "source text, one sentence a line", required=True)
+    p.add_argument("--doc-ids", required=True, metavar="FILE", help="one document id per input line")
+    add_ref(p, ref_help, required=True)
+
+
 def register(sub) -> None:
     p = sub.add_parser("context", help="a document-context model with its own context, none, and another "
                                        "document's",
                        description="Translate a test set with each sentence's own previous sentences, with none, "
                                    "and with as many from another document; score each and test it against the "
                                    "own context (paired approximate randomisation, two-sided).")
-    add_model_dir(p, "a document-context model's directory (model.doc_*), as ctxnmt train wrote it")
-    add_input(p, "source text, one sentence a line", required=True)
-    p.add_argument("--doc-ids", required=True, metavar="FILE", help="one document id per input line")
-    add_ref(p, "reference translations", required=True)
+    add_document_inputs(p, "reference translations")
     p.add_argument("--lang", help="the output's language, as Moses tokenises it (default: the model's target "
                                   "language, data.tgt_lang)")
     p.add_argument("--seed", type=int, default=1, help="which other documents lend their sentences (default 1)")

@@ -15,79 +15,11 @@ protocol) has flattened.
 from __future__ import annotations
 
 import csv
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from ctxnmt.errors import DataError
+from ctxnmt.training.log import Validation, read_starts, read_validations
 from ctxnmt.utils.io import atomic_write
-
-_VALIDATION = re.compile(r"validation at update (\d+) \((\d+) target tokens\): (.*)$")
-_START = re.compile(r"^\S+ \S+ (?:model|LM): [\d,]+ parameters")  # both trainers log their model at every start
-_RESUME = re.compile(r"resumed from .* at update (\d+) \(")
-NOT_INTERRUPTED = "none"  # what a run's interruptions read when its log shows no resume or restart
-
-
-@dataclass
-class Validation:
-    update: int
-    tokens: int
-    scores: dict[str, float]
-
-
-def training_log(model_dir: Path) -> tuple[Path, list[str]]:
-    log = Path(model_dir) / "train.log"
-    if not log.is_file():
-        raise DataError(f"{log}: no training log (is {model_dir} a model directory?)")
-    # a line cut mid-character by a kill must not hide the rest of the log
-    return log, log.read_text(encoding="utf-8", errors="replace").splitlines()
-
-
-def read_validations(model_dir: Path) -> list[Validation]:
-    """Every logged validation of a run, in update order; a resumed run's repeats count once."""
-    log, lines = training_log(model_dir)
-    found: dict[int, Validation] = {}
-    for number, line in enumerate(lines, 1):
-        match = _VALIDATION.search(line)
-        if match:
-            try:
-                scores = {k: float(v) for k, v in (item.split() for item in match.group(3).split(", "))}
-            except ValueError:
-                raise DataError(f"{log}, line {number}: unreadable validation scores {match.group(3)!r}") from None
-            found[int(match.group(1))] = Validation(int(match.group(1)), int(match.group(2)), scores)
-    if not found:
-        raise DataError(f"{log}: no validation logged yet")
-    return [found[u] for u in sorted(found)]
-
-
-@dataclass
-class Starts:
-    """How often a run's training was started: `resumed_at` the updates it resumed from `last.pt`
-    at; `fresh_restarts` the starts from update 0 after the first (no `last.pt` was there)."""
-    resumed_at: list[int]
-    fresh_restarts: int
-
-    @property
-    def interrupted(self) -> bool:
-        return bool(self.resumed_at or self.fresh_restarts)
-
-    def describe(self) -> str:
-        parts = [f"resumed at {', '.join(f'{u:,}' for u in self.resumed_at)}"] if self.resumed_at else []
-        if self.fresh_restarts:
-            parts.append(f"restarted from update 0 {self.fresh_restarts}×")
-        return "; ".join(parts) or NOT_INTERRUPTED
-
-
-def read_starts(model_dir: Path) -> Starts:
-    """The resumes and restarts a run's train.log shows.  A restart on another machine whose
-    log did not survive leaves no trace here."""
-    starts, resumed = 0, []
-    for line in training_log(model_dir)[1]:
-        starts += bool(_START.search(line))
-        match = _RESUME.search(line)
-        if match:
-            resumed.append(int(match.group(1)))
-    return Starts(resumed, max(starts - 1 - len(resumed), 0))
 
 
 def best_up_to(curve: list[Validation], update: float, metric: str = "bleu") -> float | None:
@@ -111,15 +43,6 @@ def summary_line(name: str, curve: list[Validation], metric: str = "bleu") -> st
     gain_text = "n/a (no validation before it)" if gain is None else f"{gain:+.2f}"
     return (f"{name}: {len(curve)} validations to update {curve[-1].update}; best dev {metric} "
             f"{best.scores[metric]:.2f} at update {best.update}; gain over the last quarter {gain_text}")
-
-
-def logged_interruptions(model_dir: Path) -> str:
-    """What the run's train.log shows of its resumes and restarts; `not recorded` for a run
-    copied without its log."""
-    try:
-        return read_starts(model_dir).describe()
-    except DataError:
-        return "not recorded"
 
 
 def interruptions(model_dir: Path) -> str:

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxnmt.analysis.context import CONDITIONS, ContextInput, context_conditions, read_aligned
+from ctxnmt.analysis.context import CONDITIONS, ContextInput, add_document_inputs, context_conditions, read_aligned
 from ctxnmt.analysis.tagger import apertium_tags
 from ctxnmt.data.words import join_word, word_groups
 from ctxnmt.decoding.forced import ForcedScore
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, add_ref, check_at_least
+from ctxnmt.utils.arguments import add_output, check_at_least
 from ctxnmt.utils.io import atomic_write, make_directory
 
 BOOTSTRAP_SAMPLES = 1000
@@ -161,10 +161,7 @@ def register(sub) -> None:
                                    "log p with none or another document's; with a bootstrap interval, each "
                                    "sentence's and each token's (P-CXMI) values, and the words and POS tags the "
                                    "context helps most.")
-    add_model_dir(p, "a document-context model's directory (model.doc_*), as ctxnmt train wrote it")
-    add_input(p, "source text, one sentence a line", required=True)
-    p.add_argument("--doc-ids", required=True, metavar="FILE", help="one document id per input line")
-    add_ref(p, "reference translations, whose probabilities are compared", required=True)
+    add_document_inputs(p, "reference translations, whose probabilities are compared")
     p.add_argument("--contexts", default="none,other",
                    help="what own is compared against: none, other or both (default %(default)s; other, the same "
                         "amount of someone else's context, is the primary figure)")

@@ -26,7 +26,7 @@ def target_attention(model, src_ids: list[list[int]], tgt_ids: list[list[int]],
     model forced to produce the given target sentences (Decoder.target_attention)."""
     model.eval()
     out: list[torch.Tensor] = []
-    device = model.start.device  # a server may decode on a GPU (serve --device)
+    device = model.device  # a server may decode on a GPU (serve --device)
     for start in range(0, len(src_ids), batch_size):
         src, src_mask = (t.to(device) for t in pad(src_ids[start: start + batch_size]))
         tgt, tgt_mask = (t.to(device) for t in pad(tgt_ids[start: start + batch_size]))
@@ -56,7 +56,7 @@ def source_attention(model, src_ids: list[list[int]], tgt_ids: list[list[int]],
     """α (T, S) per sentence under teacher forcing: row t-1 holds the attention over the
     S source subwords when predicting y_t, T = len(tgt_ids[b]) (its EOS included)."""
     model.eval()
-    device = model.start.device
+    device = model.device
     out: list[torch.Tensor] = []
     for start in range(0, len(src_ids), batch_size):
         src, src_mask = (t.to(device) for t in pad(src_ids[start: start + batch_size]))

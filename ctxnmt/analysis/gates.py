@@ -53,9 +53,9 @@ def encoder_gates(model, src_ids: list[list[int]]) -> dict[str, list[torch.Tenso
     encoder recurrences with a hyper-gate (Capabilities.encoder_hyper_gates)."""
     model.eval()
     gated = model.capabilities.encoder_hyper_gates
-    src, mask = (t.to(model.start.device) for t in pad(src_ids))
+    src, mask = (t.to(model.device) for t in pad(src_ids))
     out: dict[str, list[torch.Tensor]] = {}
-    for name, rec in model.encoder.recurrences(model.src_emb(src), mask).items():
+    for name, rec in model.encoder_recurrences(src, mask).items():
         if name not in gated:
             continue
         g = rec.cell.hyper_gate(rec.inputs, rec.previous @ rec.cell.hidden_weight()).mean(-1)  # (B, S)
@@ -67,7 +67,7 @@ def encoder_gates(model, src_ids: list[list[int]]) -> dict[str, list[torch.Tenso
 def output_weights(model, src_ids: list[list[int]], out_ids: list[list[int]]) -> list[torch.Tensor]:
     """Mean α_s, α_y, α_c (len_i + 1, 3) per output token of each given output (EOS appended)."""
     model.eval()
-    device = model.start.device
+    device = model.device
     src, src_mask = (t.to(device) for t in pad(src_ids))
     tgt, tgt_mask = (t.to(device) for t in pad([ids + [EOS] for ids in out_ids]))
     weights = model.decoder.output_weights(model.encode(src, src_mask), model.previous_embeddings(tgt), tgt_mask)
@@ -106,7 +106,7 @@ def decoder_gates(model, src_ids: list[list[int]], out_ids: list[list[int]]) -> 
     if not cells:
         return {}
     model.eval()
-    device = model.start.device
+    device = model.device
     src, src_mask = (t.to(device) for t in pad(src_ids))
     tgt, tgt_mask = (t.to(device) for t in pad([ids + [EOS] for ids in out_ids]))
     with recording_hyper_gates(cells) as record:

@@ -79,7 +79,9 @@ class _Part:
         return sum(i is not None for i in self.active)
 
 
-NO_LENGTH_CONTROL = LengthControl()
+# Search given no length settings (direct callers, tests): the settings of the experiments
+# run before the shipped defaults (LengthOptions) were chosen.
+NO_LENGTH_CONTROL = LengthControl("power", 1.0, max_len_b=10)
 
 # Finished sentences leave the search once they are this share of its sentences (or rows).
 DROP_SHARE = Fraction(1, 8)

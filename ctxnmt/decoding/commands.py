@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import sys
 
+from ctxnmt import length_options as length
 from ctxnmt.config import SEARCH_PRECISIONS, check_device
 from ctxnmt.data.corpus import decode_lines, read_lines
 from ctxnmt.data.documents import blank_line_documents, check_document_ids
-from ctxnmt.decoding import length
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
 from ctxnmt.utils.arguments import add_input, add_model_dirs, add_output, check_at_least

@@ -29,7 +29,7 @@ subwords (OpenNMT-py's -block_ngram_repeat): a word that would complete an n-gra
 in the hypothesis is not proposed.  Search looks only at each row's 2K most probable words,
 so a row with more of them blocked proposes fewer.
 
-With `decoding.length_ratio_penalty` = λ > 0 (ours, issue 34) a finished hypothesis also
+With `decoding.length_ratio_penalty` = λ > 0 (ours) a finished hypothesis also
 pays for a length out of proportion with its source, in words:
 
     s(y, x) = log P(y|x) / lp(y) + cp(x; y) − λ · |log(W(y) / (r · W(x)))|
@@ -50,42 +50,40 @@ prior on the log length ratio: twice too long costs what half as long costs (λ�
 an empty output (W taken as 1/2) costs the most, which a linear form |W(y)/W(x) − r| does
 not: on the demo model it let empty outputs win on news text (docs/decoding.md).
 
-The options, their ranges and their one-line errors are defined once, for the config, the
+The options, their defaults, ranges and help texts are defined once, for the config, the
 command line and the server alike, in ctxnmt.length_options (below the config, which checks them).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from ctxnmt.data.prepare import WORD_RATIO
 from ctxnmt.data.words import WordBoundaries
-from ctxnmt.errors import ConfigError
-from ctxnmt.length_options import OPTIONS, check, fixed_if_a_given
+from ctxnmt.length_options import LengthOptions
 
 DATA_QUANTILE = "0.99"  # the ratio quantile `max_len_rule: data` takes as a (a key of prep/lengths.json)
 
 # A coverage that underflowed to 0 would make log −inf, and every hypothesis of the
 # sentence −inf: ranking would then be arbitrary.
 _TINY = torch.finfo(torch.float32).tiny
+_DEFAULT = LengthOptions()
 
 
 @dataclass(frozen=True)
 class LengthControl:
-    """What beam search needs, in numbers (a resolved `max_len_rule`).  The defaults are
-    beam search's own (today's behaviour); the shipped ones are `DecodingConfig`'s."""
-    kind: str = "power"
-    alpha: float = 1.0
-    beta: float = 0.0
-    max_len_a: float = 2.0
-    max_len_b: int = 10
-    block_ngram_repeat: int = 0
-    ratio_penalty: float = 0.0  # λ of the length-ratio prior; 0 = off
-    ratio: float = 1.0  # r, output words per source word
+    """What beam search needs, in numbers (the rules resolved); the defaults are LengthOptions'."""
+    kind: str = _DEFAULT.length_penalty_kind
+    alpha: float = _DEFAULT.length_penalty
+    beta: float = _DEFAULT.coverage_penalty
+    max_len_a: float = _DEFAULT.max_len_a
+    max_len_b: int = _DEFAULT.max_len_b
+    block_ngram_repeat: int = _DEFAULT.block_ngram_repeat
+    ratio_penalty: float = _DEFAULT.length_ratio_penalty  # λ of the length-ratio prior; 0 = off
+    ratio: float = _DEFAULT.length_ratio  # r, output words per source word
     words: WordBoundaries | None = field(default=None, compare=False, repr=False)  # needed where λ > 0
 
     def __post_init__(self):
@@ -175,43 +173,3 @@ def length_control(dec, ratios: Mapping[str, float] | None, warn: Callable[[str]
         r = from_data("length_ratio_rule", WORD_RATIO, "length_ratio", "word ratios")
     return dataclasses.replace(control, ratio_penalty=dec.length_ratio_penalty, ratio=r, words=words)
 
-
-# -- the command line (`translate`, `serve`) -----------------------------------------------
-
-def add_arguments(parser, default: str = "the config's") -> None:
-    """The length options as flags; each left out keeps `default` (the model's config)."""
-    group = parser.add_argument_group("length control (docs/decoding.md)")
-    group.add_argument("--length-penalty", type=float, metavar="ALPHA",
-                       help=f"α of the length penalty, 0–10; 0 = raw log-probability (default: {default})")
-    group.add_argument("--length-penalty-kind", metavar="KIND",
-                       help=f"power: logP / |y|^α; wu: logP / ((5+|y|)/6)^α (GNMT); none (default: {default})")
-    group.add_argument("--coverage-penalty", type=float, metavar="BETA",
-                       help=f"β of GNMT's coverage penalty, 0–10; 0 = off (default: {default})")
-    group.add_argument("--max-len-a", type=float, metavar="A",
-                       help=f"an output has at most A·|x| + B subwords, A 0–10 (fairseq's convention; "
-                            f"default: {default})")
-    group.add_argument("--max-len-b", type=int, metavar="B", help=f"see --max-len-a; 0–1000 (default: {default})")
-    group.add_argument("--max-len-rule", metavar="RULE",
-                       help=f"fixed: A as given; data: A = the training pairs' 99th-percentile target/source "
-                            f"ratio (default: {default})")
-    group.add_argument("--block-ngram-repeat", type=int, metavar="N",
-                       help=f"N 1–10: no output repeats an N-gram of its own subwords; 0 = off (default: {default})")
-    group.add_argument("--length-ratio-penalty", type=float, metavar="LAMBDA",
-                       help=f"λ 0–100 of the length-ratio prior −λ·|log(words(y) / (r·words(x)))| (ours); 0 = off "
-                            f"(default: {default})")
-    group.add_argument("--length-ratio", type=float, metavar="R",
-                       help=f"r, output words per source word, 0.05–10 (default: {default})")
-    group.add_argument("--length-ratio-rule", metavar="RULE",
-                       help=f"fixed: R as given; data: R = the training pairs' median (default: {default})")
-
-
-def from_arguments(args) -> dict[str, Any]:
-    """The length options given on the command line, checked (one line naming the flag)."""
-    given = {key: getattr(args, key) for key in OPTIONS if getattr(args, key) is not None}
-    check(given, lambda key: "--" + key.replace("_", "-"), ConfigError)
-    if given.get("max_len_rule") == "data" and "max_len_a" in given:
-        raise ConfigError("--max-len-a has no effect with --max-len-rule data (A then comes from the training data)")
-    if given.get("length_ratio_rule") == "data" and "length_ratio" in given:
-        raise ConfigError("--length-ratio has no effect with --length-ratio-rule data (R then comes from the "
-                          "training data)")
-    return fixed_if_a_given(given)

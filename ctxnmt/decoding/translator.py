@@ -33,7 +33,8 @@ from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
 from ctxnmt.models.nmt import build_model
-from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_checkpoint, load_model_state
+from ctxnmt.models.migrations import load_model_checkpoint
+from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_model_state
 from ctxnmt.utils.messages import Log, warn
 
 
@@ -155,7 +156,7 @@ class Translator:
             raise
         pre, src_vocab, tgt_vocab = load_pipeline(model_dir / "prep")
         path = Path(checkpoint) if checkpoint else default_checkpoint(model_dir)
-        payload = load_checkpoint(path)
+        payload = load_model_checkpoint(path)
         check_compatible(payload, path, config.to_dict()["model"], src_vocab.fingerprint(), tgt_vocab.fingerprint())
         model = build_model(config.model, len(src_vocab), len(tgt_vocab))
         load_model_state(model, payload, path)

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.analysis.curves import last_quarter_gain, logged_interruptions, read_validations
+from ctxnmt.analysis.curves import last_quarter_gain
 from ctxnmt.config import Config, config_difference, from_dict, load_config, override, validate
 from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.experiments.spec import Experiment, SystemSpec
 from ctxnmt.models.nmt import check_names
+from ctxnmt.training.log import logged_interruptions, read_validations
 from ctxnmt.training.runs import RunState, directory_state, saved_as_trained
 from ctxnmt.training.trainer import Trainer
 from ctxnmt.utils.io import read_json_object

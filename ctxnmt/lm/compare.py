@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxnmt.analysis.curves import NOT_INTERRUPTED, logged_interruptions
 from ctxnmt.config import build_typed, config_difference, override
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
@@ -34,6 +33,7 @@ from ctxnmt.lm.config import LMConfig, load_lm_config
 from ctxnmt.lm.config import validate as validate_lm
 from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import LINE_SCORES
+from ctxnmt.training.log import NOT_INTERRUPTED, logged_interruptions
 from ctxnmt.training.runs import (PlannedRun, RunState, directory_state, saved_as_trained, split_for_report,
                                   train_unfinished)
 from ctxnmt.utils.io import atomic_write, copy_into, make_directory, read_json_object

@@ -14,7 +14,8 @@ from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig, load_lm_config
 from ctxnmt.lm.model import ResidualLM
-from ctxnmt.utils.checkpoint import load_checkpoint, load_model_state
+from ctxnmt.models.migrations import load_model_checkpoint
+from ctxnmt.utils.checkpoint import load_model_state
 from ctxnmt.utils.threads import setup_threads
 
 LINE_SCORES = "test.logprobs"  # a finished run's per-line test log-probabilities (ctxnmt lm compare)
@@ -52,7 +53,7 @@ class TextScore:
 def check_trained_as(payload: dict, path: Path, config: LMConfig, vocab: Vocab, where: Path) -> None:
     """Refuse a checkpoint trained with another vocabulary or model than `config` (read from
     `where`), naming the first model setting that differs: e.g. one whose summary has since
-    been renamed (ctxnmt.utils.checkpoint, RENAMED) states its old name."""
+    been renamed (ctxnmt.models.migrations, RENAMED) states its old name."""
     if payload.get("vocab") != vocab.fingerprint():
         raise CheckpointError(f"{path}: was trained with a different vocabulary than {where.parent / 'vocab.txt'}")
     saved, wanted = payload.get("model_config", {}), asdict(config.model)
@@ -75,7 +76,7 @@ def load_lm(model_dir: str | Path, checkpoint: str = "best") -> tuple[LMConfig, 
         raise
     vocab = Vocab.load(model_dir / "vocab.txt")
     path = model_dir / "checkpoints" / f"{checkpoint}.pt"
-    payload = load_checkpoint(path)
+    payload = load_model_checkpoint(path)
     check_trained_as(payload, path, config, vocab, model_dir / "config.yaml")
     model = ResidualLM(config.model, len(vocab))
     load_model_state(model, payload, path)

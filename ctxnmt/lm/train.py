@@ -21,7 +21,7 @@ from ctxnmt.lm.scoring import check_trained_as, perplexity
 from ctxnmt.training.distributed import World, rng_state, set_rng_state
 from ctxnmt.training.loop import TrainingLoop, Window, position_in
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
-from ctxnmt.utils.checkpoint import load_checkpoint, save_checkpoint
+from ctxnmt.models.migrations import load_model_checkpoint, save_model_checkpoint
 from ctxnmt.utils.revision import source_revision
 
 
@@ -118,7 +118,7 @@ class LMTrainer(TrainingLoop):
             extra = {} if name == "best.pt" else {
                 "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
                 "rng": rng_state(self.device), "stream_state": self.stream_state, "window": self.window.state()}
-            save_checkpoint(self.ckpt_dir / name, {
+            save_model_checkpoint(self.ckpt_dir / name, {
                 "model": self.model.state_dict(),
                 "model_config": asdict(self.config.model),
                 "vocab": self.vocab.fingerprint(),
@@ -140,7 +140,7 @@ class LMTrainer(TrainingLoop):
                                       f"resume with the same, or train afresh in another model_dir")
 
     def _restore(self, path) -> None:
-        payload = load_checkpoint(path)
+        payload = load_model_checkpoint(path)
         if "optimizer" not in payload:
             raise CheckpointError(f"{path}: holds no training state to resume from")
         check_trained_as(payload, path, self.config, self.vocab, self.model_dir / "config.yaml")

@@ -15,6 +15,7 @@ from ctxnmt.models.capabilities import Capabilities, hyper_gated
 from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.document import HierarchicalSummary
 from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
+from ctxnmt.models.interfaces import Recurrence
 from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
 from ctxnmt.models.state import State
 
@@ -60,7 +61,15 @@ class NMTModel(nn.Module):
                             adaptive_output=self.decoder.has_adaptive_output(),
                             document_context=self.document is not None)
 
+    @property
+    def device(self) -> torch.device:
+        return self.start.device
+
     # -- encoder ---------------------------------------------------------------
+    def encoder_recurrences(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict[str, Recurrence]:
+        """Encoder.recurrences of these source words."""
+        return self.encoder.recurrences(self.src_emb(src), src_mask)
+
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor,
                context: Context | None = None, beam: int = 1) -> State:
         """`context`: each sentence's previous source sentences; a document-context model

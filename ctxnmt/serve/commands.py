@@ -4,8 +4,8 @@ from __future__ import annotations
 import signal
 import time
 
+from ctxnmt import length_options as length
 from ctxnmt.config import check_device
-from ctxnmt.decoding import length
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, CtxnmtError
 from ctxnmt.serve import settings

@@ -6,18 +6,18 @@ empty or over a limit) gets its own one-line error naming the field, with a 4xx 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ctxnmt.data.corpus import split_lines
-from ctxnmt.length_options import KINDS, OPTIONS, RANGES, RULES, decoding_options, fixed_if_a_given, problem, with_options
+from ctxnmt.length_options import FIELDS, OPTIONS, decoding_options, fixed_if_a_given, ignored, problem, with_options
 from ctxnmt.serve.settings import MAX_BEAM, Limits
 
 
-class TranslateRequest(BaseModel):
-    """One request: a text (one sentence per line) or a list of sentences."""
+class _Text(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str | list[str] = Field(description="one sentence per line, or a list of sentences")
@@ -26,32 +26,20 @@ class TranslateRequest(BaseModel):
     attention: bool = Field(False, description="also return subwords, source and target-side attention, gates")
     document: bool = Field(False, description="the sentences are one document, in order: document-context "
                                               "models read each sentence's previous sentences")
-    # Length control (docs/decoding.md); each left out is the server's (--length-penalty, …)
-    length_penalty: float | None = Field(
-        None, ge=RANGES["length_penalty"][0], le=RANGES["length_penalty"][1], allow_inf_nan=False,
-        description="α of the length penalty; 0 = raw log-probability")
-    length_penalty_kind: Literal[KINDS] | None = Field(  # type: ignore[valid-type]
-        None, description="power: logP / |y|^α; wu: logP / ((5+|y|)/6)^α (GNMT); none")
-    coverage_penalty: float | None = Field(
-        None, ge=RANGES["coverage_penalty"][0], le=RANGES["coverage_penalty"][1], allow_inf_nan=False,
-        description="β of GNMT's coverage penalty; 0 = off")
-    max_len_a: float | None = Field(
-        None, ge=RANGES["max_len_a"][0], le=RANGES["max_len_a"][1], allow_inf_nan=False,
-        description="an output has at most max_len_a·|x| + max_len_b subwords")
-    max_len_b: int | None = Field(None, ge=RANGES["max_len_b"][0], le=RANGES["max_len_b"][1])
-    max_len_rule: Literal[RULES] | None = Field(  # type: ignore[valid-type]
-        None, description="fixed: max_len_a as given; data: the training pairs' 99th-percentile target/source ratio")
-    block_ngram_repeat: int | None = Field(
-        None, ge=RANGES["block_ngram_repeat"][0], le=RANGES["block_ngram_repeat"][1],
-        description="n > 0: no output repeats an n-gram of its own subwords; 0 = off")
-    length_ratio_penalty: float | None = Field(
-        None, ge=RANGES["length_ratio_penalty"][0], le=RANGES["length_ratio_penalty"][1], allow_inf_nan=False,
-        description="λ of the length-ratio prior −λ·|log(words(y) / (r·words(x)))| (ours); 0 = off")
-    length_ratio: float | None = Field(
-        None, ge=RANGES["length_ratio"][0], le=RANGES["length_ratio"][1], allow_inf_nan=False,
-        description="r, output words per source word")
-    length_ratio_rule: Literal[RULES] | None = Field(  # type: ignore[valid-type]
-        None, description="fixed: length_ratio as given; data: the training pairs' median word ratio")
+
+
+def _length_field(option: dataclasses.Field) -> tuple[Any, Any]:
+    """A length option as a request field; left out, it is the server's (--length-penalty, …)."""
+    within, text = option.metadata["within"], option.metadata["help"]
+    if isinstance(option.default, str):
+        return Literal[within] | None, Field(None, description=text)
+    bounds = {"allow_inf_nan": False} if isinstance(option.default, float) else {}
+    return type(option.default) | None, Field(None, ge=within[0], le=within[1], description=text, **bounds)
+
+
+TranslateRequest = create_model(
+    "TranslateRequest", __base__=_Text, __doc__="One request: a text (one sentence per line) or a list of sentences.",
+    **{option.name: _length_field(option) for option in FIELDS})
 
 
 class RequestError(Exception):
@@ -97,13 +85,8 @@ def length_options(request: TranslateRequest, server: dict[str, Any], dec) -> di
     """The length options of a request over the server's, checked with the model's config
     `dec` (a value may be right alone and wrong with the others)."""
     given = {key: getattr(request, key) for key in OPTIONS if getattr(request, key) is not None}
-    if "max_len_a" in given and given.get("max_len_rule") == "data":
-        raise RequestError(422, "max_len_a", "has no effect with max_len_rule data (a then comes from the training data)")
-    if "length_ratio" in given and given.get("length_ratio_rule") == "data":
-        raise RequestError(422, "length_ratio", "has no effect with length_ratio_rule data (r then comes from the "
-                                                "training data)")
     merged = {**server, **fixed_if_a_given(given)}
-    found = problem(decoding_options(with_options(dec, merged)))
+    found = ignored(given) or problem(decoding_options(with_options(dec, merged)))
     if found is not None:
         raise RequestError(422, found[0], found[1])
     return merged

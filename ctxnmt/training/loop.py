@@ -38,12 +38,12 @@ from typing import Any, Protocol
 import torch
 
 from ctxnmt.errors import DataError
+from ctxnmt.models.migrations import DEFINITIONS
 from ctxnmt.training.budget import budget_reached
 from ctxnmt.training.distributed import LAUNCHER_PID, PeerFailure, World
 from ctxnmt.training.log import TrainingLog, score_text
 from ctxnmt.training.optim import PlateauSchedule, plateau_stop
 from ctxnmt.training.progress import progress
-from ctxnmt.utils.checkpoint import DEFINITIONS
 from ctxnmt.utils.io import atomic_write, make_directory
 from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.preemption import Preempted, StopSignals, agreed_stop, stop_votes

@@ -19,7 +19,7 @@ import yaml
 
 from ctxnmt.config import read_yaml_mapping
 from ctxnmt.errors import CheckpointError, ConfigError
-from ctxnmt.utils.checkpoint import DEFINITIONS, directory_definitions, upgrade_model_config
+from ctxnmt.models.migrations import DEFINITIONS, directory_definitions, upgrade_model_config
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.messages import Log
 from ctxnmt.utils.processes import check_jobs, run_side_by_side

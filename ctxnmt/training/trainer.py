@@ -29,7 +29,8 @@ from ctxnmt.training.loop import TrainingLoop, Window, held_training, position_i
 from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
 from ctxnmt.training.precision import Precision
 from ctxnmt.training.validate import document_context, validate
-from ctxnmt.utils.checkpoint import check_compatible, load_checkpoint, load_model_state, save_checkpoint
+from ctxnmt.models.migrations import load_model_checkpoint, save_model_checkpoint
+from ctxnmt.utils.checkpoint import check_compatible, load_model_state
 from ctxnmt.utils.revision import source_revision
 
 
@@ -225,10 +226,10 @@ class Trainer(TrainingLoop):
         payload = self._payload()
         if self.world.is_main:
             for name in names:
-                save_checkpoint(self.ckpt_dir / name, payload)
+                save_model_checkpoint(self.ckpt_dir / name, payload)
 
     def _restore(self, path: Path) -> None:
-        payload = load_checkpoint(path)
+        payload = load_model_checkpoint(path)
         check_compatible(payload, path, self.config.to_dict()["model"], self.data.src_vocab.fingerprint(),
                          self.data.tgt_vocab.fingerprint())
         load_model_state(self.model, payload, path)

@@ -5,8 +5,9 @@ import csv
 
 import pytest
 
-from ctxnmt.analysis.curves import Starts, last_quarter_gain, read_starts, read_validations
+from ctxnmt.analysis.curves import last_quarter_gain
 from ctxnmt.cli import main
+from ctxnmt.training.log import Starts, read_starts, read_validations
 
 
 def write_log(directory, bleus, every=100, extra_lines=()):

@@ -55,7 +55,7 @@ def test_graphed_search_finds_what_eager_search_finds(beam, model_cfg, round_sen
     monkeypatch.setattr(graphs, "ROUND_SENTS", round_sents)
     model = model_of(1, **model_cfg)
     src, mask = pad(SRC)
-    length = LengthControl(kind="wu", alpha=0.6, beta=0.2)
+    length = LengthControl(kind="wu", alpha=0.6, beta=0.2, max_len_b=10)
     eager = beam_search(model, src, mask, beam=beam, nbest=beam, length=length, return_attention=True)
     wrapped = GraphedSearch(model, capture=stand_in_capture)
     found = beam_search(wrapped, src, mask, beam=beam, nbest=beam, length=length, return_attention=True)

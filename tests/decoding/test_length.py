@@ -214,12 +214,13 @@ def test_the_data_rule_takes_a_from_the_ratios_or_keeps_max_len_a_with_a_warning
     assert length_control(dec, None, warnings.append).max_len_a == 1.7
     assert len(warnings) == 1 and "no training length ratios" in warnings[0]
     before = DecodingConfig(length_penalty_kind="power", length_penalty=1.0, max_len_rule="fixed", max_len_b=10)
-    assert length_control(before, {"0.99": 1.25}) == LengthControl()  # the defaults before 2026-11-26: 2·|x| + 10
+    # the defaults the experiments that ran before the sweep pin: 2·|x| + 10
+    assert length_control(before, {"0.99": 1.25}) == LengthControl("power", 1.0, max_len_b=10)
     # the shipped defaults (docs/decoding.md): GNMT's penalty, α = 0.6, a from the data, b = 5
     assert length_control(DecodingConfig(), {"0.99": 1.25}) == LengthControl("wu", 0.6, 0.0, 1.25, 5)
 
 
-# -- the length-ratio prior (ours, issue 34) --------------------------------------------
+# -- the length-ratio prior (ours) ------------------------------------------------------
 
 # Which of the 16 test subwords "go on" into the next (end with "@@"): 4–7 do, on both sides.
 GOES_ON = [False] * 4 + [True] * 4 + [False] * 8

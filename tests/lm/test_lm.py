@@ -429,7 +429,7 @@ def test_compare_refuses_configs_of_other_vocabularies_before_training(tiny_corp
 def test_an_lm_trained_before_eqs_12_13_is_refused_by_name(tiny_corpus, tmp_path, capsys):
     """A self-attentive LM trained before definitions 6 computed the start-inclusive summary:
     scoring it as `self-attentive` (eqs. 12–13) is refused, naming the key and its old name."""
-    from ctxnmt.utils.checkpoint import load_checkpoint
+    from ctxnmt.models.migrations import load_model_checkpoint
 
     cfg = write_config(tmp_path, tiny_corpus, "self-attentive")
     assert run(["lm", "train", cfg, "--quiet", "--set", "training.max_updates=10"], capsys)[0] == 0
@@ -439,7 +439,7 @@ def test_an_lm_trained_before_eqs_12_13_is_refused_by_name(tiny_corpus, tmp_path
     code, _, err = run(["lm", "score", tmp_path / "model", "-i", tiny_corpus / "test.en"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "model.summary is 'self-attentive-with-start' in the checkpoint but 'self-attentive' in " in err
-    assert load_checkpoint(best)["model_config"]["summary"] == "self-attentive-with-start"
+    assert load_model_checkpoint(best)["model_config"]["summary"] == "self-attentive-with-start"
 
 
 def test_compare_only_trains_the_named_runs_and_reports_once_all_are_done(tiny_corpus, tmp_path, capsys):
@@ -608,7 +608,7 @@ def test_a_comparison_does_not_report_a_run_of_an_older_definition_under_the_new
     and reports it; a copy that tells neither (committed before records kept it) stands as saved."""
     import yaml
 
-    from ctxnmt.utils.checkpoint import DEFINITIONS
+    from ctxnmt.models.migrations import DEFINITIONS
 
     [path] = lm_configs(tmp_path, tiny_corpus, "self-attentive")
     old_name = tmp_path / "old.yaml"  # the same run, planned as the computation it was trained with

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from ctxnmt.errors import CheckpointError
-from ctxnmt.utils.checkpoint import FORMAT_VERSION, check_compatible, load_checkpoint, save_checkpoint
+from ctxnmt.models.migrations import directory_definitions, load_model_checkpoint, save_model_checkpoint
+from ctxnmt.utils.checkpoint import FORMAT_VERSION, check_compatible
 
 
 def _old_checkpoint(path, **model_config):
@@ -16,7 +17,7 @@ def _old_checkpoint(path, **model_config):
 
 def test_an_old_mean_checkpoint_is_refused_under_the_new_meaning(tmp_path):
     _old_checkpoint(tmp_path / "old.pt", target_context="mean", output="deep")
-    payload = load_checkpoint(tmp_path / "old.pt")
+    payload = load_model_checkpoint(tmp_path / "old.pt")
     assert payload["model_config"]["target_context"] == "mean-with-start"
     with pytest.raises(CheckpointError, match="model.target_context is 'mean-with-start' in the checkpoint but 'mean'"):
         check_compatible(payload, tmp_path / "old.pt", {"target_context": "mean", "output": "deep"}, "s", "t")
@@ -25,12 +26,12 @@ def test_an_old_mean_checkpoint_is_refused_under_the_new_meaning(tmp_path):
 
 def test_an_old_adaptive_output_checkpoint_states_its_gain(tmp_path):
     _old_checkpoint(tmp_path / "old.pt", target_context="previous", output="adaptive")
-    assert load_checkpoint(tmp_path / "old.pt")["model_config"]["output"] == "adaptive-gain3"
+    assert load_model_checkpoint(tmp_path / "old.pt")["model_config"]["output"] == "adaptive-gain3"
 
 
 def test_a_new_checkpoint_keeps_its_names(tmp_path):
-    save_checkpoint(tmp_path / "new.pt", {"model": {}, "model_config": {"target_context": "mean", "output": "adaptive"}})
-    saved = load_checkpoint(tmp_path / "new.pt")["model_config"]
+    save_model_checkpoint(tmp_path / "new.pt", {"model": {}, "model_config": {"target_context": "mean", "output": "adaptive"}})
+    saved = load_model_checkpoint(tmp_path / "new.pt")["model_config"]
     assert (saved["target_context"], saved["output"]) == ("mean", "adaptive")
 
 
@@ -39,9 +40,9 @@ def test_an_old_memory_rnn_checkpoint_is_refused(tmp_path, definitions):
     """Definitions 2 made the score read s̃_{t-1} (eq. 17); 4 took s_0 out of the memory (eq. 15)."""
     _checkpoint_of(tmp_path / "old.pt", definitions, decoder="memory-rnn", target_context="previous")
     with pytest.raises(CheckpointError, match="memory-RNN before it followed eqs. 15 and 17.*retrain it"):
-        load_checkpoint(tmp_path / "old.pt")
+        load_model_checkpoint(tmp_path / "old.pt")
     _checkpoint_of(tmp_path / "new.pt", 4, decoder="memory-rnn", target_context="previous")
-    assert load_checkpoint(tmp_path / "new.pt")["model_config"]["decoder"] == "memory-rnn"
+    assert load_model_checkpoint(tmp_path / "new.pt")["model_config"]["decoder"] == "memory-rnn"
 
 
 def _checkpoint_of(path, definitions, **model_config):
@@ -54,11 +55,11 @@ def test_each_rename_applies_only_to_checkpoints_older_than_its_change(tmp_path)
     summary eq. 11.  A definitions-2 LM still computed the start-inclusive mean; a
     definitions-2 translation model already computed eq. 9."""
     _checkpoint_of(tmp_path / "lm.pt", 2, summary="mean")
-    assert load_checkpoint(tmp_path / "lm.pt")["model_config"]["summary"] == "mean-with-start"
+    assert load_model_checkpoint(tmp_path / "lm.pt")["model_config"]["summary"] == "mean-with-start"
     _checkpoint_of(tmp_path / "nmt.pt", 2, target_context="mean", output="adaptive")
-    assert load_checkpoint(tmp_path / "nmt.pt")["model_config"] == {"target_context": "mean", "output": "adaptive"}
+    assert load_model_checkpoint(tmp_path / "nmt.pt")["model_config"] == {"target_context": "mean", "output": "adaptive"}
     _checkpoint_of(tmp_path / "lm3.pt", 3, summary="mean")
-    assert load_checkpoint(tmp_path / "lm3.pt")["model_config"]["summary"] == "mean"
+    assert load_model_checkpoint(tmp_path / "lm3.pt")["model_config"]["summary"] == "mean"
 
 
 @pytest.mark.parametrize("definitions, states", [(1, "self-attentive-with-start"), (5, "self-attentive-with-start"),
@@ -67,31 +68,31 @@ def test_an_lm_trained_before_eqs_12_13_states_its_start_inclusive_summary(tmp_p
     """Definitions 6 left the start symbol out of the LM's self-attentive summary; the translation
     decoder's `self-attentive` (the released code's start slot) did not change."""
     _checkpoint_of(tmp_path / "lm.pt", definitions, summary="self-attentive")
-    assert load_checkpoint(tmp_path / "lm.pt")["model_config"]["summary"] == states
+    assert load_model_checkpoint(tmp_path / "lm.pt")["model_config"]["summary"] == states
     _checkpoint_of(tmp_path / "nmt.pt", definitions, target_context="self-attentive")
-    assert load_checkpoint(tmp_path / "nmt.pt")["model_config"]["target_context"] == "self-attentive"
+    assert load_model_checkpoint(tmp_path / "nmt.pt")["model_config"]["target_context"] == "self-attentive"
 
 
 def test_an_old_gated_aux_checkpoint_states_its_gate_bias(tmp_path):
     """Before definitions 5 the gated-aux gate had a bias b_z and no key said so: an old
     checkpoint states it, so the paper's bias-free config (eq. 5) refuses it by name."""
     _checkpoint_of(tmp_path / "old.pt", 4, doc_aux="gated-aux")
-    payload = load_checkpoint(tmp_path / "old.pt")
+    payload = load_model_checkpoint(tmp_path / "old.pt")
     assert payload["model_config"]["doc_gate_bias"] is True
     with pytest.raises(CheckpointError, match="model.doc_gate_bias is True in the checkpoint but False in the config"):
         check_compatible(payload, tmp_path / "old.pt", {"doc_aux": "gated-aux", "doc_gate_bias": False}, None, None)
     _checkpoint_of(tmp_path / "aux.pt", 4, doc_aux="aux")
-    assert "doc_gate_bias" not in load_checkpoint(tmp_path / "aux.pt")["model_config"]
+    assert "doc_gate_bias" not in load_model_checkpoint(tmp_path / "aux.pt")["model_config"]
     _checkpoint_of(tmp_path / "new.pt", 5, doc_aux="gated-aux", doc_gate_bias=False)
-    assert load_checkpoint(tmp_path / "new.pt")["model_config"]["doc_gate_bias"] is False
+    assert load_model_checkpoint(tmp_path / "new.pt")["model_config"]["doc_gate_bias"] is False
 
 
 def test_an_old_document_checkpoint_states_its_zero_start(tmp_path):
     """Before definitions 5 a document's first sentence had D = 0 and no key said so."""
     _checkpoint_of(tmp_path / "old.pt", 4, doc_init_dec=True, doc_aux="none")
-    assert load_checkpoint(tmp_path / "old.pt")["model_config"]["doc_start"] == "zero"
+    assert load_model_checkpoint(tmp_path / "old.pt")["model_config"]["doc_start"] == "zero"
     _checkpoint_of(tmp_path / "sentence.pt", 4, doc_init_enc=False, doc_init_dec=False, doc_aux="none")
-    assert "doc_start" not in load_checkpoint(tmp_path / "sentence.pt")["model_config"]
+    assert "doc_start" not in load_model_checkpoint(tmp_path / "sentence.pt")["model_config"]
 
 
 def _run_directory(path, definitions, model, checkpoint_definitions=None):
@@ -148,8 +149,6 @@ def test_a_run_directorys_definitions_read_past_a_bad_record_or_checkpoint(tmp_p
     """A record whose definitions are not a number is passed over for the checkpoints, and a
     corrupt best.pt for last.pt; nothing readable: None."""
     import json
-
-    from ctxnmt.utils.checkpoint import directory_definitions
 
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "done.json").write_text(json.dumps({"definitions": "six"}))

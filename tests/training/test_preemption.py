@@ -87,13 +87,13 @@ def test_a_stop_decided_by_the_postponed_validation_is_kept_on_resume(rule, reas
 
 def test_checkpoint_every_writes_last_between_validations(cfg, tmp_path, monkeypatch):
     written = []
-    save = trainer_module.save_checkpoint
+    save = trainer_module.save_model_checkpoint
 
     def record(path, payload):
         written.append((path.name, payload["progress"]["update"]))
         save(path, payload)
 
-    monkeypatch.setattr(trainer_module, "save_checkpoint", record)
+    monkeypatch.setattr(trainer_module, "save_model_checkpoint", record)
     Trainer(config(cfg, tmp_path / "run", "training.checkpoint_every=3", "training.valid_every=100",
                    "training.max_updates=7"), quiet=True).train()
     assert [update for name, update in written if name == "last.pt" and update < 7] == [3, 6]
