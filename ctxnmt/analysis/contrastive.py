@@ -22,7 +22,6 @@ Two input forms:
 from __future__ import annotations
 
 import json
-import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ import numpy as np
 
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, DataError
+from ctxnmt.evaluation.significance import mcnemar, wilson
 from ctxnmt.utils.arguments import add_model_dirs, add_output
 from ctxnmt.utils.io import atomic_write
 
@@ -189,26 +189,6 @@ def candidate_scores(translator, examples: list[Example], contexts: list[list[st
 def right(scores: np.ndarray) -> bool:
     """The correct candidate (first) scores strictly above every contrastive one."""
     return bool(scores[0] > scores[1:].max())
-
-
-def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """The Wilson score interval of a proportion (95% by default)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def mcnemar(first: np.ndarray, second: np.ndarray) -> float:
-    """Exact two-sided McNemar test of paired right/wrong outcomes: a binomial test of the
-    examples one condition gets right and the other wrong."""
-    b, c = int((first & ~second).sum()), int((~first & second).sum())
-    if b + c == 0:
-        return 1.0
-    tail = sum(math.comb(b + c, i) for i in range(min(b, c) + 1)) / 2 ** (b + c)
-    return min(1.0, 2 * tail)
 
 
 def contrastive_report(translator, examples: list[Example], conditions: tuple[str, ...], seed: int = 1) -> dict:

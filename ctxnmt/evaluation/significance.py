@@ -6,6 +6,8 @@ are delegated to sacreBLEU's own implementation; the sentence-level tests
 """
 from __future__ import annotations
 
+import math
+
 import os
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -235,3 +237,20 @@ def compare(baseline_hyps: Sequence[str], system_hyps: Sequence[str], refs: Sequ
     system = sentence_scores(system_hyps, refs, metric)
     run = paired_t_test if test == "ttest" else sign_test
     return run(base, system, HIGHER_IS_BETTER[metric], metric=f"sentence-{metric}")
+
+
+def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (95% by default)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mcnemar(first: np.ndarray, second: np.ndarray) -> float:
+    """Exact two-sided McNemar test of paired right/wrong outcomes: a binomial test of the
+    examples one condition gets right and the other wrong."""
+    b, c = int((first & ~second).sum()), int((~first & second).sum())
+    return float(stats.binomtest(b, b + c, 0.5).pvalue) if b + c else 1.0

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from ctxnmt.cli import main
-from ctxnmt.analysis.contrastive import Example, condition_contexts, mcnemar, read_examples, wilson
+from ctxnmt.analysis.contrastive import Example, condition_contexts, read_examples
+from ctxnmt.evaluation.significance import mcnemar, wilson
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.documents import previous_sentences
 from ctxnmt.decoding.translator import Translator
