@@ -133,6 +133,7 @@ def run_round(entry: Trained, batches, device) -> float:
 
 def build(cfg, data, precisions: list[str], cgru: bool, graphs: bool) -> list[Trained]:
     from ctxnmt.models.nmt import build_model, count_parameters
+    from ctxnmt.models.output import readout_dim
 
     m, device = cfg.model, torch.device(cfg.training.device)
     entries = []
@@ -141,7 +142,7 @@ def build(cfg, data, precisions: list[str], cgru: bool, graphs: bool) -> list[Tr
         models = [("ctxnmt", build_model(m, len(data.src_vocab), len(data.tgt_vocab)))]
         for name, cond in [("plain", False)] + ([("plain cGRU", True)] if cgru else []):
             models.append((name, PlainRNNsearch(len(data.src_vocab), len(data.tgt_vocab), m.emb_dim, m.hidden_dim,
-                                                m.att_dim, m.out_dim or m.emb_dim, m.dropout_out, cond)))
+                                                m.att_dim, readout_dim(m), m.dropout_out, cond)))
         if graphs and device.type == "cuda":
             torch.manual_seed(0)
             models.insert(1, ("ctxnmt graphs", build_model(m, len(data.src_vocab), len(data.tgt_vocab))))

@@ -69,8 +69,10 @@ class MatmulProbe:
 def model_gemm_shapes(cfg, vocab: int, batch: int, src_len: int, tgt_len: int) -> list[tuple[int, int, int, int]]:
     """(M, K, N, count) of the matrix products of one training step of the bench model: the
     forward products and, for each, the two backward products (dX = dY Wᵀ, dW = Xᵀ dY)."""
+    from ctxnmt.models.output import readout_dim
+
     m = cfg.model
-    E, H, A, R = m.emb_dim, m.hidden_dim, m.att_dim, (m.out_dim or m.emb_dim)
+    E, H, A, R = m.emb_dim, m.hidden_dim, m.att_dim, readout_dim(m)
     C, B, S, T = 2 * H, batch, src_len, tgt_len
     forward = [
         (B * S, E, 3 * H, 2),  # encoder input projections, both directions
@@ -118,8 +120,10 @@ def sync(device) -> None:
 
 def forward_flops_per_target_token(cfg, vocab: int, src_len: float, tgt_len: float) -> float:
     """Multiply-adds ×2 of one forward pass of the RNNsearch family, per target token."""
+    from ctxnmt.models.output import readout_dim
+
     m = cfg.model
-    E, H, A, R = m.emb_dim, m.hidden_dim, m.att_dim, (m.out_dim or m.emb_dim)  # R: readout size
+    E, H, A, R = m.emb_dim, m.hidden_dim, m.att_dim, readout_dim(m)  # R: readout size
     C = 2 * H
     per_src = 2 * 3 * H * (E + H)  # two GRU directions: input and recurrent products
     per_sentence_src = src_len * (C * A + C * 3 * H)  # attention keys and GRU_2 input terms, once per sentence

@@ -97,6 +97,7 @@ def main() -> None:
     from ctxnmt.data.prepare import read_split
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.utils.checkpoint import default_checkpoint
+    from ctxnmt.models.document import context_sentences
     from ctxnmt.models.nmt import count_parameters
 
     torch.set_num_threads(args.threads or os.cpu_count())
@@ -121,7 +122,7 @@ def main() -> None:
     train = data.train
     batches = first_batches(base, train, args.rounds + 2)
     # K → each training sentence's previous sentences, for the document-context variants
-    k_of = [cfg.model.doc_sents if cfg.model.uses_document else 0 for cfg in configs]
+    k_of = [context_sentences(cfg.model) for cfg in configs]
     train_context = {k: previous_sentences(train.docs, k) for k in set(k_of) if k}
     train_rate = {n: [] for n in names}
     for r, index in enumerate(batches):

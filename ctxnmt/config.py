@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 
@@ -57,22 +57,84 @@ class DataConfig:
     filter_identical: bool = False  # drop a pair whose source and target are the same text
 
 
-@dataclass
-class ModelConfig:
-    """Architecture switches; each name is a registry entry in ctxnmt.models."""
+class ComponentSettings:
+    """A base for a component's settings dataclass that has a rule across keys or sections:
+    `check` refuses a config the component cannot be built from (config.validate calls it
+    for the components a config names)."""
 
+    def check(self, config: Any) -> None:
+        """Raise a ConfigError naming the key; `config` is the whole config the section is in."""
+
+
+@dataclass(eq=False)
+class ComponentSection:
+    """A model section whose components are registry entries (ctxnmt.models.registry): beside
+    its own keys it takes the keys its components declare as their settings
+    (`declare_model_settings`), flat among its own in the file, kept in `components` as set."""
+
+    # The kinds of component this section names, each with the key that names it.
+    NAMES: ClassVar[dict[str, str]] = {}
+    components: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls: type[S], **keys: Any) -> S:
+        """A section from its keys: its own and its components' settings."""
+        own, declared = _own_keys(cls), _component_keys(cls)
+        unknown = [key for key in keys if key not in own and key not in declared]
+        if unknown:
+            raise _unknown_key(unknown[0], [*own, *declared], "model.")
+        return cls(**{k: v for k, v in keys.items() if k in own},
+                   components={k: v for k, v in keys.items() if k not in own})
+
+    def settings(self, cls: type[T]) -> T:
+        """A component's settings (the dataclass it registered with) from this section: each
+        field from the key of its name, the field's default where the file sets none."""
+        own = _own_keys(type(self))
+        values = {f.name: self.components[f.name] if f.name in self.components else getattr(self, f.name)
+                  for f in dataclasses.fields(cls) if f.name in self.components or f.name in own}
+        return cls(**values)
+
+    def in_use(self) -> list[Any]:
+        """The settings of the components this section names."""
+        declared = [_DECLARED.get((kind, getattr(self, key))) for kind, key in self.NAMES.items()]
+        return [self.settings(cls) for cls in dict.fromkeys(declared) if cls is not None]
+
+    def __eq__(self, other: object) -> bool:
+        """Equal where the files are: a setting given its default equals one not given."""
+        return type(other) is type(self) and other.to_dict() == self.to_dict()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as the file has it: the settings of the components in use flat among its
+        own keys (a setting of a component it does not name is no part of it)."""
+        out = dataclasses.asdict(self)
+        del out["components"]
+        for settings in self.in_use():
+            out.update({k: v for k, v in dataclasses.asdict(settings).items() if k not in out})
+        return out
+
+
+@dataclass(eq=False)
+class ModelConfig(ComponentSection):
+    """Architecture switches, each a registry entry in ctxnmt.models, and the sizes and
+    regularisation several components read; what one component alone reads is its own
+    setting (e.g. the document context's doc_* keys, ctxnmt.models.document)."""
+
+    NAMES: ClassVar[dict[str, str]] = {kind: kind for kind in
+                                       ("cell", "encoder", "decoder", "target_context", "output", "doc_aux")}
     encoder: str = "birnn"
     decoder: str = "cgru"
     cell: str = "gru"  # gru | adaptive-gru | adaptive-gru-scaled | adaptive-gru-balanced | adaptive-gru-released
     encoder_cell: str = ""  # the encoder's cell when it differs from `cell` ("" = `cell`)
-    encoder_layers: int = 2  # layers of the stacked-birnn encoder
     target_context: str = "previous"
     output: str = "deep"  # deep | adaptive (the paper's) | adaptive-gain3 (ours): how s_t, d_t and c_t are combined into the readout
+    # Cross-sentence context (Wang et al.): how the summary D of the previous source sentences
+    # enters the decoder transition: none | aux | gated-aux | gated-aux-code (its settings:
+    # ctxnmt.models.document)
+    doc_aux: str = "none"
     emb_dim: int = 256
     hidden_dim: int = 512
     att_dim: int = 512
-    out_dim: int = 0  # deep-output size; 0 = emb_dim (as in dl4mt)
-    tie_embeddings: bool = False  # W_o shares the target embedding matrix (needs out_dim == emb_dim)
+    tie_embeddings: bool = False  # W_o shares the target embedding matrix (needs the readout size emb_dim)
     share_src_tgt_embeddings: bool = False  # only meaningful with a joint vocabulary
     learned_start: bool = False  # y_0 embedding: zero vector (dl4mt) or a learned vector
     # "pytorch": torch defaults (uniform ±1/√fan_in), the default because it learns far faster in
@@ -82,90 +144,46 @@ class ModelConfig:
     dropout_emb: float = 0.0
     dropout_hidden: float = 0.0
     dropout_out: float = 0.5
-    # Cross-sentence context (Wang et al.): D summarises the K previous source sentences of the
-    # same document; each switch below is one way of giving it to the model, all combinable.
-    doc_init_enc: bool = False  # D (projected if sizes differ) initialises every encoder GRU
-    doc_init_dec: bool = False  # s_0 = tanh(W_init mean(h) + W_D D)
-    doc_aux: str = "none"  # D as input of the decoder transition: none | aux | gated-aux | gated-aux-code
-    doc_sents: int = 3  # K previous sentences
-    doc_dim: int = 0  # sentence- and document-RNN size; 0 = hidden_dim
-    doc_embeddings: str = "shared"  # history sentences use the source embeddings, or "separate" ones
-    # gated-aux: a bias b_z in the gate (ours, and what the earlier runs had); eq. 5 has
-    # none, and the paper's configs (configs/doc-*gated-aux*.yaml) set false
-    doc_gate_bias: bool = True
-    # D of a sentence without previous sentences (a document's first): zero (ours; every integration
-    # but the released gate is then the sentence model) | null-sentence (the released code's data
-    # format: a one-word pseudo-sentence NULL, read as the unknown word); the paper is silent, and
-    # its configs follow the released code
-    doc_start: str = "zero"
-    # The settings of registered components beyond the keys above (declare_model_settings), as
-    # set; in the file they stand flat among the keys above.
-    components: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def uses_document(self) -> bool:
-        return self.doc_init_enc or self.doc_init_dec or self.doc_aux != "none"
-
-    @property
-    def readout_dim(self) -> int:
-        return self.out_dim or self.emb_dim
-
-    @property
-    def document_dim(self) -> int:
-        return self.doc_dim or self.hidden_dim
-
-    @classmethod
-    def of(cls, **keys: Any) -> ModelConfig:
-        """A model config from keys of the model section: its own and the registered components'."""
-        own = _own_keys()
-        unknown = [key for key in keys if key not in own and key not in _COMPONENT_KEYS]
-        if unknown:
-            raise _unknown_key(unknown[0], [*own, *_COMPONENT_KEYS], "model.")
-        return cls(**{k: v for k, v in keys.items() if k in own},
-                   components={k: v for k, v in keys.items() if k not in own})
-
-    def settings(self, cls: type[T]) -> T:
-        """A component's settings (the dataclass it registered with) from this config: each
-        field from the model key of its name, the field's default where the file sets none."""
-        own = _own_keys()
-        values = {f.name: self.components[f.name] if f.name in self.components else getattr(self, f.name)
-                  for f in dataclasses.fields(cls) if f.name in self.components or f.name in own}
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The model section as the file has it: the components' settings flat among the keys."""
-        out = dataclasses.asdict(self)
-        out.update(out.pop("components"))
-        return out
 
 
 T = TypeVar("T")
+S = TypeVar("S", bound=ComponentSection)
 
-# The keys of the model section that registered components declare beyond ModelConfig's own,
-# with their types: key -> (type, default).
-_COMPONENT_KEYS: dict[str, tuple[type, Any]] = {}
+# The settings keys that registered components declare beyond their sections' own keys:
+# key -> (type, default, the kinds of component that declared it).
+_COMPONENT_KEYS: dict[str, tuple[type, Any, set[str]]] = {}
+# (kind, registered name) -> its settings dataclass
+_DECLARED: dict[tuple[str, str], type] = {}
 
 
-def _own_keys() -> dict[str, Any]:
-    types = _field_types(ModelConfig)
+def _own_keys(cls: type = ModelConfig) -> dict[str, Any]:
+    types = _field_types(cls)
     types.pop("components")
     return types
 
 
-def declare_model_settings(settings: type) -> None:
-    """Take the fields of a component's settings dataclass as keys of the model section; a
-    field named as one of ModelConfig's keys reads that key (and must have its type)."""
+def _component_keys(cls: type) -> dict[str, Any]:
+    """The declared settings keys a section takes (of the kinds of component it names), with their types."""
+    return {key: typ for key, (typ, _, kinds) in _COMPONENT_KEYS.items() if kinds & cls.NAMES.keys()}
+
+
+def declare_model_settings(settings: type, kind: str = "", name: str = "") -> None:
+    """Take the fields of a component's settings dataclass as keys of the model section of
+    the configs that name components of its `kind`; a field named as one of ModelConfig's
+    keys reads that key (and must have its type).  `name`: the component registered with it."""
     own = _own_keys()
-    for name, typ in _field_types(settings).items():
-        default = next(f.default for f in dataclasses.fields(settings) if f.name == name)
+    for key, typ in _field_types(settings).items():
+        default = next(f.default for f in dataclasses.fields(settings) if f.name == key)
         if default is dataclasses.MISSING:
-            raise ValueError(f"model setting '{name}' of {settings.__name__} needs a default")
-        known = own.get(name, _COMPONENT_KEYS.get(name, (typ,))[0])
+            raise ValueError(f"model setting '{key}' of {settings.__name__} needs a default")
+        known = own.get(key, _COMPONENT_KEYS.get(key, (typ,))[0])
         if known is not typ:
-            raise ValueError(f"model setting '{name}' of {settings.__name__} is a {typ.__name__}, "
+            raise ValueError(f"model setting '{key}' of {settings.__name__} is a {typ.__name__}, "
                              f"but already declared a {known.__name__}")
-        if name not in own:
-            _COMPONENT_KEYS[name] = (typ, default)
+        if key not in own:
+            _COMPONENT_KEYS.setdefault(key, (typ, default, set()))[2].update([kind] if kind else ModelConfig.NAMES)
+    if name:
+        _DECLARED[(kind, name)] = settings
 
 
 @dataclass
@@ -247,9 +265,14 @@ class Config:
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["model"] = self.model.to_dict()
-        return out
+        return config_dict(self)
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """Any config dataclass as its file has it: a component section's settings flat among its keys."""
+    return {f.name: section.to_dict() if isinstance(section, ComponentSection) else
+            dataclasses.asdict(section) if dataclasses.is_dataclass(section) else section
+            for f in dataclasses.fields(config) for section in [getattr(config, f.name)]}
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -314,8 +337,8 @@ def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
     if not isinstance(raw, dict):
         section = where.rstrip(".")
         raise ConfigError(f"config section '{section}' must be a mapping, got {raw!r}", key=section)
-    if cls is ModelConfig:
-        types = {**_own_keys(), **{key: typ for key, (typ, _) in _COMPONENT_KEYS.items()}}
+    if issubclass(cls, ComponentSection):
+        types = {**_own_keys(cls), **_component_keys(cls)}
     else:
         types = _field_types(cls)
     kwargs = {}
@@ -327,7 +350,7 @@ def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
             kwargs[key] = _build(typ, {} if value is None else value, f"{where}{key}.")
         else:
             kwargs[key] = _coerce(value, typ, f"{where}{key}")
-    return cls.of(**kwargs) if cls is ModelConfig else cls(**kwargs)
+    return cls.of(**kwargs) if issubclass(cls, ComponentSection) else cls(**kwargs)
 
 
 # Keys that were renamed: a config (or a model directory's config.yaml) written with the
@@ -535,8 +558,7 @@ RANGES = {
 FIELD_RANGES = {
     "data": {"bpe_merges": ">=0", "vocab_size": ">=0", "max_len": ">=1", "filter_ratio": ">=0",
              "sentencepiece_vocab": ">=1"},
-    "model": {"emb_dim": ">=1", "hidden_dim": ">=1", "att_dim": ">=1", "out_dim": ">=0", "encoder_layers": ">=1",
-              "doc_sents": ">=0", "doc_dim": ">=0",
+    "model": {"emb_dim": ">=1", "hidden_dim": ">=1", "att_dim": ">=1",
               "dropout_emb": "[0,1)", "dropout_hidden": "[0,1)", "dropout_out": "[0,1)"},
     "training": {"warmup_updates": ">=0", "label_smoothing": "[0,1)", "batch_tokens": ">=1", "batch_sents": ">=1",
                  "valid_beam": ">=1", "valid_max_sents": ">=0"},
@@ -557,13 +579,19 @@ def check_ranges(section: Any, name: str, ranges: dict[str, str]) -> None:
             raise ConfigError(f"{name}.{key} must be {words}, got {value}", key=f"{name}.{key}")
 
 
+# The document context's settings check the last condition (a sentence-level model).
+CUDA_GRAPHS_NEED = ("training.cuda_graphs needs training.device cuda (got '{device}'), precision fp32 "
+                    "or bf16 (got '{precision}') and a sentence-level model")
+
+
 def validate(config: Config) -> None:
     """Each field's range, then the checks across fields that a single field's type cannot express."""
     for name, ranges in FIELD_RANGES.items():
         check_ranges(getattr(config, name), name, ranges)
     m, t = config.model, config.training
-    if m.tie_embeddings and m.readout_dim != m.emb_dim:
-        raise ConfigError("model.tie_embeddings needs model.out_dim equal to model.emb_dim")
+    for settings in m.in_use():
+        if isinstance(settings, ComponentSettings):
+            settings.check(config)
     if m.init not in ("normal", "pytorch"):
         raise ConfigError(f"model.init must be 'normal' or 'pytorch', got '{m.init}'")
     if t.optimizer not in ("adam", "adadelta"):
@@ -575,25 +603,14 @@ def validate(config: Config) -> None:
     if t.cooldown_updates and not 0 < t.cooldown_updates <= t.max_updates:
         raise ConfigError(f"training.cooldown_updates needs training.max_updates of at least as many updates, "
                           f"got {t.cooldown_updates} with max_updates {t.max_updates}")
-    if t.cuda_graphs and (not t.device.startswith("cuda") or t.precision == "fp16" or m.uses_document):
-        raise ConfigError(f"training.cuda_graphs needs training.device cuda (got '{t.device}'), precision fp32 "
-                          f"or bf16 (got '{t.precision}') and a sentence-level model")
+    if t.cuda_graphs and (not t.device.startswith("cuda") or t.precision == "fp16"):
+        raise ConfigError(CUDA_GRAPHS_NEED.format(device=t.device, precision=t.precision))
     if t.early_stop_metric not in ("bleu", "ppl"):
         raise ConfigError(f"training.early_stop_metric must be 'bleu' or 'ppl', got '{t.early_stop_metric}'")
-    if m.doc_start not in ("zero", "null-sentence"):
-        raise ConfigError(f"model.doc_start must be 'zero' or 'null-sentence', got '{m.doc_start}'")
-    if m.doc_embeddings not in ("shared", "separate"):
-        raise ConfigError(f"model.doc_embeddings must be 'shared' or 'separate', got '{m.doc_embeddings}'")
-    if m.uses_document and m.doc_sents < 1:
-        raise ConfigError(f"model.doc_sents must be at least 1 for a document-context model, got {m.doc_sents}")
     if t.document_context not in ("own", "other-document"):
         raise ConfigError(f"training.document_context must be 'own' or 'other-document', got '{t.document_context}'")
     if t.context_size not in ("fixed", "random"):
         raise ConfigError(f"training.context_size must be 'fixed' or 'random', got '{t.context_size}'")
-    if t.context_size != "fixed" and not m.uses_document:
-        raise ConfigError("training.context_size=random needs a document-context model (model.doc_*)")
-    if t.document_context != "own" and not m.uses_document:
-        raise ConfigError("training.document_context=other-document needs a document-context model (model.doc_*)")
     validate_loop(t)
     _validate_decoding(config.decoding)
     if config.data.corpus not in ("bible", "files"):
@@ -656,7 +673,7 @@ def config_difference(saved: dict[str, Any], current: dict[str, Any], ignore: tu
 
 def save_config(config: Any, path: str | Path) -> None:
     """Write any config dataclass as YAML, atomically."""
-    tree = config.to_dict() if isinstance(config, Config) else dataclasses.asdict(config)
+    tree = config_dict(config)
     with atomic_write(path, "w") as fh:
         yaml.safe_dump(tree, fh, sort_keys=False)
 

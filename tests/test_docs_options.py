@@ -29,7 +29,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 REGISTRIES = {name: obj for name, obj in vars(registry).items() if isinstance(obj, registry.Registry)}
 KNOWN = {r.kind: set(r.names()) for r in REGISTRIES.values()}
 KNOWN["encoder_cell"] = KNOWN["cell"]
-KNOWN["summary"] = set(SUMMARIES)  # the language model's model.summary (ctxnmt/lm/config.py)
+# the language model's model.summary (ctxnmt/lm/config.py): its own names and any target context
+KNOWN["summary"] = set(SUMMARIES) | KNOWN["target_context"]
 
 NAME = r"[a-z][a-z0-9-]*\*?"
 KEY_VALUE = re.compile(r"\bmodel\.(%s)(?::[ \t]+|=)(%s(?:[ \t]*\|[ \t]*%s)*)" % ("|".join(KNOWN), NAME, NAME))
@@ -59,6 +60,7 @@ def stale_names(text: str) -> list[str]:
     for reg, name in DOC_REGISTERED.findall(text):
         if reg in REGISTRIES:
             extra.setdefault(REGISTRIES[reg].kind, set()).add(name)
+    extra["summary"] = extra.get("target_context", set())
 
     def line_of(pos: int) -> int:
         return text.count("\n", 0, pos) + 1

@@ -79,9 +79,8 @@ class _Part:
         return sum(i is not None for i in self.active)
 
 
-# Search given no length settings (direct callers, tests): the settings of the experiments
-# run before the shipped defaults (LengthOptions) were chosen.
-NO_LENGTH_CONTROL = LengthControl("power", 1.0, max_len_b=10)
+# Search given no length settings (direct callers): the shipped defaults (LengthOptions).
+DEFAULT_LENGTH = LengthControl()
 
 # Finished sentences leave the search once they are this share of its sentences (or rows).
 DROP_SHARE = Fraction(1, 8)
@@ -94,7 +93,7 @@ TRIM_SHARE = Fraction(3, 4)
 
 @torch.no_grad()
 def beam_search(model: Searchable, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5, nbest: int = 1,
-                length: LengthControl = NO_LENGTH_CONTROL, return_attention: bool = False,
+                length: LengthControl = DEFAULT_LENGTH, return_attention: bool = False,
                 context=None) -> list[list[Hypothesis]]:
     """Translate a padded batch; returns for each sentence its `nbest` best hypotheses.
     `context` (ctxnmt.data.batching.Context): previous source sentences, for document-context models."""
@@ -104,7 +103,7 @@ def beam_search(model: Searchable, src: torch.Tensor, src_mask: torch.Tensor, be
 
 
 @torch.no_grad()
-def search_batches(model: Searchable, batches, beam: int = 5, nbest: int = 1, length: LengthControl = NO_LENGTH_CONTROL,
+def search_batches(model: Searchable, batches, beam: int = 5, nbest: int = 1, length: LengthControl = DEFAULT_LENGTH,
                    return_attention: bool = False, refill_below: int = 0) -> dict[int, list[Hypothesis]]:
     """Search batches of (indices, padded src, src_mask, context or None); returns the
     `nbest` hypotheses of every index.
@@ -222,7 +221,7 @@ class _RowWords:
 
 
 class _Search:
-    def __init__(self, model: Searchable, beam: int, length: LengthControl = NO_LENGTH_CONTROL,
+    def __init__(self, model: Searchable, beam: int, length: LengthControl = DEFAULT_LENGTH,
                  return_attention: bool = False, keep: int | None = None):
         self.model, self.K, self.length = model, beam, length
         self.keep = keep or beam

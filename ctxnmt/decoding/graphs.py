@@ -1,4 +1,4 @@
-"""CUDA graphs of the search step (`decoding.cuda_graphs`, ours; issue 33).
+"""CUDA graphs of the search step (`decoding.cuda_graphs`, ours).
 
 Beam search at the papers' size waits on the host: each step launches some fifty small
 kernels (the decoder's cells, attention, the output layer and its top-k), and the GPU idles

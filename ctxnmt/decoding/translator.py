@@ -32,6 +32,7 @@ from ctxnmt.decoding.length import LengthControl, length_control, needs_word_rat
 from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
+from ctxnmt.models.document import context_sentences
 from ctxnmt.models.nmt import build_model
 from ctxnmt.models.migrations import load_model_checkpoint
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_model_state
@@ -129,8 +130,7 @@ class Translator:
         self._ratios: dict[bool, Mapping[str, float] | None] = {}  # by whether the word ratio was asked for
         # K previous sentences a document-context model reads (0: the model reads none); an
         # ensemble's is its document-context members' (they must agree).
-        cfg = config.model
-        self.document_sents = (cfg.doc_sents if cfg.uses_document else 0) if document_sents is None else document_sents
+        self.document_sents = context_sentences(config.model) if document_sents is None else document_sents
         self.preprocessor, self.src_vocab, self.tgt_vocab = preprocessor, src_vocab, tgt_vocab
         self.device = device
         self.warn: Log = warn  # where warnings go (a server sends them to its log)

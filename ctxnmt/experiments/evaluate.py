@@ -22,6 +22,7 @@ from ctxnmt.evaluation.replicates import stratified_ar
 from ctxnmt.evaluation.significance import compare
 from ctxnmt.experiments.runs import Run
 from ctxnmt.experiments.spec import SignificanceSpec
+from ctxnmt.models.document import context_sentences
 from ctxnmt.models.nmt import count_parameters
 from ctxnmt.utils.checkpoint import default_checkpoint
 from ctxnmt.utils.io import atomic_write, file_sha256, read_json_object
@@ -66,7 +67,7 @@ def load_test_set(run: Run, log: Log = to_stderr) -> TestSet:
 
 def document_ids(run: Run, test: TestSet) -> Path | None:
     """The test set's document ids when the run's model reads previous sentences."""
-    if not run.config.model.uses_document:
+    if not context_sentences(run.config.model):
         return None
     if test.doc_path is None:
         raise DataError(f"system '{run.system}' uses document context but the test set has no .doc file "

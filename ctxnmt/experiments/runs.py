@@ -25,6 +25,7 @@ from ctxnmt.models.nmt import check_names
 from ctxnmt.training.log import logged_interruptions, read_validations
 from ctxnmt.training.runs import RunState, directory_state, saved_as_trained
 from ctxnmt.training.trainer import Trainer
+from ctxnmt.training.translation import TranslationTask
 from ctxnmt.utils.io import read_json_object
 from ctxnmt.utils.selectors import select
 
@@ -133,7 +134,7 @@ def train(run: Run, quiet: bool = False) -> None:
     process (an --only beside this one) may have finished or begun the run since."""
     state = run_state(run)
     if state is not RunState.DONE:
-        Trainer(run.config, resume=state is RunState.RESUME, quiet=quiet).train()
+        Trainer(TranslationTask(run.config), resume=state is RunState.RESUME, quiet=quiet).train()
 
 
 def training_record(run: Run) -> dict[str, Any]:

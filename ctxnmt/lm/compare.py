@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxnmt.config import build_typed, config_difference, override
+from ctxnmt.config import build_typed, config_dict, config_difference, override
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
 from ctxnmt.evaluation.significance import SigResult
@@ -76,7 +76,7 @@ def run_state(config) -> RunState:
     def difference(saved: Path) -> str:  # a run is the same run wherever it was copied: model_dir aside
         trained = build_typed(LMConfig, saved_as_trained(saved, "results.json"))
         validate_lm(trained)
-        return config_difference(asdict(trained), asdict(config), ignore=("model_dir",))
+        return config_difference(config_dict(trained), config_dict(config), ignore=("model_dir",))
 
     return directory_state(Path(config.model_dir), difference, "this comparison; use another --out or delete it",
                            finished="results.json")

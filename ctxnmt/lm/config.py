@@ -5,11 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxnmt.config import build_typed, check_ranges, naming_the_file, read_raw, validate_loop
-from ctxnmt.errors import ConfigError
+from typing import ClassVar
 
-# none: the papers' LSTM baseline, no d_t; the -with-start forms are ours
-SUMMARIES = ("none", "previous", "mean", "mean-with-start", "self-attentive", "self-attentive-with-start")
+from ctxnmt.config import ComponentSection, build_typed, check_ranges, naming_the_file, read_raw, validate_loop
+from ctxnmt.errors import ConfigError
+from ctxnmt.models.registry import TARGET_CONTEXTS
+
+# The LM section's names that the decoder's registry spells otherwise: its self-attentive
+# summary sums over the words (eqs. 12–13), the decoder's follows the released code and keeps
+# the start symbol (ctxnmt.models.target_context)
+REGISTERED_AS = {"self-attentive": "self-attentive-words", "self-attentive-with-start": "self-attentive"}
+NO_SUMMARY = "none"  # the papers' LSTM baseline: no d_t
+# The summaries of the papers' LM experiments and ours (the -with-start forms), as the shipped
+# configs name them; any target context that reads only the words trains as well.
+SUMMARIES = (NO_SUMMARY, "previous", "mean", "mean-with-start", "self-attentive", "self-attentive-with-start")
 
 
 @dataclass
@@ -26,9 +35,13 @@ class LMDataConfig:
     vocab_size: int = 10000  # most frequent training words; the rest become <unk>
 
 
-@dataclass
-class LMModelConfig:
-    summary: str = "previous"  # one of SUMMARIES; self-attentive: content scoring
+@dataclass(eq=False)
+class LMModelConfig(ComponentSection):
+    NAMES: ClassVar[dict[str, str]] = {"target_context": "summary"}
+    # none, or a target context of the translation decoder's registry that reads only the
+    # words (previous, mean, mean-with-start, self-attentive, self-attentive-with-start, …),
+    # with its settings as keys of this section
+    summary: str = "previous"
     emb_dim: int = 150
     hidden_dim: int = 300
     layers: int = 1
@@ -80,10 +93,16 @@ LM_RANGES = {"model": {"emb_dim": ">=1", "hidden_dim": ">=1", "layers": ">=1", "
              "training": {"batch_size": ">=1", "bptt": ">=1"}, "data": {"vocab_size": ">=1"}}
 
 
+def registered_name(summary: str) -> str:
+    """The name a summary is registered under in TARGET_CONTEXTS."""
+    return REGISTERED_AS.get(summary, summary)
+
+
 def validate(config: LMConfig) -> None:
     m, t = config.model, config.training
-    if m.summary not in SUMMARIES:
-        raise ConfigError(f"model.summary must be one of {', '.join(SUMMARIES)}, got '{m.summary}'")
+    if m.summary != NO_SUMMARY and TARGET_CONTEXTS.get(registered_name(m.summary), "model.summary").reads_decoder:
+        raise ConfigError(f"model.summary '{m.summary}' reads the decoder's state or context vector, "
+                          "which a language model has not")
     for name, ranges in LM_RANGES.items():
         check_ranges(getattr(config, name), name, ranges)
     if t.optimizer not in ("adam", "adadelta"):

@@ -6,24 +6,23 @@
   p(w_{t+1}) = softmax(E g_t + b_o)        (E: the input embeddings, tied, Press & Wolf)
 
 g maps to the embedding size e whatever the LSTM size, so W_s is the projection
-that lets the softmax layer share the embedding matrix.  Summaries, as in the
-decoder: `previous` d_t = E w_t; `mean` d_t = average of E w_{r+1} … E w_t, the words of
-the sentence without its start symbol (the paper's eq. 11, which the LM section reuses; at
-the start symbol itself, where that mean is empty, d_r = E w_r, as the decoder's d_1 = y_0);
-`mean-with-start` (ours, what `mean` computed before) the average of E w_r … E w_t;
-`self-attentive` d_t = Σ_i α_ti E w_i over the same words w_{r+1} … w_t, with α_t =
-softmax_i(vᵀ tanh(W_y E w_i + b)) over them (eqs. 12–14, content scoring; the start symbol
-left out as the mean leaves it out, and d_r = E w_r where no word follows it yet);
-`self-attentive-with-start` (ours, what `self-attentive` computed before) the same over
-w_r … w_t, the start symbol's embedding a value and a slot of the softmax; and `none`, the
-papers' LSTM baseline, g_t = tanh(W_s s_t + b) without W_d or d_t.
+that lets the softmax layer share the embedding matrix.  The summary d_t is a target
+context of the translation decoder's registry (ctxnmt.models.target_context), built from
+this config as the decoder builds it, so one registered there trains here too: `previous`
+d_t = E w_t; `mean` the average of E w_{r+1} … E w_t, the words of the sentence without its
+start symbol (the paper's eq. 11, which the LM section reuses; d_r = E w_r while no word
+follows it, as the decoder's d_1 = y_0); `mean-with-start` (ours) the average of E w_r … E w_t;
+`self-attentive` Σ_i α_ti E w_i over the same words w_{r+1} … w_t, α_t = softmax_i(vᵀ tanh(W_y
+E w_i + b)) (eqs. 12–14, content scoring; registered as `self-attentive-words`, since the
+decoder's `self-attentive` keeps the start symbol, as its released code does);
+`self-attentive-with-start` (ours) the same over w_r … w_t (the decoder's `self-attentive`); and
+`none`, the papers' LSTM baseline, g_t = tanh(W_s s_t + b) without W_d or d_t.
 
 d_t restarts at every sentence: the </s> that ends a sentence is the start symbol
 y_0 of the next one (r is its position), so a sentence's summary is exactly what
-the translation decoder's is; the LSTM state runs on across sentences.  The
-summary is computed for a whole segment at once (prefix_average, O(T)), and its
-O(1) state (running sums and the reference score) is carried across truncated-BPTT
-segments with the LSTM state.
+the translation decoder's is; the LSTM state runs on across sentences.  The summary
+is computed for a whole segment at once (TargetContext.stream) and its state is carried
+across truncated-BPTT segments with the LSTM state.
 """
 from __future__ import annotations
 
@@ -31,16 +30,11 @@ import torch
 from torch import nn
 
 from ctxnmt.data.vocab import EOS
-from ctxnmt.lm.config import LMModelConfig
+from ctxnmt.lm.config import NO_SUMMARY, LMModelConfig, registered_name
 from ctxnmt.models.functional import linear_cross_entropy
 from ctxnmt.models.registry import TARGET_CONTEXTS
-from ctxnmt.models.target_context import prefix_average
 
 State = dict[str, torch.Tensor]
-# exp(START_SCORE) is 0 in float32 and bfloat16 (their smallest subnormal is about e^-103)
-START_SCORE = -1e4
-# Summaries that score their words with another's module (the same parameters, so a seed gives the same weights).
-SCORED_AS = {"self-attentive-with-start": "self-attentive"}
 
 
 class ResidualLM(nn.Module):
@@ -50,11 +44,11 @@ class ResidualLM(nn.Module):
         E, H = cfg.emb_dim, cfg.hidden_dim
         self.embedding = nn.Embedding(vocab_size, E)
         self.lstm = nn.LSTM(E, H, cfg.layers, batch_first=True, dropout=cfg.dropout if cfg.layers > 1 else 0.0)
-        if cfg.summary != "none":  # (created before W_s: a seed gives the weights it gave before `none`)
-            # The translation decoder's summary module: its parameters (W_y, v for content) and scores.
-            self.summary = TARGET_CONTEXTS.get(SCORED_AS.get(cfg.summary, cfg.summary))(emb_dim=E)
+        self.summary = None
+        if cfg.summary != NO_SUMMARY:  # (created before W_s: a seed gives the weights it gave before `none`)
+            self.summary = TARGET_CONTEXTS.get(registered_name(cfg.summary)).from_config(cfg, hidden_dim=H)
         self.from_state = nn.Linear(H, E)  # W_s (carries the bias b)
-        if cfg.summary != "none":
+        if self.summary is not None:
             self.from_summary = nn.Linear(E, E, bias=False)  # W_d
         self.out_bias = nn.Parameter(torch.zeros(vocab_size))
         self.out_weight = None if cfg.tie_embeddings else nn.Parameter(torch.empty(vocab_size, E))
@@ -69,36 +63,19 @@ class ResidualLM(nn.Module):
         return self.embedding.weight if self.out_weight is None else self.out_weight
 
     def initial_state(self, streams: int) -> State:
-        """The state before any text: zero LSTM state, an empty summary prefix."""
-        w = self.embedding.weight
-        zeros = w.new_zeros(self.cfg.layers, streams, self.cfg.hidden_dim)
-        return {"h": zeros, "c": zeros.clone(), "num": w.new_zeros(streams, self.cfg.emb_dim),
-                "den": w.new_zeros(streams), "max": w.new_full((streams,), float("-inf"))}
-
-    def summaries(self, emb: torch.Tensor, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """d_t for a segment (B, T, e) and the summary state after it."""
-        carried = {k: state[k] for k in ("num", "den", "max")}
-        if self.cfg.summary == "previous":
-            return emb, carried
-        starts = tokens == EOS
-        # The means: every word scores 0, so the weighted prefix average is the plain one.
-        scored = SCORED_AS.get(self.cfg.summary, self.cfg.summary) == "self-attentive"
-        e = self.summary.scores(emb) if scored else emb.new_zeros(emb.shape[:2])
-        if not self.cfg.summary.endswith("-with-start"):
-            # Eqs. 11–13 sum over the sentence's words: the start symbol scores so low that its
-            # weight underflows to exactly 0 once any word follows it, and is the whole weight while none does.
-            e = e.masked_fill(starts, START_SCORE)
-        return prefix_average(emb, e, carried, starts=starts)
+        """The state before any text: zero LSTM state, no summary yet."""
+        zeros = self.embedding.weight.new_zeros(self.cfg.layers, streams, self.cfg.hidden_dim)
+        return {"h": zeros, "c": zeros.clone(), "summary": {}}
 
     def forward(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """g_t for a segment of tokens (B, T), continuing from `state`; returns g (B, T, e) and the new state."""
         emb = self.dropout(self.embedding(tokens))
         S, (h, c) = self.lstm(emb, (state["h"], state["c"]))
-        if self.cfg.summary == "none":
+        if self.summary is None:
             return torch.tanh(self.from_state(self.dropout(S))), {**state, "h": h, "c": c}
-        D, summary_state = self.summaries(emb, tokens, state)
+        D, summary = self.summary.stream(emb, tokens == EOS, state["summary"] or None)
         g = torch.tanh(self.from_state(self.dropout(S)) + self.from_summary(D))
-        return g, {"h": h, "c": c, **summary_state}
+        return g, {"h": h, "c": c, "summary": summary}
 
     def logits(self, g: torch.Tensor) -> torch.Tensor:
         return nn.functional.linear(self.dropout(g), self.output_weight(), self.out_bias)
@@ -118,6 +95,8 @@ class ResidualLM(nn.Module):
         return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), state
 
 
-def detach(state: State) -> State:
+def detach(state):
     """Truncated BPTT: keep the values, cut the gradient path into earlier segments."""
-    return {k: v.detach() for k, v in state.items()}
+    if isinstance(state, dict):
+        return {k: detach(v) for k, v in state.items()}
+    return state.detach()

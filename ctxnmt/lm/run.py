@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 from ctxnmt.lm.scoring import LINE_SCORES, score_file
-from ctxnmt.lm.train import LMProgress, LMTrainer
+from ctxnmt.lm.task import LanguageModelTask
+from ctxnmt.training.task import Progress
+from ctxnmt.training.trainer import Trainer
 from ctxnmt.utils.io import atomic_write, read_json_object
 
 
@@ -16,12 +18,12 @@ def train_and_score(config, quiet: bool = False, resume: bool = False, score_onl
     each test line's log-probability for significance tests; results.json is written
     last, so its presence says the run finished."""
     if not score_only:
-        trainer = LMTrainer(config, resume=resume, quiet=quiet)
+        trainer = Trainer(LanguageModelTask(config), resume=resume, quiet=quiet, progress_bar=False)
         # past the resume's checks: the scores of the training so far no longer say what best.pt is
         (Path(config.model_dir) / "results.json").unlink(missing_ok=True)
         trainer.train()
     done = read_json_object(Path(config.model_dir) / "done.json")
-    progress = LMProgress(**{key: value for key, value in done.items() if key not in ("source", "definitions")})
+    progress = Progress.saved(done)  # older LM runs' done.json too
     d = config.data
     scores = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}")
               for split in ("dev", "test")}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -56,7 +56,7 @@ def check_trained_as(payload: dict, path: Path, config: LMConfig, vocab: Vocab, 
     been renamed (ctxnmt.models.migrations, RENAMED) states its old name."""
     if payload.get("vocab") != vocab.fingerprint():
         raise CheckpointError(f"{path}: was trained with a different vocabulary than {where.parent / 'vocab.txt'}")
-    saved, wanted = payload.get("model_config", {}), asdict(config.model)
+    saved, wanted = payload.get("model_config", {}), config.model.to_dict()
     key = first_difference(saved, wanted)
     if key is not None:
         raise CheckpointError(f"{path}: model.{key} is {lookup(saved, key)!r} in the checkpoint but "

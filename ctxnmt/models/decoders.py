@@ -15,12 +15,13 @@ import torch
 from torch import nn
 
 from ctxnmt.config import ModelConfig
-from ctxnmt.models import document  # noqa: F401  (registers the document inputs)
 from ctxnmt.models.attention import AdditiveAttention
 from ctxnmt.models.cells import RecurrentCell
+from ctxnmt.models.document import input_from_config as document_input
 from ctxnmt.models.functional import additive_energy, mix, read_each_every_step, step_product
 from ctxnmt.models.interfaces import Decoder
-from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, OUTPUTS, TARGET_CONTEXTS
+from ctxnmt.models.output import readout_dim
+from ctxnmt.models.registry import CELLS, DECODERS, OUTPUTS, TARGET_CONTEXTS
 from ctxnmt.models.state import State
 
 
@@ -47,32 +48,25 @@ class ConditionalGRUDecoder(Decoder):
     """
 
     def __init__(self, emb_dim: int, hidden_dim: int, att_dim: int, ctx_dim: int, out_dim: int,
-                 cell: str = "gru", target_context: str = "previous", output: str = "deep",
-                 dropout_hidden: float = 0.0, doc_aux: str = "none", doc_init_dec: bool = False, doc_dim: int = 0,
-                 doc_gate_bias: bool = True,
-                 **_):
+                 config: ModelConfig, **_):
+        """`config`: the model section, which names the cell, target context, output and
+        document input, each of which reads its own settings there."""
         super().__init__()
-        cell_cls = CELLS.get(cell)
+        cell_cls = CELLS.get(config.cell)
         self.hidden_dim, self.att_dim, self.out_dim = hidden_dim, att_dim, out_dim
         self.init_proj = nn.Linear(ctx_dim, hidden_dim)
         self.gru1 = cell_cls(emb_dim, hidden_dim)
         self.attention = AdditiveAttention(hidden_dim, ctx_dim, att_dim)
         self.gru2 = cell_cls.second_transition()(ctx_dim, hidden_dim)
-        self.summary = TARGET_CONTEXTS.get(target_context)(emb_dim=emb_dim, hidden_dim=hidden_dim,
-                                                           ctx_dim=ctx_dim)
-        self.output = OUTPUTS.get(output)(hidden_dim, self.summary.out_dim, ctx_dim, out_dim)
-        self.dropout_hidden = nn.Dropout(dropout_hidden)
-        # How the document summary D enters (ctxnmt.models.document); "none" without init-dec: not at all.
-        self.document = DOC_INPUTS.get(doc_aux)(doc_dim=doc_dim or hidden_dim, hidden_dim=hidden_dim,
-                                                emb_dim=emb_dim, ctx_dim=ctx_dim, init_dec=doc_init_dec,
-                                                blocks=self.gru2.n_blocks, gate_bias=doc_gate_bias)
+        self.summary = TARGET_CONTEXTS.get(config.target_context).from_config(config, hidden_dim=hidden_dim,
+                                                                              ctx_dim=ctx_dim)
+        self.output = OUTPUTS.get(config.output)(hidden_dim, self.summary.out_dim, ctx_dim, out_dim)
+        self.dropout_hidden = nn.Dropout(config.dropout_hidden)
+        self.document = document_input(config, hidden_dim, emb_dim, ctx_dim, self.gru2.n_blocks)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, ctx_dim: int) -> Decoder:
-        return cls(emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, att_dim=cfg.att_dim, ctx_dim=ctx_dim,
-                   out_dim=cfg.readout_dim, cell=cfg.cell, target_context=cfg.target_context, output=cfg.output,
-                   dropout_hidden=cfg.dropout_hidden, doc_aux=cfg.doc_aux, doc_init_dec=cfg.doc_init_dec,
-                   doc_dim=cfg.document_dim, doc_gate_bias=cfg.doc_gate_bias)
+        return cls(cfg.emb_dim, cfg.hidden_dim, cfg.att_dim, ctx_dim, readout_dim(cfg), config=cfg)
 
     # -- encoder-side work, once per sentence ---------------------------------------
     def prepare(self, annotations: torch.Tensor, src_mask: torch.Tensor, doc: torch.Tensor | None = None,

@@ -12,10 +12,12 @@ state.  Besides `forward`, an encoder lists its recurrences by name with their c
 the time loop."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
-from ctxnmt.config import ModelConfig
+from ctxnmt.config import ComponentSettings, ModelConfig, check_ranges
 from ctxnmt.models.cells import GRUCell, RecurrentCell, scan
 from ctxnmt.models.functional import bigru, biscan, hold_on_padding, read_every_step, step_product
 from ctxnmt.models.interfaces import Encoder, Recurrence
@@ -91,7 +93,15 @@ class BiRNNEncoder(BiRNNLayer, RecurrentEncoder):
         self.out_dim = 2 * hidden_dim
 
 
-@ENCODERS.register("stacked-birnn")
+@dataclass(frozen=True)
+class StackedSettings(ComponentSettings):
+    encoder_layers: int = 2  # bidirectional layers
+
+    def check(self, config) -> None:
+        check_ranges(self, "model", {"encoder_layers": ">=1"})
+
+
+@ENCODERS.register("stacked-birnn", settings=StackedSettings)
 class StackedBiRNNEncoder(RecurrentEncoder):
     """N bidirectional layers; layer k reads [→h_i; ←h_i] of layer k − 1 (the first
     reads the embeddings); the annotations are the top layer's."""
@@ -105,7 +115,7 @@ class StackedBiRNNEncoder(RecurrentEncoder):
 
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> Encoder:
-        return cls(cfg.emb_dim, cfg.hidden_dim, cls.cell_of(cfg), cfg.encoder_layers)
+        return cls(cfg.emb_dim, cfg.hidden_dim, cls.cell_of(cfg), cfg.settings(StackedSettings).encoder_layers)
 
     def forward(self, emb, mask, h0=None):
         """h0 starts every layer's two directions."""

@@ -39,7 +39,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from ctxnmt.models import kernels
 from ctxnmt.models.state import Kind
 
-# The GPU paths of issue 33 (cast_once, the fused CUDA GRU gates, bigru through cuDNN).
+# The GPU paths (cast_once, the fused CUDA GRU gates, bigru through cuDNN).
 # CTXNMT_GPU_FAST=0 switches them off, so that a benchmark can measure the code before
 # them in the same run (benchmarks/speed.py --before); the CPU's float32 path never uses them.
 GPU_PATHS = os.environ.get("CTXNMT_GPU_FAST", "1") != "0"
@@ -532,7 +532,7 @@ def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k
     return torch.ops.ctxnmt.log_softmax_topk(torch.mm(weight, x.t()), bias.contiguous(), k)  # the kernel adds b
 
 
-# -- the GPU paths (issue 33): fewer kernel launches per step on CUDA -------------------------
+# -- the GPU paths: fewer kernel launches per step on CUDA -------------------------
 
 def _cuda_gru_gates(xp, hp, h, mask):
     """gru_gates on CUDA through aten's _thnn_fused_gru_cell, the kernel behind

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from ctxnmt.config import ModelConfig
 from ctxnmt.errors import CheckpointError
+from ctxnmt.models.document import DocumentSettings
 from ctxnmt.utils.checkpoint import load_checkpoint, save_checkpoint
 
 # Bumped when a registered name comes to compute something else.  2: `mean` became the
@@ -33,7 +33,7 @@ RETIRED = {("decoder", "memory-rnn"): ("the memory-RNN before it followed eqs. 1
 
 def _document(model_config: dict) -> bool:
     keys = ("doc_init_enc", "doc_init_dec", "doc_aux")
-    return ModelConfig(**{key: model_config[key] for key in keys if key in model_config}).uses_document
+    return DocumentSettings(**{key: model_config[key] for key in keys if key in model_config}).reads_document
 
 
 # Keys a checkpoint of its kind did not record yet: (of which checkpoints, key, the value they computed with,

@@ -13,7 +13,7 @@ from ctxnmt.data.batching import Context
 from ctxnmt.data.vocab import PAD
 from ctxnmt.models.capabilities import Capabilities, hyper_gated
 from ctxnmt.models.cells import RecurrentCell
-from ctxnmt.models.document import HierarchicalSummary
+from ctxnmt.models.document import summary_from_config
 from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
 from ctxnmt.models.interfaces import Recurrence
 from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
@@ -36,13 +36,7 @@ class NMTModel(nn.Module):
         self.encoder = ENCODERS.get(cfg.encoder).from_config(cfg)
         self.decoder = DECODERS.get(cfg.decoder).from_config(cfg, self.encoder.out_dim)
         # Cross-sentence context: the hierarchical summary D of the previous source sentences.
-        self.document = None
-        if cfg.uses_document:
-            self.document = HierarchicalSummary(
-                cfg.emb_dim, cfg.document_dim, cfg.cell,
-                init_enc_dim=self.encoder.state_dim if cfg.doc_init_enc else 0,
-                history_vocab=src_vocab_size if cfg.doc_embeddings == "separate" else 0,
-                null_start=cfg.doc_start == "null-sentence")
+        self.document = summary_from_config(cfg, self.encoder.state_dim, src_vocab_size)
         self.generator = nn.Linear(self.decoder.out_dim, tgt_vocab_size)
         if cfg.tie_embeddings:
             self.generator.weight = self.tgt_emb.weight

@@ -30,7 +30,7 @@ class Registry:
             if name in self._entries:
                 raise ValueError(f"{self.kind} '{name}' registered twice")
             if settings is not None:
-                declare_model_settings(settings)
+                declare_model_settings(settings, self.kind, name)
             self._entries[name] = cls  # type: ignore[assignment]
             return cls
 

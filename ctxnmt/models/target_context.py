@@ -23,18 +23,49 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ctxnmt.config import ComponentSection
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.functional import additive_energy
 from ctxnmt.models.registry import TARGET_CONTEXTS
 from ctxnmt.models.state import State
 
 
+# exp(START_SCORE) is 0 in float32 and bfloat16 (their smallest subnormal is about e^-103): a
+# start symbol scored so has no weight once any word follows it, and all of it while none does
+START_SCORE = -1e4
+
+
 class TargetContext(nn.Module):
     attends_to_previous_words = False  # whether `weights` has the attention α over y_0 … y_{t-1}
+    reads_decoder = False  # whether d_t reads the decoder's s_t or c_t (a language model has no c_t)
 
     def __init__(self, emb_dim: int, **_):
         super().__init__()
         self.out_dim = emb_dim
+
+    @classmethod
+    def from_config(cls, cfg: ComponentSection, hidden_dim: int = 0, ctx_dim: int = 0) -> TargetContext:
+        """Built from a model section, a translation model's or a language model's (its
+        emb_dim), and the sizes of the decoder it serves; a summary with settings of its
+        own (registered with `settings=`) reads them here with `cfg.settings`."""
+        return cls(emb_dim=cfg.emb_dim, hidden_dim=hidden_dim, ctx_dim=ctx_dim)
+
+    def stream(self, emb: torch.Tensor, starts: torch.Tensor,
+               state: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """d_t along a language model's text, a segment at a time: `emb` (B, T, e) the words
+        read, `starts` (B, T) where a sentence's start symbol is read (the summary restarts
+        there, as the decoder's does at y_0), `state` what the segment before left (None: the
+        text's start).  Returns d (B, T, e) and the state after the segment.  Here one step
+        at a time; a summary with a faster form overrides it."""
+        fresh = self.init_state(emb.size(0), emb)
+        current = fresh if state is None else State().rows(**state)
+        out = []
+        for t in range(emb.size(1)):
+            restart = starts[:, t].view(-1, 1)
+            current = State().rows(**{k: torch.where(restart, fresh[k], v) for k, v in current.items()})
+            d, current = self.step(current, emb[:, t])
+            out.append(d)
+        return torch.stack(out, 1), dict(current.items())
 
     def full(self, prev_emb, mask, states=None, contexts=None):  # pragma: no cover
         raise NotImplementedError
@@ -104,6 +135,18 @@ class PreviousWord(TargetContext):
     def step(self, state, prev_emb, s=None, c=None):
         return prev_emb, state
 
+    def stream(self, emb, starts, state=None):
+        return emb, {}
+
+
+def prefix_stream(emb: torch.Tensor, scores: torch.Tensor, starts: torch.Tensor, state, words_only: bool):
+    """TargetContext.stream of a summary that is a weighted prefix average of the words'
+    embeddings (`scores` their weights' logits), in O(T); `words_only`: the start symbol is
+    no word of the average (it is d_t only while no word follows it)."""
+    if words_only:
+        scores = scores.masked_fill(starts, START_SCORE)
+    return prefix_average(emb, scores, state, starts=starts)
+
 
 @TARGET_CONTEXTS.register("mean")
 class MeanResidual(TargetContext):
@@ -133,6 +176,9 @@ class MeanResidual(TargetContext):
         d = torch.where(first, prev_emb, total / count.clamp(min=1))
         return d, State().rows(mean_sum=total, mean_count=count)
 
+    def stream(self, emb, starts, state=None):
+        return prefix_stream(emb, emb.new_zeros(emb.shape[:2]), starts, state, words_only=True)
+
 
 @TARGET_CONTEXTS.register("mean-with-start")
 class MeanWithStartResidual(TargetContext):
@@ -152,6 +198,9 @@ class MeanWithStartResidual(TargetContext):
         total, count = state["mean_sum"] + prev_emb, state["mean_count"] + 1
         return total / count, State().rows(mean_sum=total, mean_count=count)
 
+    def stream(self, emb, starts, state=None):
+        return prefix_stream(emb, emb.new_zeros(emb.shape[:2]), starts, state, words_only=False)
+
 
 @TARGET_CONTEXTS.register("self-attentive")
 class ContentSelfAttentiveResidual(TargetContext):
@@ -166,6 +215,7 @@ class ContentSelfAttentiveResidual(TargetContext):
 
     attends_to_previous_words = True
     block = 16
+    words_only = False  # the start slot y_0 is a key of every softmax (the released code)
 
     def __init__(self, emb_dim: int, **_):
         super().__init__(emb_dim)
@@ -175,25 +225,54 @@ class ContentSelfAttentiveResidual(TargetContext):
     def scores(self, prev_emb: torch.Tensor) -> torch.Tensor:
         return self.v(torch.tanh(self.W_y(prev_emb))).squeeze(-1)
 
+    def slot_scores(self, prev_emb: torch.Tensor) -> torch.Tensor:
+        """The scores (B, T) of the slots y_0, E y_1, …: the start slot's too, unless `words_only`."""
+        scores = self.scores(prev_emb)
+        if self.words_only:
+            scores = torch.cat([torch.full_like(scores[:, :1], START_SCORE), scores[:, 1:]], dim=1)
+        return scores
+
     def full(self, prev_emb, mask, states=None, contexts=None):
         # padding lies after every real position: causality excludes it
-        return prefix_average(prev_emb, self.scores(prev_emb), block=self.block)[0]
+        return prefix_average(prev_emb, self.slot_scores(prev_emb), block=self.block)[0]
 
     def weights(self, prev_emb, mask, states=None, contexts=None):
         # For analysis only: the n×n matrix that `full` avoids forming.
-        return _causal_softmax(self.scores(prev_emb).unsqueeze(1).expand(-1, prev_emb.size(1), -1))
+        return _causal_softmax(self.slot_scores(prev_emb).unsqueeze(1).expand(-1, prev_emb.size(1), -1))
 
     def init_state(self, rows, like):
         return State().rows(sa_num=like.new_zeros(rows, self.out_dim), sa_den=like.new_zeros(rows, 1),
                             sa_max=like.new_full((rows, 1), float("-inf")))
 
+    def word_score(self, state, prev_emb) -> torch.Tensor:
+        """The score (R, 1) of the word this step reads."""
+        return self.scores(prev_emb).unsqueeze(-1)
+
     def step(self, state, prev_emb, s=None, c=None):
-        e = self.scores(prev_emb).unsqueeze(-1)  # (R, 1)
+        e = self.word_score(state, prev_emb)  # (R, 1)
         new_max = torch.maximum(state["sa_max"], e)
         carry, w = torch.exp(state["sa_max"] - new_max), torch.exp(e - new_max)
         num = state["sa_num"] * carry + w * prev_emb
         den = state["sa_den"] * carry + w
         return num / den, State().rows(sa_num=num, sa_den=den, sa_max=new_max)
+
+    def stream(self, emb, starts, state=None):
+        return prefix_stream(emb, self.scores(emb), starts, state, words_only=self.words_only)
+
+
+@TARGET_CONTEXTS.register("self-attentive-words")
+class ContentSelfAttentiveWords(ContentSelfAttentiveResidual):
+    """The content self-attentive residual over the generated words alone, as eqs. 12–14
+    sum (i from 1): d_t = Σ_{1≤i<t} α_ti E y_i, the start slot y_0 no key of the softmax;
+    d_1 = y_0, where no word is there yet.  The language model's `self-attentive` (its
+    section reuses the equations); the decoder's `self-attentive` follows the released
+    code, which keeps y_0 in every softmax."""
+
+    words_only = True
+
+    def word_score(self, state, prev_emb):
+        first = torch.isinf(state["sa_max"])  # this step reads y_0
+        return torch.where(first, torch.full_like(state["sa_max"], START_SCORE), self.scores(prev_emb).unsqueeze(-1))
 
 
 class QuerySelfAttentiveResidual(TargetContext):
@@ -203,6 +282,7 @@ class QuerySelfAttentiveResidual(TargetContext):
     (T × T) score matrix under teacher forcing.  Subclasses define `energy`."""
 
     attends_to_previous_words = True
+    reads_decoder = True
     query = "context"  # which decoder quantity the scores read: "context" (c_t) or "state" (s_t)
     additive = True  # vᵀ tanh(…) of W_y E y_i and the query; False: the keys are E y_i themselves
 

@@ -8,6 +8,7 @@ import torch
 
 from ctxnmt.config import ModelConfig, load_config
 from ctxnmt.models.capabilities import Capabilities
+from ctxnmt.models.document import context_sentences
 from ctxnmt.utils.checkpoint import default_checkpoint
 from ctxnmt.serve.signals import Signals
 
@@ -16,7 +17,7 @@ from ctxnmt.serve.signals import Signals
 # names; a component missing here (a new variant) is named by its registry name.
 ENCODER_WORDS = {
     "birnn": "bidirectional GRU encoder",
-    "stacked-birnn": "stacked bidirectional GRU encoder ({layers} layers)",
+    "stacked-birnn": "stacked bidirectional GRU encoder ({encoder_layers} layers)",
     "fcae": "context-aware encoder (left to right, with the future context right to left)",
     "bcae": "context-aware encoder (right to left, with the future context left to right)",
 }
@@ -36,7 +37,7 @@ SELF_ATTENTIVE = "self-attention over the previous target words"
 def describe(model: ModelConfig, capabilities: Capabilities) -> str:
     """The architecture in plain words: the encoder and decoder, then only what differs
     from RNNsearch's (target context, hyper-gated cells, adaptive output, document context)."""
-    encoder = ENCODER_WORDS.get(model.encoder, f"{model.encoder} encoder").format(layers=model.encoder_layers)
+    encoder = ENCODER_WORDS.get(model.encoder, f"{model.encoder} encoder").format(**model.to_dict())
     parts = [encoder, DECODER_WORDS.get(model.decoder, f"{model.decoder} decoder")]
     parts.append(TARGET_CONTEXT_WORDS.get(model.target_context, SELF_ATTENTIVE
                  if model.target_context.startswith("self-attentive") else f"target context {model.target_context}"))
@@ -47,8 +48,9 @@ def describe(model: ModelConfig, capabilities: Capabilities) -> str:
     if capabilities.adaptive_output:
         parts.append("adaptive output weights")
     text = "RNNsearch: " + ", ".join(p for p in parts if p)
-    if model.uses_document:
-        text += f"; reads the {model.doc_sents} previous source sentences of the document as context"
+    document_sents = context_sentences(model)
+    if document_sents:
+        text += f"; reads the {document_sents} previous source sentences of the document as context"
     return text
 
 

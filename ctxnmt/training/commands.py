@@ -14,8 +14,8 @@ from ctxnmt.training.budget import add_budget_arguments, budget_overrides
 from ctxnmt.training.distributed import LAUNCHER_PID
 from ctxnmt.training.launch import launch
 from ctxnmt.training.log import score_text
-from ctxnmt.training.loop import check_fresh_start, held_training
-from ctxnmt.training.trainer import Trainer
+from ctxnmt.training.trainer import Trainer, check_fresh_start, held_training
+from ctxnmt.training.translation import TranslationTask
 from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
 
@@ -78,7 +78,7 @@ def cmd_train(args) -> int:
     config = load_config(args.config, [*args.overrides, *budget_overrides(args)])
     if args.nproc != 1:
         return _launch(args, config)
-    trainer = Trainer(config, resume=args.resume, quiet=args.quiet)
+    trainer = Trainer(TranslationTask(config), resume=args.resume, quiet=args.quiet)
     try:
         progress = trainer.train()
     except Preempted as err:

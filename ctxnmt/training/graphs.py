@@ -1,4 +1,4 @@
-"""CUDA graphs of the training step (`training.cuda_graphs`, ours; issue 33).
+"""CUDA graphs of the training step (`training.cuda_graphs`, ours).
 
 At the papers' batch (80 sentences) a GPU waits on kernel launches: every decoder step
 launches dozens of small kernels forward and backward, and the CPU that launches them,

@@ -1,210 +1,325 @@
-"""Training a translation model: its batches, updates, validation and checkpoints, in the
-loop every trainer shares (ctxnmt.training.loop: budgets, early stopping, signals, exact resume).
+"""The Trainer: one training loop and one checkpoint layout for every task (ctxnmt.training.task:
+translation, language modelling).  It owns the ranks, the device, the optimiser, the
+learning-rate schedule, the precision, the progress record, the checkpoints and exact
+resume; the task supplies the data, the model, the units of an epoch and their loss, and
+the dev scores.  The order in which things happen is decided here, once:
 
-Resume is exact because everything that decides the future of a run is in the
-checkpoint: parameters, optimiser moments, the schedule, the loss scale (fp16), every
-rank's RNGs (dropout), and the position in the epoch (batch order is a pure function
-of seed and epoch, whatever the number of ranks).  On several ranks
-(ctxnmt.training.distributed) each update's batch is dealt to the ranks; validation,
-logging and checkpoint files are rank 0's, and the other ranks wait for its verdict.
+    resumed where a validation was due: validate first
+    for each unit of the epoch, from where the run stopped last:
+        update; a non-finite loss stops the run
+        count it; the progress bar, and a log line every `log_every` updates
+        a signal: stop, and leave a validation due here to the resumed run
+        every `valid_every` updates, or where a budget is reached: validate, keep best.pt,
+            perhaps stop early; else every `checkpoint_every` updates: save last.pt
+    at an epoch's end: a budget reached is validated and stops the run
+    last.pt, whatever stopped the run
+
+Only scheduled validations (every `valid_every` updates) move the learning-rate schedule
+and the patience counter: an extra validation where a run happens to stop must not change
+its future, or resuming would not equal an uninterrupted run.  Resume is exact because
+everything that decides the future of a run is in the checkpoint: parameters, optimiser
+moments, the schedule, the loss scale (fp16), every rank's RNGs (dropout), the position in
+the epoch (a task's units are a pure function of seed and epoch), the log window, and what
+the task carries from unit to unit.  On several ranks (ctxnmt.training.distributed) each
+update's unit is dealt to the ranks; decisions are taken on figures summed over the ranks,
+validation, logging and checkpoint files are rank 0's, and the other ranks wait for its
+verdict.  SIGINT and SIGTERM stop training at the next update boundary with last.pt saved.
 """
 from __future__ import annotations
 
+import json
+import math
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
-from ctxnmt.config import Config, save_config
-from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
-from ctxnmt.data.documents import RandomContextSize
-from ctxnmt.data.prepare import Prepared, prepare
-from ctxnmt.errors import ConfigError
-from ctxnmt.models.nmt import NMTModel, build_model, check_names, count_parameters
-from ctxnmt.training.distributed import collective, device_for, init_world, rank_seed, rng_state, set_rng_state
-from ctxnmt.training.graphs import GraphedSteps
-from ctxnmt.training.loop import TrainingLoop, Window, held_training, position_in
-from ctxnmt.training.optim import PlateauSchedule, build_optimizer, set_lr
+from ctxnmt.config import config_dict, save_config
+from ctxnmt.errors import CheckpointError, DataError
+from ctxnmt.models.migrations import DEFINITIONS, load_model_checkpoint, save_model_checkpoint
+from ctxnmt.training.budget import budget_reached
+from ctxnmt.training.distributed import (LAUNCHER_PID, PeerFailure, World, device_for, init_world, rank_seed,
+                                         rng_state, set_rng_state)
+from ctxnmt.training.log import TrainingLog, score_text
+from ctxnmt.training.optim import build_optimizer, plateau_stop, set_lr
 from ctxnmt.training.precision import Precision
-from ctxnmt.training.validate import document_context, validate
-from ctxnmt.models.migrations import load_model_checkpoint, save_model_checkpoint
-from ctxnmt.utils.checkpoint import check_compatible, load_model_state
+from ctxnmt.training.progress import progress
+from ctxnmt.training.task import Progress, Task, Window
+from ctxnmt.utils.checkpoint import load_model_state
+from ctxnmt.utils.io import atomic_write, make_directory
+from ctxnmt.utils.lock import TrainingLock
+from ctxnmt.utils.preemption import Preempted, StopSignals, agreed_stop, stop_votes
 from ctxnmt.utils.revision import source_revision
+from ctxnmt.utils.threads import setup_threads
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why training ended: `reason` as done.json, train.log and the command line state it, and
+    the signal that stopped it (0 where a rule of the run did: a budget, early stopping, a
+    non-finite loss)."""
+    reason: str
+    signal: int = 0
+
+
+def stop_for(reason: str) -> Stop | None:
+    """A rule's verdict ("": go on) as a Stop."""
+    return Stop(reason) if reason else None
 
 
 @dataclass
-class Progress:
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    update: int = 0
-    elapsed: float = 0.0  # seconds of training so far, across resumes
-    tokens: int = 0
-    best_metric: float | None = None
-    best_scores: dict[str, float] | None = None  # every dev score of the best checkpoint
-    stopped: str = ""
-    validation_due: bool = False  # stopped by a signal where a validation was due: it runs first on resume
-    position = position_in("batch_in_epoch")
+class Update:
+    """One update's figures, summed over the ranks."""
+    loss: float  # summed over its target tokens
+    tokens: int
+    seconds: float  # per rank
 
 
-class _Loss(torch.nn.Module):
-    """The model's summed loss as a module's forward pass, which DistributedDataParallel wraps."""
-
-    def __init__(self, model: NMTModel):
-        super().__init__()
-        self.model = model
-
-    def forward(self, batch, label_smoothing: float):
-        return self.model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask, label_smoothing, batch.context)
+def held_training(model_dir: Path) -> list[str]:
+    """The records of a training a model directory holds (done.json, checkpoints/last.pt); [] where none."""
+    return [name for name in ("done.json", "checkpoints/last.pt") if (Path(model_dir) / name).is_file()]
 
 
-class Trainer(TrainingLoop):
-    def __init__(self, config: Config, resume: bool = False, quiet: bool = False, progress_bar: bool = True):
-        check_names(config.model)  # before the model directory is made and the data prepared
-        self.config = config
-        t = config.training
-        super().__init__(t, config.model_dir, init_world(torch.device(t.device).type), quiet=quiet,
-                         progress_bar=progress_bar, resume=resume)
-        self.metric = self.metric_name = t.selection_metric
-        self.checkpoint_every = t.checkpoint_every
+def check_fresh_start(model_dir: Path) -> None:
+    """A fresh start would overwrite the checkpoints (and done.json) of the training already
+    in the directory: hours of work lost to a forgotten --resume or a second command."""
+    held = held_training(model_dir)
+    if held:
+        raise DataError(f"{model_dir}: already holds a training ({', '.join(held)}); continue it "
+                        "with --resume, or train into another model_dir (or delete that one)")
+
+
+# The bar of a time budget: seconds of training, and the time left.
+MINUTES_BAR = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}s [ETA {remaining}] {postfix}"
+
+
+class Trainer:
+    def __init__(self, task: Task, resume: bool = False, quiet: bool = False, progress_bar: bool = True):
+        """Takes the model directory's lock, refuses to start afresh where a training already
+        is (unless `resume`), seeds torch, has the task load its data and build its model, and
+        restores last.pt when resuming."""
+        self.task = task
+        t = self.training = task.training
+        self.world = init_world(torch.device(t.device).type) if task.data_parallel else World()
+        self.model_dir = task.model_dir
+        make_directory(self.model_dir)
+        self.lock = TrainingLock(self.model_dir).acquire() if self.world.is_main else None
+        self.ckpt_dir = self.model_dir / "checkpoints"
+        if not resume:
+            self._refuse_to_start_over()
+        self.ckpt_dir.mkdir(exist_ok=True)
+        self.log = TrainingLog(self.model_dir, tensorboard=task.tensorboard, quiet=quiet, enabled=self.world.is_main)
+        self.progress_bar = progress_bar and not quiet and self.world.is_main
+        # updates between writes of last.pt besides validations' (0: none); the LM's config has no such key
+        self.checkpoint_every = getattr(t, "checkpoint_every", 0)
+        self.window = Window()
+        self._validated_at = -1
+        setup_threads(t.threads, self.world.local_size)
+        torch.manual_seed(t.seed)
         self.device = device_for(self.world, t.device)
-        self.data: Prepared = self._prepare()
-        self.src_lens, self.tgt_lens = self.data.train.src.lens, self.data.train.tgt.lens
-        self.train_context = document_context(self.data.train, config, "train", t.document_context)
-        self.random_context = (RandomContextSize(self.train_context, config.model.doc_sents, t.seed)
-                               if t.context_size == "random" else None)
-        document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
-        self.model: NMTModel = build_model(config.model, len(self.data.src_vocab), len(self.data.tgt_vocab))
-        self.model.to(self.device)
+        self.model = task.setup(self.world, self.device, self.log).to(self.device)
         if self.world.rank > 0:  # the same initial model everywhere, but each rank its own dropout masks
             torch.manual_seed(rank_seed(t.seed, self.world.rank))
         self.optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], t)
-        self.schedule = PlateauSchedule(t.lr, t.warmup_updates, t.lr_decay, t.lr_patience, t.min_lr,
-                                        higher_is_better=t.selection_metric == "bleu",
-                                        total=t.max_updates, cooldown=t.cooldown_updates)
-        self.precision = Precision(t.precision, self.device)
+        self.schedule = task.schedule()
+        self.precision = Precision(task.precision, self.device)
         self.progress = Progress()
         if resume:
             self._restore(self.ckpt_dir / "last.pt")
         if self.world.is_main:  # after the restore's checks: a refused resume leaves the directory's record as it was
-            save_config(config, self.model_dir / "config.yaml")
-        self.loss_fn = self._wrap(_Loss(self.model))
-        self.graphs = self._graphs()
-        self.log(f"model: {count_parameters(self.model):,} parameters "
-                 f"({config.model.encoder} encoder, {config.model.decoder} decoder, {config.model.cell} cell, "
-                 f"{config.model.target_context} target context)"
-                 + (f"; {self.world.size} ranks" if self.world.distributed else "")
-                 + (f"; {t.precision} autocast" if t.precision != "fp32" else ""))
+            task.write_files()
+            save_config(task.config, self.model_dir / "config.yaml")
+        task.start(self.model, self.precision)
+        self.log(task.describe() + (f"; {self.world.size} ranks" if self.world.distributed else "")
+                 + (f"; {task.precision} autocast" if task.precision != "fp32" else ""))
         self.log(f"source: {source_revision()}")  # logged at every start, so a resume on other code shows
 
-    def _prepare(self) -> Prepared:
-        """Each machine's first rank prepares (or finds prepared) the data before the others read it;
-        a training already in the directory (one being resumed) refuses data changed since it began."""
-        if self.world.local_rank > 0:
-            self.world.barrier()
-        data = prepare(self.config, log=self.log, keep=bool(held_training(self.model_dir)))
-        if self.world.local_rank == 0:
-            self.world.barrier()
-        return data
+    def _refuse_to_start_over(self) -> None:
+        try:
+            check_fresh_start(self.model_dir)
+        except DataError:
+            if self.lock is not None:
+                self.lock.release()
+            raise
 
-    def _graphs(self) -> GraphedSteps | None:
-        t = self.config.training
-        if not t.cuda_graphs:
-            return None
-        if self.world.distributed:  # ctxnmt train refuses this combination before it starts ranks
-            raise ConfigError("training.cuda_graphs runs on one device; it cannot be used with several ranks")
-        return GraphedSteps(self.model, t.label_smoothing, lambda: self.precision.autocast(cache=False), self.log)
+    # -- the loop ------------------------------------------------------------------------------
+    def train(self) -> Progress:
+        """Train until a budget, early stopping or a signal; on a signal, save last.pt and raise
+        Preempted.  Returns the progress record."""
+        try:
+            return self._train()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
-    def _wrap(self, loss: _Loss) -> torch.nn.Module:
-        """DistributedDataParallel on several ranks (after any restore: it starts from rank 0's parameters).
-        Every model variant uses all its parameters in every forward pass (checked for each config in
-        configs/), so DDP need not search the graph for unused ones."""
-        if not self.world.distributed:
-            return loss
-        with collective("wrapping the model in DistributedDataParallel"):
-            return DistributedDataParallel(loss, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+    def _train(self) -> Progress:
+        with StopSignals(announce=self.world.is_main) as signals:  # the final save too: a second signal waits
+            try:
+                stop = self._run(signals)
+            except PeerFailure:
+                self.log.close()
+                raise
+        p = self.progress
+        if stop.signal:
+            message = f"{stop.reason} at update {p.update}; saved {self.ckpt_dir / 'last.pt'}"
+            self._close(f"training {message}")
+            raise Preempted(message, stop.signal)
+        if self.world.is_main:  # the record of a finished run
+            with atomic_write(self.model_dir / "done.json", "w") as fh:
+                json.dump({**asdict(p), "target_tokens_per_s": p.tokens / p.elapsed if p.elapsed else 0.0,
+                           "source": source_revision(), "definitions": DEFINITIONS}, fh, indent=1)
+        self._close(f"training stopped: {p.stopped}; {p.update} updates in {p.elapsed / 60:.1f} min, "
+                    f"best dev {self.task.metric} {score_text(p.best_metric)}")
+        return p
 
-    # -- the loop's parts ----------------------------------------------------------
-    def epoch_units(self, epoch: int) -> list[list[int]]:
-        """The epoch's batches (sentence indices), a pure function of seed and epoch."""
-        t = self.config.training
-        batches = epoch_batches(self.src_lens, self.tgt_lens, t.batch_tokens, t.batch_sents, t.seed, epoch)
-        if self.progress.batch_in_epoch == 0:
-            ps, pt = padding_ratio(batches, self.src_lens, self.tgt_lens)
-            self.log(f"epoch {epoch + 1}: {len(batches)} batches, padding {ps:.1%} source / {pt:.1%} target")
-        return batches
+    def _close(self, last_line: str) -> None:
+        self.log(last_line)
+        self.log.close()
+        self.world.close()
 
-    def train_on(self, index: list[int]) -> tuple[float, int]:
-        share, weight = self.world.share(index)
-        train = self.data.train
-        context = self.random_context.at(self.progress.update) if self.random_context else self.train_context
-        batch = make_batch(share, train.src, train.tgt, context, self.config.model.doc_sents)
-        if self.graphs is not None:
-            return self.graphed_step(batch, len(index))
-        return self.train_step(batch.to(self.device), len(index), weight)
+    def _run(self, signals: StopSignals) -> Stop:
+        """Epochs of updates until a stop."""
+        bar = self._make_bar()
+        stop = self._validate_postponed() or self._budget()
+        while stop is None:
+            stop = self._train_epoch(signals, bar)
+        if bar is not None:
+            bar.close()
+        self.progress.stopped = stop.reason
+        self.save("last.pt")
+        return stop
 
-    def train_step(self, batch, update_sents: int | None = None, weight: float = 1.0) -> tuple[float, int]:
-        """One update from `batch`, this rank's share of an update of `update_sents` sentences
-        (default: the batch is the whole update); weight 0 marks a dummy share.  Returns the
-        share's summed loss and target tokens (0, 0 for a dummy)."""
-        t = self.config.training
+    def _train_epoch(self, signals: StopSignals, bar) -> Stop | None:
+        """The rest of the current epoch, then the next one's start (where a budget may stop the run)."""
+        p = self.progress
+        for unit in self.task.epoch_units(p.epoch, starting=p.position == 0)[p.position:]:
+            stop = self._train_update(unit, signals, bar)
+            if stop is not None:
+                return stop
+        p.epoch += 1
+        p.position = 0
+        stop = self._budget()
+        if stop is not None:
+            self._validate_and_save(scheduled=False)
+        return stop
+
+    def _train_update(self, unit, signals: StopSignals, bar) -> Stop | None:
+        """One update, and what follows it: a stop, a validation or a checkpoint."""
+        update, cause, signum = self._step(unit, signals)
+        if not math.isfinite(update.loss):
+            self.log(f"update {self.progress.update + 1}: loss is {update.loss}; stopping")
+            return Stop("non-finite loss")
+        self._count(update)
+        self._report(update, bar)
+        stop = self._budget()
+        if cause:  # save now; a validation due here runs first thing on resume
+            self.progress.validation_due = self._validation_scheduled() or stop is not None
+            return Stop(f"stopped by {cause}", signum)
+        if self._validation_scheduled() or stop is not None:
+            return self._validate_and_save(scheduled=self._validation_scheduled()) or stop
+        if self.checkpoint_every and self.progress.update % self.checkpoint_every == 0:
+            self.save("last.pt")
+        return None
+
+    def _step(self, unit, signals: StopSignals) -> tuple[Update, str, int]:
+        """Train on `unit`; its figures and the stop signal, both agreed over the ranks."""
+        start = time.perf_counter()
+        loss, tokens = self.train_on(unit)
+        loss, tokens, seconds, *votes = self.world.sum_step(
+            [loss, tokens, time.perf_counter() - start, *stop_votes(signals.signum, self._launcher_gone())])
+        cause, signum = agreed_stop(votes)
+        return Update(loss, int(tokens), seconds / self.world.size), cause, signum
+
+    def train_on(self, unit) -> tuple[float, int]:
+        """One update on `unit`: this rank's summed loss and target tokens."""
         self.model.train()
         set_lr(self.optimizer, self.schedule.lr(self.progress.update))
         self.optimizer.zero_grad(set_to_none=True)
-        with self.precision.autocast():
-            nll, n_tokens = self.loss_fn(batch, t.label_smoothing)
-        # dl4mt: cross-entropy summed over each sentence, averaged over the update's sentences.  DDP
-        # averages the ranks' gradients, so each rank's share counts `size` times.
-        with collective("exchanging gradients"):
-            self.precision.backward(nll * (weight * self.world.size) / (update_sents or batch.n_sents))
-        self.precision.step(self.optimizer, self.model.parameters(), t.clip_norm)
-        return float(nll.detach()) * weight, n_tokens if weight else 0
+        loss, tokens = self.task.backward(unit, self.progress.update)
+        self.precision.step(self.optimizer, self.model.parameters(), self.training.clip_norm)
+        return loss, tokens
 
-    def graphed_step(self, batch, update_sents: int) -> tuple[float, int]:
-        """`train_step` through CUDA graphs (ctxnmt.training.graphs) for a `batch` still on the
-        host: one device, the batch the whole update."""
-        t = self.config.training
-        self.model.train()
-        set_lr(self.optimizer, self.schedule.lr(self.progress.update))
-        self.graphs.zero_grad()
-        nll = self.graphs.forward_backward(batch, 1.0 / update_sents)
-        self.precision.step(self.optimizer, self.model.parameters(), t.clip_norm)
-        return float(nll), int(batch.tgt_mask.sum())
-
-    def log_window(self, window: Window) -> None:
+    def _count(self, update: Update) -> None:
         p = self.progress
-        rate = window.timed / (time.perf_counter() - window.start)
-        self.log(f"update {p.update}: loss/token {window.loss / window.tokens:.4f}, "
-                 f"{rate:.0f} target tok/s, lr {self.schedule.lr(p.update):.2e}")
-        self.log.scalar("train/loss_per_token", window.loss / window.tokens, p.update)
-        self.log.scalar("train/target_tokens_per_s", rate, p.update)
+        p.update += 1
+        p.position += 1
+        p.tokens += update.tokens
+        p.elapsed += update.seconds
 
-    def evaluate(self) -> dict[str, float]:
+    def _report(self, update: Update, bar) -> None:
+        """The progress bar, and the log line every `log_every` updates."""
         p = self.progress
-        result = validate(self.model, self.data, self.config, self.device)
-        scores = ", ".join(f"{k} {v:.2f}" for k, v in result.items())
-        self.log(f"validation at update {p.update} ({p.tokens} target tokens): {scores}")
-        for k, v in result.items():
-            self.log.scalar(f"dev/{k}", v, p.update)
-        return result
+        self.window.add(update.loss, update.tokens)
+        if bar is not None:  # the figures first: a plain progress line is written by update
+            bar.set_postfix_str(f"loss/tok {update.loss / update.tokens:.3f}, "
+                                f"{p.tokens / max(p.elapsed, 1e-9):.0f} tok/s", refresh=False)
+            bar.update(self._bar_position() - bar.n)
+        if p.update % self.training.log_every == 0:
+            self.task.log_window(self.window, p, self.schedule.lr(p.update))
+            self.window = Window()
 
-    def best_so_far(self) -> float | None:
-        return self.progress.best_metric
+    def _budget(self) -> Stop | None:
+        return stop_for(budget_reached(self.training, self.progress))
 
-    def keep_best(self, scores: dict[str, float]) -> None:
-        self.progress.best_metric = scores[self.metric]
+    def _validation_scheduled(self) -> bool:
+        return self.progress.update % self.training.valid_every == 0
+
+    def _launcher_gone(self) -> bool:
+        """Under `ctxnmt train --nproc`, a launcher that died without passing a signal on
+        (SIGKILL) leaves its ranks to stop as if signalled."""
+        launcher = os.environ.get(LAUNCHER_PID)
+        return bool(launcher) and os.getppid() != int(launcher)
+
+    # -- validation ----------------------------------------------------------------------------
+    def _validate_postponed(self) -> Stop | None:
+        """The validation a signal postponed; its verdict may be the stop the uninterrupted run made there."""
+        p = self.progress
+        if not p.validation_due:
+            return None
+        p.validation_due = False
+        return self._validate_and_save(scheduled=self._validation_scheduled())
+
+    def _validate_and_save(self, scheduled: bool) -> Stop | None:
+        """Validate (rank 0), keep the best checkpoint, and say whether to stop early.  The other
+        ranks wait for rank 0's verdict and take its schedule (the learning rate may have decayed)."""
+        p = self.progress
+        if self._validated_at == p.update:  # an epoch can end on a validation update
+            return None
+        self._validated_at = p.update
+        verdict = self._validate(scheduled) if self.world.is_main else None
+        verdict = self.world.broadcast(verdict)
+        if not self.world.is_main:
+            self.schedule.load_state_dict(verdict["schedule"])
+            if verdict["best_scores"] is not None:
+                self._keep_best(verdict["best_scores"])
+        self.save(*(["best.pt"] if verdict["best"] else []), "last.pt")
+        return stop_for(verdict["stop"])
+
+    def _validate(self, scheduled: bool) -> dict:
+        t = self.training
+        scores = self.task.evaluate(self.progress)
+        value = scores[self.task.metric]
+        if scheduled:
+            best = self.schedule.observe(value)
+        else:
+            best = self.schedule.is_better(value, self.progress.best_metric)
+        if best:
+            self._keep_best(scores)
+        return {"best": best, "best_scores": scores if best else None, "schedule": self.schedule.state_dict(),
+                "stop": plateau_stop(self.schedule, t.patience, t.stop_at_min_lr, self.task.metric_name)}
+
+    def _keep_best(self, scores: dict[str, float]) -> None:
+        self.progress.best_metric = scores[self.task.metric]
         self.progress.best_scores = dict(scores)
 
-    def record(self) -> dict:
-        p = self.progress
-        return {**asdict(p), "target_tokens_per_s": p.tokens / p.elapsed if p.elapsed else 0.0,
-                "source": source_revision()}
-
-    # -- checkpoints -----------------------------------------------------------
-    def _payload(self) -> dict:
-        """What a checkpoint holds; collective: every rank gives its RNG states."""
+    # -- checkpoints ---------------------------------------------------------------------------
+    def _payload(self) -> dict[str, Any]:
+        """What a checkpoint holds, the task's part included; collective: every rank gives its RNG states."""
         rngs = self.world.gather(rng_state(self.device))
+        config = config_dict(self.task.config)
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -214,15 +329,14 @@ class Trainer(TrainingLoop):
             "rng_ranks": rngs,
             "precision": self.precision.state_dict(),
             "world_size": self.world.size,
-            "config": self.config.to_dict(),
-            "model_config": self.config.to_dict()["model"],
-            "src_vocab": self.data.src_vocab.fingerprint(),
-            "tgt_vocab": self.data.tgt_vocab.fingerprint(),
-            "window": self.window.state(),  # rank 0's log window: a resumed run logs the same lines
+            "config": config,
+            "model_config": config["model"],
+            "window": [self.window.loss, self.window.tokens],  # rank 0's: a resumed run logs the same lines
+            **self.task.state(),
         }
 
     def save(self, *names: str) -> None:
-        """Write the checkpoint(s) on rank 0; collective (every rank must call it)."""
+        """Write the checkpoint(s) `names` (best.pt, last.pt) on rank 0; collective: every rank calls it."""
         payload = self._payload()
         if self.world.is_main:
             for name in names:
@@ -230,31 +344,51 @@ class Trainer(TrainingLoop):
 
     def _restore(self, path: Path) -> None:
         payload = load_model_checkpoint(path)
-        check_compatible(payload, path, self.config.to_dict()["model"], self.data.src_vocab.fingerprint(),
-                         self.data.tgt_vocab.fingerprint())
+        if "optimizer" not in payload:
+            raise CheckpointError(f"{path}: holds no training state to resume from")
+        self.task.check(payload, path)
         load_model_state(self.model, payload, path)
         self.optimizer.load_state_dict(payload["optimizer"])
         self.schedule.load_state_dict(payload["schedule"])
         self.precision.load_state_dict(payload.get("precision"))
-        self.progress = Progress(**payload["progress"])
-        self.progress.stopped = ""
-        self.restore_window(payload)
+        self.progress = Progress.saved({**payload["progress"], "stopped": ""})  # a new budget may let it go on
+        self.task.load_state(payload)
+        loss, tokens = payload.get("window", (0.0, 0))  # (none before checkpoints kept it: an empty one)
+        self.window = Window(loss, tokens)
         self._restore_rng(payload)
-        self.log(f"resumed from {path} at update {self.progress.update} (epoch {self.progress.epoch + 1}, "
-                 f"batch {self.progress.batch_in_epoch})")
+        p, unit = self.progress, self.task.unit
+        self.log(f"resumed from {path} at update {p.update} (epoch {p.epoch + 1}"
+                 + (f", {unit} {p.position})" if unit else ")"))
 
     def _restore_rng(self, payload: dict) -> None:
         """Each rank's generators as saved; on another number of ranks, rank 0 takes the saved
-        rank 0's and the others start from their seed (exact resume then needs no dropout)."""
+        rank 0's and the others start from their seed (exact resume then needs no dropout).
+        Older LM checkpoints kept every generator of their one process under `rng`."""
         states = payload.get("rng_ranks")
         if states and len(states) == self.world.size:
             set_rng_state(states[self.world.rank], self.device)
             return
         if self.world.rank == 0:
-            set_rng_state(states[0] if states else {"torch": payload["rng"]}, self.device)
+            saved = payload["rng"]
+            set_rng_state(states[0] if states else saved if isinstance(saved, dict) else {"torch": saved}, self.device)
         else:
-            torch.manual_seed(rank_seed(self.config.training.seed, self.world.rank))
+            torch.manual_seed(rank_seed(self.training.seed, self.world.rank))
         saved = payload.get("world_size", 1)
         if saved != self.world.size:
             self.log(f"checkpoint of {saved} rank(s) resumed on {self.world.size}: ranks beyond the first start "
                      f"their dropout streams from the seed")
+
+    # -- the progress bar ----------------------------------------------------------------------
+    def _bar_position(self) -> int:
+        t, p = self.training, self.progress
+        if t.max_minutes:
+            return int(p.elapsed)
+        return p.update
+
+    def _make_bar(self):
+        if not self.progress_bar:
+            return None
+        t = self.training
+        if t.max_minutes:
+            return progress(int(60 * t.max_minutes), self._bar_position(), "s", bar_format=MINUTES_BAR)
+        return progress(t.max_updates or None, self._bar_position(), "upd")

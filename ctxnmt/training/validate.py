@@ -16,6 +16,7 @@ from ctxnmt.decoding.length import length_control, uses_ratios
 from ctxnmt.decoding.translator import translate_ids
 from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import bleu
+from ctxnmt.models.document import context_sentences
 
 
 def document_context(split, config: Config, name: str, whose: str = "own"):
@@ -24,13 +25,13 @@ def document_context(split, config: Config, name: str, whose: str = "own"):
     (ctxnmt.data.documents), the dev split's as lists; with `whose` "other-document", as many
     from another document (training.document_context).  A DataError if the split has no usable
     document ids."""
-    if not config.model.uses_document:
+    k = context_sentences(config.model)
+    if not k:
         return None
     path = split_paths(config.data, name)[2]
     if split.docs is None:
         raise DataError(f"{path}: no such file; a document-context model (model.doc_*) needs document ids "
                         f"for the {name} split")
-    k = config.model.doc_sents
     if isinstance(split, TokenArrays):
         if split.doc_problem:
             raise DataError(f"{path} (line numbers of kept pairs):{split.doc_problem}")
@@ -76,7 +77,7 @@ def validate(model, data, config: Config, device) -> dict[str, float]:
     t = config.training
     dev = data.dev
     n = t.valid_max_sents or len(dev.src)
-    k = config.model.doc_sents
+    k = context_sentences(config.model)
     context = document_context(dev, config, "dev")
     context = context[:n] if context is not None else None  # context lies before a sentence: still in dev[:n]
     result = {"ppl": dev_perplexity(model, dev.src[:n], dev.tgt[:n], t.batch_tokens, t.batch_sents, device,

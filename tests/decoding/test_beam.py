@@ -16,7 +16,7 @@ SRC = [[5, 6, 7, 8, 9], [10, 11], [4, 12, 13, 5, 6, 7, 8], [9, 9, 9]]
 
 def random_model(seed=0):
     torch.manual_seed(seed)
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
     with torch.no_grad():  # a strong bias to EOS keeps random outputs short and varied
         model.generator.bias[EOS] += 1.5
     return model.eval()
@@ -80,7 +80,7 @@ def test_finished_rows_left_in_the_batch_change_no_hypothesis(beam, monkeypatch)
     import ctxnmt.decoding.beam as search_module
 
     torch.manual_seed(7)
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
     with torch.no_grad():
         model.generator.bias[EOS] -= 0.1  # about half end after a word or two, the others at their limits
     model.eval()
@@ -104,7 +104,7 @@ def test_finished_sentences_leave_once_they_hold_an_eighth_of_the_rows(beam, sen
     import ctxnmt.decoding.beam as search_module
 
     torch.manual_seed(9)
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
     with torch.no_grad():
         model.generator.bias[EOS] -= 0.1
     model.eval()
@@ -112,7 +112,8 @@ def test_finished_sentences_leave_once_they_hold_an_eighth_of_the_rows(beam, sen
     parts, advance = [], search_module._Search.advance
     monkeypatch.setattr(search_module._Search, "advance",
                         lambda self, part: parts.append(advance(self, part)) or parts[-1])
-    beam_search(model, *pad(sources), beam=beam)
+    # (lengths normalised by |y|, at most 10 more words than the source: rows finish at many steps)
+    beam_search(model, *pad(sources), beam=beam, length=LengthControl("power", 1.0, max_len_b=10))
     parts = [p for p in parts if p is not None]
     assert any(None in p.active for p in parts)  # finished rows did stay
     assert all(8 * p.active.count(None) < len(p.active) for p in parts)  # but never an eighth of them
@@ -171,7 +172,7 @@ def test_later_batches_joining_the_tail_change_no_hypothesis(target_context, bea
     self-attentive-dot keeps its previous words in the state: its batches cannot join and
     run one after the other."""
     torch.manual_seed(6)
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch",
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch",
                                     target_context=target_context), 16, 16)
     with torch.no_grad():
         model.generator.bias[EOS] += 0.3  # some end at once, others run to their length limits

@@ -20,7 +20,7 @@ SOURCES = [[5, 6, 7, 8, 9], [], [10, 11], [], [4, 12, 13]]  # empties between, a
 
 def model_of(variant: str):
     torch.manual_seed(0)
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch", **VARIANTS[variant]),
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch", **VARIANTS[variant]),
                         16, 16)
     with torch.no_grad():  # a strong bias to EOS keeps random outputs short and varied
         model.generator.bias[EOS] += 1.5

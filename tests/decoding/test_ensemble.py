@@ -21,7 +21,7 @@ from tests.decoding.test_beam import SRC, random_model, sequence_logprob
 def other_model(seed=5):
     """A member of another architecture: self-attentive-RNN decoder, mean summary, other sizes."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(emb_dim=6, hidden_dim=9, att_dim=7, init="pytorch", decoder="self-attentive-rnn",
+    cfg = ModelConfig.of(emb_dim=6, hidden_dim=9, att_dim=7, init="pytorch", decoder="self-attentive-rnn",
                       target_context="mean")
     model = build_model(cfg, 16, 16)
     with torch.no_grad():
@@ -110,7 +110,7 @@ def test_bad_mode_and_members():
     with pytest.raises(ValueError, match="logprob, prob"):
         Ensemble([random_model()], "max")
     with pytest.raises(ValueError, match="output sizes differ"):
-        Ensemble([random_model(), build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8), 16, 17)])
+        Ensemble([random_model(), build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=8), 16, 17)])
 
 
 # -- through the command line and the Translator API ----------------------------------------

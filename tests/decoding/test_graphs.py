@@ -32,7 +32,7 @@ def stand_in_capture(run, pool=None):
 
 def model_of(seed=0, eos_bias=0.0, **cfg):
     torch.manual_seed(seed)
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch", **cfg), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch", **cfg), 16, 16)
     with torch.no_grad():
         model.generator.bias[EOS] += eos_bias  # outputs of varied lengths: sentences leave at different steps
     return model.eval()

@@ -117,7 +117,7 @@ def test_coverage_survives_batches_joining(monkeypatch):
     """Greedy search refills (a later batch joins the tail of the one before, with wider
     source padding): each sentence's hypothesis and score with a coverage penalty are unchanged."""
     torch.manual_seed(6)  # the setup of tests/decoding/test_beam.py's refill test
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
     with torch.no_grad():
         model.generator.bias[EOS] += 0.3  # some end at once, others run to their length limits
     model.eval()
@@ -333,7 +333,7 @@ def test_search_keeps_only_the_best_finished_and_returns_what_keeping_all_would(
 def test_the_prior_survives_batches_joining(monkeypatch):
     """Joined rows are left-padded: each row's words are counted over its own steps only."""
     torch.manual_seed(6)
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=8, init="pytorch"), 16, 16)
     model.eval()
     sources = [torch.randint(4, 16, (n,)).tolist() for n in [9, 8, 8, 7, 3, 3, 2, 2, 2, 1, 1]]
     length = LengthControl("wu", 0.6, 0.5, ratio_penalty=3.0, ratio=0.8, words=BOUNDARIES)

@@ -101,7 +101,9 @@ def test_gradient_stops_at_segment_boundary():
     model = tiny_model("self-attentive").train()
     ids = torch.tensor([STREAM[:20]])
     _, state = model.loss(ids[:, :9], ids[:, 1:10], model.initial_state(1))
-    assert all(v.grad_fn is None for v in detach(state).values())
+    carried = detach(state)
+    tensors = [carried["h"], carried["c"], *carried["summary"].values()]
+    assert len(tensors) == 5 and all(v.grad_fn is None for v in tensors)  # h, c and the summary's num, den, max
 
 
 TEXT = ["the cat sat on the mat .", "the dog sat on the log .", "a bird flew over the house ."]
@@ -147,7 +149,8 @@ def test_bad_input_gives_one_line_errors(tiny_corpus, tmp_path, capsys):
     cfg = write_config(tmp_path, tiny_corpus, "mean")
     for args, message in (
         (["lm", "train", cfg, "--set", "model.sumary=mean"], "did you mean 'model.summary'"),
-        (["lm", "train", cfg, "--set", "model.summary=self-attentive-sum"], "model.summary must be one of"),
+        (["lm", "train", cfg, "--set", "model.summary=self-attentive-sum"], "reads the decoder's state or context vector"),
+        (["lm", "train", cfg, "--set", "model.summary=meen"], "unknown target_context 'meen' (did you mean 'mean'?)"),
         (["lm", "train", cfg, "--set", f"data.dir={tmp_path / 'none'}"], "no such file"),
         (["lm", "score", tmp_path / "nothing", "-i", tiny_corpus / "dev.en"], "not an LM model directory"),
     ):
@@ -272,7 +275,7 @@ def test_resumed_lm_run_takes_the_same_updates_as_an_uninterrupted_one(tiny_corp
     assert run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={parts}",
                 "--set", "training.max_updates=9"], capsys)[0] == 0
     progress = load_checkpoint(parts / "checkpoints/last.pt")["progress"]
-    assert (progress["epoch"], progress["segment"]) == (1, 3)  # an epoch is 6 segments here
+    assert (progress["epoch"], progress["position"]) == (1, 3)  # an epoch is 6 segments here
     code, out, _ = run(["lm", "train", cfg, "--quiet", "--resume", "--set", f"model_dir={parts}"], capsys)
     assert code == 0 and "40 updates" in out
     whole_log, parts_log = lm_log(whole), lm_log(parts)
@@ -293,30 +296,30 @@ def test_a_signalled_lm_run_saves_and_resumes_as_if_never_stopped(during, tiny_c
     import os
     import signal
 
-    from ctxnmt.lm.train import LMTrainer
+    from ctxnmt.training.trainer import Trainer
     from ctxnmt.utils.checkpoint import load_checkpoint
 
     cfg, whole, parts = whole_run(tmp_path, tiny_corpus, "mean", 30, capsys)
-    update = LMTrainer._update
+    update = Trainer.train_on
 
     def update_then_signal(trainer, *args):
         if trainer.progress.update == during - 1:
             os.kill(os.getpid(), signal.SIGTERM)
         return update(trainer, *args)
 
-    monkeypatch.setattr(LMTrainer, "_update", update_then_signal)
+    monkeypatch.setattr(Trainer, "train_on", update_then_signal)
     code, out, err = run(["lm", "train", cfg, "--quiet", "--set", f"model_dir={parts}"], capsys)
     last = parts / "checkpoints" / "last.pt"
     assert code == 143 and out == ""
     assert err.strip().splitlines()[-1] == (f"ctxnmt lm train: stopped by SIGTERM at update {during}; saved {last}; "
                                             f"resume with: ctxnmt lm train {parts}/config.yaml --resume")
     assert load_checkpoint(last)["progress"]["update"] == during and not (parts / "done.json").exists()
-    monkeypatch.setattr(LMTrainer, "_update", update)
+    monkeypatch.setattr(Trainer, "train_on", update)
     code, out, _ = run(["lm", "train", parts / "config.yaml", "--quiet", "--resume"], capsys)
     assert code == 0 and "30 updates" in out
     a, b = (load_checkpoint(d / "checkpoints/last.pt") for d in (whole, parts))
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
-    assert a["schedule"] == b["schedule"] and a["progress"]["best_ppl"] == b["progress"]["best_ppl"]
+    assert a["schedule"] == b["schedule"] and a["progress"]["best_metric"] == b["progress"]["best_metric"]
     whole_lines = [line for line in lm_log(whole) if line.startswith(("update ", "validation"))]
     assert [line for line in lm_log(parts) if line.startswith(("update ", "validation"))] == whole_lines
 
@@ -325,24 +328,24 @@ def test_a_signalled_comparison_resumes_its_run_when_run_again(tiny_corpus, tmp_
     import os
     import signal
 
-    from ctxnmt.lm.train import LMTrainer
+    from ctxnmt.training.trainer import Trainer
 
     [path] = lm_configs(tmp_path, tiny_corpus, "mean", updates=20)
     args = ["lm", "compare", path, "--seeds", "1", "--out", tmp_path / "out"]
-    update = LMTrainer._update
+    update = Trainer.train_on
 
     def update_then_signal(trainer, *a):
         if trainer.progress.update == 4:
             os.kill(os.getpid(), signal.SIGINT)
         return update(trainer, *a)
 
-    monkeypatch.setattr(LMTrainer, "_update", update_then_signal)
+    monkeypatch.setattr(Trainer, "train_on", update_then_signal)
     code, _, err = run(args, capsys)
     last = tmp_path / "out" / "lm-mean" / "seed1" / "checkpoints" / "last.pt"
     assert code == 130
     assert err.strip().splitlines()[-1] == (f"ctxnmt lm: stopped by SIGINT at update 5; saved {last}; "
                                             "the same command resumes")
-    monkeypatch.setattr(LMTrainer, "_update", update)
+    monkeypatch.setattr(Trainer, "train_on", update)
     code, stdout, err = run(args, capsys)
     assert code == 0 and "lm-mean seed 1: resuming from its last checkpoint" in err
     assert json.loads((tmp_path / "out" / "lm-mean" / "seed1" / "results.json").read_text())["updates"] == 20
@@ -353,10 +356,10 @@ def test_a_signalled_comparison_resumes_its_run_when_run_again(tiny_corpus, tmp_
 
 def test_lm_training_stops_when_the_learning_rate_reaches_its_floor(tiny_corpus, tmp_path, capsys, monkeypatch):
     """Dev perplexity made to worsen at every validation after the first: 0.01 → 0.005 → 0.0025 ≤ min_lr."""
-    from ctxnmt.lm import train as lm_train
+    from ctxnmt.lm import task as lm_task
 
     worsening = iter(range(10, 100))
-    monkeypatch.setattr(lm_train, "perplexity", lambda *args: float(next(worsening)))
+    monkeypatch.setattr(lm_task, "perplexity", lambda *args: float(next(worsening)))
     cfg = write_config(tmp_path, tiny_corpus, "mean")
     code, out, _ = run(["lm", "train", cfg, "--quiet", "--set", "training.valid_every=5", "--set",
                         "training.min_lr=0.003", "--set", "training.patience=0", "--set",
@@ -388,7 +391,7 @@ def test_resume_refuses_other_streams_than_the_checkpoints(key, value, tiny_corp
 def test_resuming_a_scored_run_drops_its_scores_before_training_on(tiny_corpus, tmp_path, capsys, monkeypatch):
     """results.json says a run is done and what its best.pt scores; once training goes on, it
     no longer holds, so an interruption leaves a run to finish, not old scores beside new weights."""
-    from ctxnmt.lm.train import LMTrainer
+    from ctxnmt.training.trainer import Trainer
 
     cfg = write_config(tmp_path, tiny_corpus, "mean")
     assert run(["lm", "train", cfg, "--quiet", "--set", "training.max_updates=7"], capsys)[0] == 0
@@ -397,12 +400,29 @@ def test_resuming_a_scored_run_drops_its_scores_before_training_on(tiny_corpus, 
     def interrupted(self):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(LMTrainer, "train", interrupted)
+    monkeypatch.setattr(Trainer, "train", interrupted)
     assert run(["lm", "train", cfg, "--quiet", "--resume", "--set", "training.max_updates=14"], capsys)[0] == 130
     assert not (tmp_path / "model/results.json").exists()
     monkeypatch.undo()
     code, out, _ = run(["lm", "train", cfg, "--quiet", "--resume", "--set", "training.max_updates=14"], capsys)
     assert code == 0 and "14 updates" in out and (tmp_path / "model/results.json").is_file()
+
+
+def test_a_run_finished_before_the_one_progress_record_is_still_scored(tiny_corpus, tmp_path, capsys):
+    """The LM's done.json named the position in the epoch `segment` and kept only `best_ppl`
+    before translation and the LM shared one progress record: such a run is scored as it was."""
+    from ctxnmt.lm.run import train_and_score
+
+    cfg = write_config(tmp_path, tiny_corpus, "mean")
+    assert run(["lm", "train", cfg, "--quiet", "--set", "training.max_updates=7"], capsys)[0] == 0
+    done, results = (json.loads((tmp_path / "model" / name).read_text()) for name in ("done.json", "results.json"))
+    older = {"epoch": done["epoch"], "update": done["update"], "elapsed": done["elapsed"],
+             "best_ppl": done["best_metric"], "stopped": done["stopped"], "segment": done["position"],
+             "tokens": done["tokens"], "validation_due": False, "source": done["source"],
+             "definitions": done["definitions"]}
+    (tmp_path / "model/done.json").write_text(json.dumps(older))
+    (tmp_path / "model/results.json").unlink()
+    assert train_and_score(load_lm_config(cfg), score_only=True) == results
 
 
 def test_compare_keeps_an_out_directory_that_yaml_would_misread(tiny_corpus, tmp_path, capsys):
@@ -589,15 +609,16 @@ def test_compare_with_two_jobs_trains_the_same_models_side_by_side(tiny_corpus, 
 
 
 def test_a_second_lm_trainer_on_a_busy_directory_is_refused(tiny_corpus, tmp_path):
-    from ctxnmt.lm.train import LMTrainer
+    from ctxnmt.lm.task import LanguageModelTask
+    from ctxnmt.training.trainer import Trainer
     from ctxnmt.utils.lock import DirectoryBusy
 
     config = load_lm_config(write_config(tmp_path, tiny_corpus, "mean"), ["training.max_updates=5"])
-    first = LMTrainer(config, quiet=True)
+    first = Trainer(LanguageModelTask(config), quiet=True)
     with pytest.raises(DirectoryBusy, match="is training in it"):
-        LMTrainer(config, quiet=True)
+        Trainer(LanguageModelTask(config), quiet=True)
     first.train()
-    LMTrainer(config, resume=True, quiet=True).train()
+    Trainer(LanguageModelTask(config), resume=True, quiet=True).train()
 
 
 def test_a_comparison_does_not_report_a_run_of_an_older_definition_under_the_new_one(tiny_corpus, tmp_path, capsys):

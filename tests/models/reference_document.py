@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ctxnmt.data.vocab import UNK
+from ctxnmt.models.document import DocumentSettings
 from tests.models.reference import additive_attention, birnn_encode, gru_step, sigmoid
 
 
@@ -14,7 +15,7 @@ def hierarchical_summary(model, context):
     """D for one sentence: context = its previous sentences (id lists, oldest first).
     S_k = sentence GRU's last state over sentence k; D = document GRU's last state over S_1 … S_K."""
     doc = model.document
-    if not context and model.cfg.doc_start == "null-sentence":
+    if not context and model.cfg.settings(DocumentSettings).doc_start == "null-sentence":
         context = [[UNK]]  # the released code's history "NULL", a word outside its vocabulary
     emb = doc.history_emb if doc.history_emb is not None else model.src_emb
     d = torch.zeros(doc.doc_dim)
@@ -60,7 +61,7 @@ def code_gated_gru(cell, c, doc_term, gate, h):
 def document_logprobs(model, src_ids, tgt_ids, context, gates=None):
     """log p(y_t | y_<t, x, previous sentences) of a cGRU document-context model.
     `gates`, if a list, receives each step's gate vector."""
-    cfg, dec = model.cfg, model.decoder
+    cfg, dec = model.cfg.settings(DocumentSettings), model.decoder
     D = hierarchical_summary(model, context)
     h0 = None
     if cfg.doc_init_enc:

@@ -155,7 +155,7 @@ def test_balanced_cell_starts_open_and_is_the_plain_gru_there():
     logit 0.8, so with W_g, U_g zero g = 0.8; there r, z and h̃ are the plain GRU's, and the
     carried state is 0.8 ⊙ z ⊙ h."""
     torch.manual_seed(0)
-    model = build_model(ModelConfig(emb_dim=4, hidden_dim=3, att_dim=3, out_dim=4, cell="adaptive-gru-balanced"), 9, 9)
+    model = build_model(ModelConfig.of(emb_dim=4, hidden_dim=3, att_dim=3, out_dim=4, cell="adaptive-gru-balanced"), 9, 9)
     cells = [m for m in model.modules() if isinstance(m, BalancedAdaptiveGRUCell)]
     assert len(cells) >= 4  # both encoder directions and both decoder transitions
     for cell in cells:
@@ -179,7 +179,7 @@ def test_parameter_growth():
     c = 2 * h
 
     def count(**kw):
-        return count_parameters(build_model(ModelConfig(emb_dim=e, hidden_dim=h, att_dim=a, out_dim=o, **kw), v, v))
+        return count_parameters(build_model(ModelConfig.of(emb_dim=e, hidden_dim=h, att_dim=a, out_dim=o, **kw), v, v))
 
     base = count()
     hyper = lambda n_in: (n_in + h) * h + h  # W_g, U_g, b_g  # noqa: E731

@@ -32,7 +32,7 @@ INTEGRATIONS = {
 
 def doc_model(decoder: str = "cgru", **switches) -> torch.nn.Module:
     torch.manual_seed(0)
-    cfg = ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9, dropout_out=0.0, init="pytorch", decoder=decoder,
+    cfg = ModelConfig.of(emb_dim=8, hidden_dim=10, att_dim=9, dropout_out=0.0, init="pytorch", decoder=decoder,
                       **switches)
     model = build_model(cfg, 16, 16)
     with torch.no_grad():

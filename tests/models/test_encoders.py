@@ -60,7 +60,7 @@ def gru_params(n_in, h, blocks=3):
 @pytest.mark.parametrize("cell, blocks", [("gru", 3), ("adaptive-gru", 4)])
 def test_parameter_counts(cell, blocks):
     e, h, a, v = 8, 10, 9, 16
-    counts = {name: count_parameters(build_model(ModelConfig(emb_dim=e, hidden_dim=h, att_dim=a, encoder=name,
+    counts = {name: count_parameters(build_model(ModelConfig.of(emb_dim=e, hidden_dim=h, att_dim=a, encoder=name,
                                                              cell=cell, encoder_layers=3), v, v))
               for name in ENCODER_NAMES}
     assert counts["stacked-birnn"] - counts["birnn"] == 2 * 2 * gru_params(2 * h, h, blocks)  # two more bi-layers
@@ -79,7 +79,7 @@ def test_cae_has_fewer_parameters_in_the_dl4mt_layout():
     e, h, v = 8, 10, 16
 
     def count(encoder, att):
-        return count_parameters(build_model(ModelConfig(emb_dim=e, hidden_dim=h, att_dim=att, encoder=encoder), v, v))
+        return count_parameters(build_model(ModelConfig.of(emb_dim=e, hidden_dim=h, att_dim=att, encoder=encoder), v, v))
 
     assert count("bcae", h) < count("birnn", 2 * h)
     assert count("bcae", h) > count("birnn", h)

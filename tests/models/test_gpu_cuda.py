@@ -74,7 +74,7 @@ def ieee_float32():
 def _model(**overrides):
     torch.manual_seed(0)
     sizes = {"emb_dim": 8, "hidden_dim": 12, "att_dim": 7, **overrides}
-    return build_model(ModelConfig(dropout_out=0.0, init="pytorch", **sizes), 16, 16).cuda()
+    return build_model(ModelConfig.of(dropout_out=0.0, init="pytorch", **sizes), 16, 16).cuda()
 
 
 def _batch():

@@ -93,7 +93,7 @@ def test_prefix_lengths(mask, lengths):
 def _small_model(**overrides):
     torch.manual_seed(0)
     sizes = {"emb_dim": 8, "hidden_dim": 10, "att_dim": 9, **overrides}
-    cfg = ModelConfig(dropout_out=0.0, init="pytorch", **sizes)
+    cfg = ModelConfig.of(dropout_out=0.0, init="pytorch", **sizes)
     return build_model(cfg, 16, 16)
 
 

@@ -20,6 +20,7 @@ from ctxnmt.errors import ConfigError
 from ctxnmt.models.decoders import ConditionalGRUDecoder
 from ctxnmt.models.interfaces import Decoder
 from ctxnmt.models.nmt import build_model
+from ctxnmt.models.output import readout_dim
 from ctxnmt.models.registry import DECODERS, TARGET_CONTEXTS
 from ctxnmt.models.state import State
 from ctxnmt.models.target_context import TargetContext
@@ -91,7 +92,7 @@ class DotAttentionGRUDecoder(Decoder):
     @classmethod
     def from_config(cls, cfg, ctx_dim):
         settings = cfg.settings(SharpnessSettings)
-        return cls(cfg.emb_dim, cfg.hidden_dim, ctx_dim, cfg.readout_dim, settings.toy_sharpness)
+        return cls(cfg.emb_dim, cfg.hidden_dim, ctx_dim, readout_dim(cfg), settings.toy_sharpness)
 
     def prepare(self, annotations, src_mask, doc=None, beam=1):
         return State().positions(annotations=annotations, src_mask=src_mask, keys=self.keys(annotations))

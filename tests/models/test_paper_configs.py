@@ -137,4 +137,4 @@ def test_cross_sentence_configs_compute_eqs_1_to_6(name):
 def test_cross_sentence_configs_give_a_first_sentence_the_released_codes_null_history(name):
     """The paper does not say what a document's first sentence reads; the released code's data
     format gives it the history "NULL" (a word outside the vocabulary), so the code decides."""
-    assert load_config(CONFIGS / name).model.doc_start == "null-sentence"
+    assert load_config(CONFIGS / name).model.to_dict()["doc_start"] == "null-sentence"

@@ -18,7 +18,7 @@ TGT = [[5, 9, 7, EOS], [8, 6, 5, 4, 11, 12, EOS], [13, EOS]]
 
 def small_model(**overrides) -> torch.nn.Module:
     torch.manual_seed(0)
-    cfg = ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9, dropout_out=0.0, init="pytorch", **overrides)
+    cfg = ModelConfig.of(emb_dim=8, hidden_dim=10, att_dim=9, dropout_out=0.0, init="pytorch", **overrides)
     model = build_model(cfg, 16, 16)
     with torch.no_grad():  # a non-zero start vector makes the y_0 path visible to the check
         model.start.normal_()
@@ -71,7 +71,7 @@ def test_teacher_forced_logprobs_match_reference(learned_start, decoder):
 
 
 def test_zero_start_embedding_is_default():
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=10, att_dim=9), 16, 16)
     assert not model.start.requires_grad and float(model.start.abs().sum()) == 0.0
 
 
@@ -88,7 +88,7 @@ def test_loss_is_summed_negative_log_likelihood():
 
 
 def test_papers_initialisation():
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9, init="normal"), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=10, att_dim=9, init="normal"), 16, 16)
     U = model.encoder.fwd.U.weight.detach()
     for block in U.chunk(3, dim=0):
         torch.testing.assert_close(block @ block.t(), torch.eye(10), atol=1e-5, rtol=0)
@@ -98,7 +98,7 @@ def test_papers_initialisation():
 
 
 def test_tied_output_embeddings_share_storage():
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=10, att_dim=9, tie_embeddings=True), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=10, att_dim=9, tie_embeddings=True), 16, 16)
     assert model.generator.weight.data_ptr() == model.tgt_emb.weight.data_ptr()
 
 

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from ctxnmt.config import load_config
+from ctxnmt.config import ModelConfig, load_config
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.decoding.beam import _Search
 from ctxnmt.data.words import WordBoundaries
 from ctxnmt.decoding.length import length_control
+from ctxnmt.models.document import context_sentences
 from ctxnmt.training.optim import build_optimizer
 
 CONFIGS = sorted([*(Path(__file__).parent.parent.parent / "configs").glob("*.yaml"),
@@ -25,10 +26,12 @@ VOCAB = 20
 
 def _shrunk(m):
     """The model config with small sizes; equal sizes stay equal, different ones different."""
-    out_dim = 0 if m.out_dim == 0 else 8 if m.out_dim == m.emb_dim else 9
-    doc_dim = 0 if m.doc_dim == 0 else 12 if m.doc_dim == m.hidden_dim else 7
+    keys = m.to_dict()
+    out_dim = 0 if keys["out_dim"] == 0 else 8 if keys["out_dim"] == m.emb_dim else 9
+    doc_dim = 0 if keys["doc_dim"] == 0 else 12 if keys["doc_dim"] == m.hidden_dim else 7
     att_dim = 12 if m.att_dim == m.hidden_dim else 10
-    return dataclasses.replace(m, emb_dim=8, hidden_dim=12, att_dim=att_dim, out_dim=out_dim, doc_dim=doc_dim)
+    return ModelConfig.of(**{**keys, "emb_dim": 8, "hidden_dim": 12, "att_dim": att_dim, "out_dim": out_dim,
+                             "doc_dim": doc_dim})
 
 
 def _one_update(model, loss, optimizer_cfg) -> None:
@@ -48,7 +51,8 @@ def test_a_shipped_configs_model_trains_one_step_and_searches_one_step(path):
     torch.manual_seed(0)
     config = load_config(path)
     model = build_model(_shrunk(config.model), VOCAB, VOCAB)
-    context = pad_context([[[5, 6]], [[7], [8, 9]]], config.model.doc_sents) if config.model.uses_document else None
+    k = context_sentences(config.model)
+    context = pad_context([[[5, 6]], [[7], [8, 9]]], k) if k else None
     src, src_mask = pad(SRC)
     tgt, tgt_mask = pad(TGT)
     model.train()

@@ -143,7 +143,7 @@ def test_beam_reorder_keeps_states_consistent(name, variant, decoder):
 
 def test_parameter_growth_is_W_y_and_v_only():
     e, h, c = 8, 10, 20  # embeddings, decoder state, context vector (2 × encoder hidden)
-    counts = {name: count_parameters(build_model(ModelConfig(emb_dim=e, hidden_dim=h, att_dim=9,
+    counts = {name: count_parameters(build_model(ModelConfig.of(emb_dim=e, hidden_dim=h, att_dim=9,
                                                              target_context=name), 16, 16))
               for name in SUMMARIES}
     growth = {name: n - counts["previous"] for name, n in counts.items()}

@@ -348,7 +348,7 @@ def test_a_component_without_plain_words_is_named_by_its_registry_name():
     from ctxnmt.models.capabilities import Capabilities
     from ctxnmt.serve.models import describe
 
-    model = ModelConfig(encoder="stacked-birnn", encoder_layers=3, decoder="toy-decoder", target_context="mean")
+    model = ModelConfig.of(encoder="stacked-birnn", encoder_layers=3, decoder="toy-decoder", target_context="mean")
     assert describe(model, Capabilities(decoder_hyper_gates=("gru1",))) == (
         "RNNsearch: stacked bidirectional GRU encoder (3 layers), toy-decoder decoder, the mean of the previous target "
         "words as target context, hyper-gated (adaptive) GRUs in the decoder")

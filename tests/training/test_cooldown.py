@@ -9,6 +9,7 @@ import pytest
 from ctxnmt.config import ConfigError, load_config
 from ctxnmt.training.optim import PlateauSchedule
 from ctxnmt.training.trainer import Trainer
+from ctxnmt.training.translation import TranslationTask
 from tests.training.conftest import tiny_config
 
 
@@ -28,7 +29,7 @@ def test_training_ends_at_the_cool_down_rate_and_resume_takes_the_budget_from_th
     cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, tmp_path / "model")
     config = load_config(cfg, ["training.max_epochs=0", "training.max_updates=6", "training.cooldown_updates=3",
                                "training.valid_every=3"])
-    trainer = Trainer(config, quiet=True)
+    trainer = Trainer(TranslationTask(config), quiet=True)
     progress = trainer.train()
     assert progress.update == 6
     # the sixth update (update index 5) ran at 1/3 of lr 0.003
@@ -36,7 +37,7 @@ def test_training_ends_at_the_cool_down_rate_and_resume_takes_the_budget_from_th
     assert "total" not in trainer.schedule.state_dict()
     longer = load_config(cfg, ["training.max_epochs=0", "training.max_updates=12", "training.cooldown_updates=3",
                                "training.valid_every=3"])
-    resumed = Trainer(longer, resume=True, quiet=True)
+    resumed = Trainer(TranslationTask(longer), resume=True, quiet=True)
     assert resumed.schedule.lr(6) == pytest.approx(0.003) and resumed.schedule.lr(11) == pytest.approx(0.001)
 
 

@@ -52,7 +52,7 @@ def checkpoint(model_dir: Path) -> dict:
 def assert_same_run(a: Path, b: Path, rel: float | None = None) -> None:
     """Equal parameters (exactly, or each tensor to `rel` in norm) after the same updates."""
     x, y = checkpoint(a), checkpoint(b)
-    for key in ("update", "epoch", "batch_in_epoch", "tokens"):
+    for key in ("update", "epoch", "position", "tokens"):
         assert x["progress"][key] == y["progress"][key], key
     for name, tensor in x["model"].items():
         if rel is None:

@@ -14,6 +14,7 @@ from ctxnmt.data.batching import epoch_batches, make_batch
 from ctxnmt.data.documents import other_document_sentences, previous_sentences
 from ctxnmt.data.prepare import Split
 from ctxnmt.data.vocab import EOS
+from ctxnmt.models.document import context_sentences
 from ctxnmt.models.nmt import build_model
 from ctxnmt.training.validate import dev_perplexity, validate
 
@@ -55,7 +56,7 @@ def one_thread():
 
 def tiny_model(**switches):
     torch.manual_seed(0)
-    return build_model(ModelConfig(emb_dim=16, hidden_dim=32, att_dim=16, dropout_out=0.0, **switches), VOCAB, VOCAB)
+    return build_model(ModelConfig.of(emb_dim=16, hidden_dim=32, att_dim=16, dropout_out=0.0, **switches), VOCAB, VOCAB)
 
 
 def train_and_score_label(switches: dict, updates: int = 150, whose: str = "own") -> float:
@@ -105,6 +106,7 @@ def test_trained_on_other_documents_context_the_context_model_learns_nothing_fro
 def test_the_trainer_trains_on_the_context_the_config_names(tiny_corpus, tmp_path):
     from ctxnmt.config import load_config
     from ctxnmt.training.trainer import Trainer
+    from ctxnmt.training.translation import TranslationTask
     from tests.training.conftest import tiny_config
 
     cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")
@@ -113,8 +115,8 @@ def test_the_trainer_trains_on_the_context_the_config_names(tiny_corpus, tmp_pat
                             ("other-document", other_document_sentences(docs, 2, seed=7))):
         config = load_config(cfg, [f"model_dir={tmp_path / whose}", "model.doc_aux=aux", "model.doc_sents=2",
                                    f"training.document_context={whose}"])
-        trainer = Trainer(config, quiet=True)
-        positions, count = trainer.train_context.positions(np.arange(len(docs)))
+        trainer = Trainer(TranslationTask(config), quiet=True)
+        positions, count = trainer.task.train_context.positions(np.arange(len(docs)))
         found = [positions[i, :count[i]].tolist() for i in range(len(docs))]
         assert found == expected
         assert found != previous_sentences(docs, 2) or whose == "own"
@@ -183,13 +185,15 @@ def test_the_trainer_draws_context_sizes_only_when_asked(tiny_corpus, tmp_path):
     from ctxnmt.config import load_config
     from ctxnmt.errors import ConfigError
     from ctxnmt.training.trainer import Trainer
+    from ctxnmt.training.translation import TranslationTask
     from tests.training.conftest import tiny_config
 
     cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")
-    fixed = Trainer(load_config(cfg, [f"model_dir={tmp_path / 'f'}", "model.doc_aux=aux"]), quiet=True)
+    fixed = Trainer(TranslationTask(load_config(cfg, [f"model_dir={tmp_path / 'f'}", "model.doc_aux=aux"])),
+                    quiet=True).task
     assert fixed.random_context is None
-    drawn = Trainer(load_config(cfg, [f"model_dir={tmp_path / 'r'}", "model.doc_aux=aux",
-                                      "training.context_size=random"]), quiet=True)
-    assert drawn.random_context.k == drawn.config.model.doc_sents
+    drawn = Trainer(TranslationTask(load_config(cfg, [f"model_dir={tmp_path / 'r'}", "model.doc_aux=aux",
+                                                      "training.context_size=random"])), quiet=True).task
+    assert drawn.random_context.k == context_sentences(drawn.config.model) == 3
     with pytest.raises(ConfigError, match="training.context_size=random needs a document-context model"):
         load_config(cfg, ["training.context_size=random"])

@@ -10,6 +10,7 @@ import pytest
 
 from ctxnmt.config import load_config
 from ctxnmt.training.trainer import Trainer
+from ctxnmt.training.translation import TranslationTask
 from ctxnmt.training.validate import validate
 from tests.training.conftest import tiny_config
 
@@ -30,9 +31,9 @@ def test_validation_with_an_empty_dev_source_is_finite(dev_with_an_empty_source,
     config = load_config(cfg, ["training.max_epochs=0", "training.max_updates=2", "training.valid_every=2",
                                "training.valid_bleu=true", f"training.valid_beam={beam}",
                                "training.early_stop_metric=bleu"])
-    trainer = Trainer(config, quiet=True)
-    assert trainer.data.dev.src[5] == [] and len(trainer.data.dev.src) == 12
+    trainer = Trainer(TranslationTask(config), quiet=True)
+    assert trainer.task.data.dev.src[5] == [] and len(trainer.task.data.dev.src) == 12
     progress = trainer.train()
     assert progress.update == 2 and math.isfinite(progress.best_metric)
-    scores = validate(trainer.model, trainer.data, config, "cpu")
+    scores = validate(trainer.model, trainer.task.data, config, "cpu")
     assert math.isfinite(scores["ppl"]) and math.isfinite(scores["bleu"])

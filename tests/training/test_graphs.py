@@ -66,7 +66,7 @@ def _loss_and_grads(model, loss):
 @pytest.mark.parametrize("switches", VARIANTS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "rnnsearch")
 def test_padded_loss_of_the_padded_batch_equals_the_loss_of_the_batch(switches):
     torch.manual_seed(0)
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=7, init="pytorch", dropout_emb=0.0,
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=7, init="pytorch", dropout_emb=0.0,
                                     dropout_hidden=0.0, dropout_out=0.0, **switches), 16, 16)
     batch = _batch()
     padded = pad_to(batch, padded_shape(batch))
@@ -126,7 +126,7 @@ def test_nothing_in_the_padded_step_waits_for_the_host(switches, monkeypatch):
     """Through the PyTorch expressions that CUDA runs (the fused CPU kernels are the CPU's alone)."""
     monkeypatch.setattr("ctxnmt.models.functional._fusable", lambda *tensors: False)
     torch.manual_seed(0)
-    model = build_model(ModelConfig(emb_dim=8, hidden_dim=12, att_dim=7, dropout_out=0.2, **switches), 16, 16)
+    model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=12, att_dim=7, dropout_out=0.2, **switches), 16, 16)
     batch = _batch()
     padded = pad_to(batch, padded_shape(batch))
     with HostWaits() as waits:

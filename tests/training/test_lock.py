@@ -13,6 +13,7 @@ import pytest
 from ctxnmt.cli import main
 from ctxnmt.config import load_config
 from ctxnmt.training.trainer import Trainer
+from ctxnmt.training.translation import TranslationTask
 from ctxnmt.utils.lock import DirectoryBusy, TrainingLock
 from tests.training.conftest import tiny_config
 
@@ -38,16 +39,16 @@ def test_a_directory_held_by_another_process_is_refused_until_that_process_dies(
 def test_a_second_trainer_on_a_busy_directory_is_refused_and_one_after_it_is_not(tiny_corpus, tmp_path, capsys):
     cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")
     config = load_config(cfg, [f"model_dir={tmp_path / 'run'}", "training.max_epochs=0", "training.max_updates=3"])
-    first = Trainer(config, quiet=True)
+    first = Trainer(TranslationTask(config), quiet=True)
     with pytest.raises(DirectoryBusy, match="is training in it"):
-        Trainer(config, quiet=True)
+        Trainer(TranslationTask(config), quiet=True)
     assert main(["train", str(cfg), "--quiet", "--set", f"model_dir={tmp_path / 'run'}"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and f"pid {os.getpid()}" in err
     start = time.monotonic()
     first.train()
     assert time.monotonic() - start < 120
-    Trainer(config, resume=True, quiet=True).train()  # the lock went with the first training's end
+    Trainer(TranslationTask(config), resume=True, quiet=True).train()  # the lock went with the first training's end
 
 
 def test_a_fresh_start_where_a_training_is_is_refused_and_leaves_it_whole(tiny_corpus, tmp_path, capsys):

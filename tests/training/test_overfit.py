@@ -27,7 +27,7 @@ def synthetic_pairs(n=20, vocab=30, seed=0):
 def test_small_model_overfits_twenty_pairs():
     torch.manual_seed(0)
     pairs = synthetic_pairs()
-    cfg = ModelConfig(emb_dim=32, hidden_dim=64, att_dim=32, dropout_out=0.0, init="pytorch")
+    cfg = ModelConfig.of(emb_dim=32, hidden_dim=64, att_dim=32, dropout_out=0.0, init="pytorch")
     model = build_model(cfg, 30, 30)
     src, src_mask = pad([s for s, _ in pairs])
     tgt, tgt_mask = pad([t for _, t in pairs])

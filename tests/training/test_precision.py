@@ -15,6 +15,7 @@ from ctxnmt.errors import ConfigError
 from ctxnmt.models.nmt import build_model
 from ctxnmt.utils.checkpoint import load_checkpoint
 from ctxnmt.training.trainer import Trainer
+from ctxnmt.training.translation import TranslationTask
 from tests.training.conftest import tiny_config
 from tests.training.test_overfit import synthetic_pairs
 
@@ -39,7 +40,7 @@ def loss_and_grads(model, batch, precision: str):
 @pytest.mark.parametrize("switches", VARIANTS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "rnnsearch")
 def test_bf16_autocast_gives_a_float32_loss_close_to_float32(switches):
     torch.manual_seed(0)
-    model = build_model(ModelConfig(emb_dim=16, hidden_dim=32, att_dim=16, dropout_out=0.0, **switches), 30, 30)
+    model = build_model(ModelConfig.of(emb_dim=16, hidden_dim=32, att_dim=16, dropout_out=0.0, **switches), 30, 30)
     pairs = synthetic_pairs(16)
     src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
     batch = make_batch(list(range(16)), src, tgt, previous_sentences([f"d{i // 4}" for i in range(16)], 2), 2)
@@ -61,16 +62,16 @@ def cfg(tiny_corpus, tmp_path):
 
 
 def losses_of(cfg, model_dir, precision: str, updates: int = 6) -> tuple[Trainer, list[float]]:
-    trainer = Trainer(load_config(cfg, [f"model_dir={model_dir}", f"training.precision={precision}",
-                                        f"training.max_updates={updates}"]), quiet=True)
-    losses, step = [], trainer.train_step
+    trainer = Trainer(TranslationTask(load_config(cfg, [f"model_dir={model_dir}", f"training.precision={precision}",
+                                                        f"training.max_updates={updates}"])), quiet=True)
+    losses, step = [], trainer.train_on
 
     def recorded(*args):
         loss, tokens = step(*args)
         losses.append(loss / tokens)
         return loss, tokens
 
-    trainer.train_step = recorded
+    trainer.train_on = recorded
     trainer.train()
     return trainer, losses
 
@@ -85,7 +86,8 @@ def test_mixed_precision_training_follows_float32(cfg, tmp_path, precision):
     scale = load_checkpoint(tmp_path / precision / "checkpoints/last.pt")["precision"].get("scale")
     if precision == "fp16":  # the loss scale is part of the state a resume restores
         assert scale == trainer.precision.scaler.get_scale()
-        resumed = Trainer(load_config(cfg, [f"model_dir={tmp_path / precision}", "training.precision=fp16"]),
+        resumed = Trainer(TranslationTask(load_config(cfg, [f"model_dir={tmp_path / precision}",
+                                                            "training.precision=fp16"])),
                           resume=True, quiet=True)
         assert resumed.precision.scaler.get_scale() == scale
     else:

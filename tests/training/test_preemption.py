@@ -12,9 +12,11 @@ import torch
 
 from ctxnmt.config import load_config
 from ctxnmt.training import trainer as trainer_module
+from ctxnmt.training import translation
 from ctxnmt.utils.checkpoint import load_checkpoint
 from ctxnmt.utils.preemption import Preempted
 from ctxnmt.training.trainer import Trainer
+from ctxnmt.training.translation import TranslationTask
 from tests.training.conftest import tiny_config
 
 
@@ -29,16 +31,16 @@ def cfg(tiny_corpus, tmp_path):
 
 
 def test_signal_on_a_validation_update_validates_first_on_resume(cfg, tmp_path):
-    Trainer(config(cfg, tmp_path / "straight"), quiet=True).train()
-    interrupted = Trainer(config(cfg, tmp_path / "interrupted"), quiet=True)
-    step = interrupted.train_step
+    Trainer(TranslationTask(config(cfg, tmp_path / "straight")), quiet=True).train()
+    interrupted = Trainer(TranslationTask(config(cfg, tmp_path / "interrupted")), quiet=True)
+    step = interrupted.train_on
 
     def step_then_signal(*args):
         if interrupted.progress.update == 9:  # during update 10, a validation update (valid_every 10)
             os.kill(os.getpid(), signal.SIGTERM)
         return step(*args)
 
-    interrupted.train_step = step_then_signal
+    interrupted.train_on = step_then_signal
     with pytest.raises(Preempted) as stopped:
         interrupted.train()
     assert stopped.value.exit_code == 128 + signal.SIGTERM
@@ -47,7 +49,7 @@ def test_signal_on_a_validation_update_validates_first_on_resume(cfg, tmp_path):
     assert "validation at update 10" not in (tmp_path / "interrupted/train.log").read_text()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone again
 
-    Trainer(config(cfg, tmp_path / "interrupted"), resume=True, quiet=True).train()
+    Trainer(TranslationTask(config(cfg, tmp_path / "interrupted")), resume=True, quiet=True).train()
     assert "validation at update 10" in (tmp_path / "interrupted/train.log").read_text()
     for name in ("last.pt", "best.pt"):
         a = load_checkpoint(tmp_path / "straight/checkpoints" / name)
@@ -67,21 +69,21 @@ def test_a_stop_decided_by_the_postponed_validation_is_kept_on_resume(rule, reas
     (patience 2, or lr 0.01 → 0.005 → 0.0025, under the floor of 0.003).  Signalled during
     update 6, the run leaves that validation to its resumed run, which must stop there too."""
     worsening = iter(range(10, 100))
-    monkeypatch.setattr(trainer_module, "validate", lambda *args: {"ppl": float(next(worsening))})
+    monkeypatch.setattr(translation, "validate", lambda *args: {"ppl": float(next(worsening))})
     settings = ["training.valid_every=2", "training.max_updates=40", "training.lr=0.01", "training.min_lr=0.003",
                 "training.lr_patience=1", "training.patience=0", "training.early_stop_metric=ppl", rule]
-    interrupted = Trainer(config(cfg, tmp_path / "run", *settings), quiet=True)
-    step = interrupted.train_step
+    interrupted = Trainer(TranslationTask(config(cfg, tmp_path / "run", *settings)), quiet=True)
+    step = interrupted.train_on
 
     def step_then_signal(*args):
         if interrupted.progress.update == 5:
             os.kill(os.getpid(), signal.SIGTERM)
         return step(*args)
 
-    interrupted.train_step = step_then_signal
+    interrupted.train_on = step_then_signal
     with pytest.raises(Preempted):
         interrupted.train()
-    progress = Trainer(config(cfg, tmp_path / "run", *settings), resume=True, quiet=True).train()
+    progress = Trainer(TranslationTask(config(cfg, tmp_path / "run", *settings)), resume=True, quiet=True).train()
     assert progress.update == 6 and progress.stopped == reason
 
 
@@ -94,8 +96,8 @@ def test_checkpoint_every_writes_last_between_validations(cfg, tmp_path, monkeyp
         save(path, payload)
 
     monkeypatch.setattr(trainer_module, "save_model_checkpoint", record)
-    Trainer(config(cfg, tmp_path / "run", "training.checkpoint_every=3", "training.valid_every=100",
-                   "training.max_updates=7"), quiet=True).train()
+    Trainer(TranslationTask(config(cfg, tmp_path / "run", "training.checkpoint_every=3", "training.valid_every=100",
+                                   "training.max_updates=7")), quiet=True).train()
     assert [update for name, update in written if name == "last.pt" and update < 7] == [3, 6]
     assert ("best.pt", 7) in written and ("last.pt", 7) in written  # the final validation
 

@@ -5,6 +5,7 @@ import re
 
 from ctxnmt.config import load_config
 from ctxnmt.training.trainer import Trainer
+from ctxnmt.training.translation import TranslationTask
 from tests.training.conftest import tiny_config
 
 
@@ -16,7 +17,7 @@ def test_without_dev_bleu_the_best_checkpoint_is_the_lowest_perplexity(tiny_corp
     config = load_config(cfg, ["training.max_epochs=0", "training.max_updates=30", "training.valid_every=5",
                                "training.lr=0.01"])
     assert config.training.early_stop_metric == "bleu" and config.training.selection_metric == "ppl"
-    progress = Trainer(config, quiet=True).train()
+    progress = Trainer(TranslationTask(config), quiet=True).train()
     log = (tmp_path / "model" / "train.log").read_text(encoding="utf-8")
     ppls = [float(v) for v in re.findall(r"validation at update \d+ .*: ppl ([0-9.]+)", log)]
     assert len(ppls) == 6 and min(ppls) < max(ppls)
@@ -47,13 +48,13 @@ def test_the_floor_rule_stops_at_the_decay_that_reaches_min_lr():
 
 def test_translation_training_stops_when_the_learning_rate_reaches_its_floor(tiny_corpus, tmp_path, monkeypatch):
     """Dev perplexity made to worsen at every validation: lr 0.01 → 0.005 → 0.0025 ≤ min_lr."""
-    from ctxnmt.training import trainer as trainer_module
+    from ctxnmt.training import translation
 
     worsening = iter(range(10, 100))
-    monkeypatch.setattr(trainer_module, "validate", lambda *args: {"ppl": float(next(worsening))})
+    monkeypatch.setattr(translation, "validate", lambda *args: {"ppl": float(next(worsening))})
     cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, tmp_path / "model")
     config = load_config(cfg, ["training.max_epochs=0", "training.max_updates=100", "training.valid_every=2",
                                "training.lr=0.01", "training.min_lr=0.003", "training.lr_patience=1",
                                "training.patience=0", "training.stop_at_min_lr=true"])
-    progress = Trainer(config, quiet=True).train()
+    progress = Trainer(TranslationTask(config), quiet=True).train()
     assert progress.update == 6 and progress.stopped == "the learning rate decayed to min_lr (0.003)"

@@ -12,6 +12,7 @@ import pytest
 from ctxnmt.config import load_config
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.training.trainer import Trainer
+from ctxnmt.training.translation import TranslationTask
 from tests.training.conftest import tiny_config
 
 SWITCHES = {
@@ -45,7 +46,7 @@ def test_every_pair_of_switches_trains_and_beam_decodes(pair, prepared, tmp_path
     shutil.copytree(prep, model_dir / "prep")
     overrides = [f"model_dir={model_dir}", "training.max_epochs=0", "training.max_updates=2",
                  "training.valid_every=2", *SWITCHES[pair[0]], *SWITCHES[pair[1]]]
-    progress = Trainer(load_config(cfg, overrides), quiet=True).train()
+    progress = Trainer(TranslationTask(load_config(cfg, overrides)), quiet=True).train()
     assert progress.update == 2 and math.isfinite(progress.best_metric)
     translator = Translator.load(model_dir)
     translator.warn = pytest.fail  # a document model gets its ids; a sentence model is given none

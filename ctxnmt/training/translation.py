@@ -1,0 +1,151 @@
+"""Translation as a task of the Trainer (ctxnmt.training.task): the prepared parallel data,
+the model a config describes, batches of sentence pairs, the label-smoothed loss (on
+several ranks each batch dealt to them, through CUDA graphs where asked), and dev
+perplexity and BLEU.  Its checkpoints hold the vocabularies' fingerprints, so that a
+resume with other data is refused."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from ctxnmt.config import Config
+from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
+from ctxnmt.data.documents import RandomContextSize
+from ctxnmt.data.prepare import Prepared, prepare
+from ctxnmt.errors import ConfigError
+from ctxnmt.models.document import context_sentences
+from ctxnmt.models.nmt import NMTModel, build_model, check_names, count_parameters
+from ctxnmt.training.distributed import World, collective
+from ctxnmt.training.graphs import GraphedSteps
+from ctxnmt.training.log import TrainingLog
+from ctxnmt.training.optim import PlateauSchedule
+from ctxnmt.training.precision import Precision
+from ctxnmt.training.task import Progress, Task, Window
+from ctxnmt.training.trainer import held_training
+from ctxnmt.training.validate import document_context, validate
+from ctxnmt.utils.checkpoint import check_compatible
+
+
+class _Loss(torch.nn.Module):
+    """The model's summed loss as a module's forward pass, which DistributedDataParallel wraps."""
+
+    def __init__(self, model: NMTModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch, label_smoothing: float):
+        return self.model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask, label_smoothing, batch.context)
+
+
+class TranslationTask(Task):
+    unit = "batch"
+    data_parallel = True
+    tensorboard = True
+
+    def __init__(self, config: Config):
+        check_names(config.model)  # before the model directory is made and the data prepared
+        super().__init__(config)
+        self.metric = self.metric_name = config.training.selection_metric
+        self.higher_is_better = self.metric == "bleu"
+        self.precision = config.training.precision
+
+    # -- setting up ----------------------------------------------------------------------
+    def setup(self, world: World, device: torch.device, log: TrainingLog) -> NMTModel:
+        """Each machine's first rank prepares (or finds prepared) the data before the others read it;
+        a training already in the directory (one being resumed) refuses data changed since it began."""
+        self.world, self.device, self.log = world, device, log
+        config, t = self.config, self.training
+        if world.local_rank > 0:
+            world.barrier()
+        self.data: Prepared = prepare(config, log=log, keep=bool(held_training(self.model_dir)))
+        if world.local_rank == 0:
+            world.barrier()
+        self.src_lens, self.tgt_lens = self.data.train.src.lens, self.data.train.tgt.lens
+        self.train_context = document_context(self.data.train, config, "train", t.document_context)
+        self.random_context = (RandomContextSize(self.train_context, context_sentences(config.model), t.seed)
+                               if t.context_size == "random" else None)
+        document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
+        self.model = build_model(config.model, len(self.data.src_vocab), len(self.data.tgt_vocab))
+        return self.model
+
+    def schedule(self) -> PlateauSchedule:
+        t = self.training
+        return PlateauSchedule(t.lr, t.warmup_updates, t.lr_decay, t.lr_patience, t.min_lr,
+                               higher_is_better=self.higher_is_better, total=t.max_updates,
+                               cooldown=t.cooldown_updates)
+
+    def start(self, model: NMTModel, precision: Precision) -> None:
+        """DistributedDataParallel on several ranks (after any restore: it starts from rank 0's
+        parameters), or CUDA graphs where the config asks.  Every model variant uses all its
+        parameters in every forward pass (checked for each config in configs/), so DDP need not
+        search the graph for unused ones."""
+        self.amp = precision  # the Trainer's: autocast and loss scaling
+        self.loss_fn = _Loss(model)
+        if self.world.distributed:
+            with collective("wrapping the model in DistributedDataParallel"):
+                self.loss_fn = DistributedDataParallel(
+                    self.loss_fn, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.graphs = None
+        if self.training.cuda_graphs:
+            if self.world.distributed:  # ctxnmt train refuses this combination before it starts ranks
+                raise ConfigError("training.cuda_graphs runs on one device; it cannot be used with several ranks")
+            self.graphs = GraphedSteps(model, self.training.label_smoothing,
+                                       lambda: precision.autocast(cache=False), self.log)
+
+    def describe(self) -> str:
+        m = self.config.model
+        return (f"model: {count_parameters(self.model):,} parameters "
+                f"({m.encoder} encoder, {m.decoder} decoder, {m.cell} cell, {m.target_context} target context)")
+
+    # -- training ------------------------------------------------------------------------
+    def epoch_units(self, epoch: int, starting: bool) -> list[list[int]]:
+        """The epoch's batches (sentence indices), a pure function of seed and epoch."""
+        t = self.training
+        batches = epoch_batches(self.src_lens, self.tgt_lens, t.batch_tokens, t.batch_sents, t.seed, epoch)
+        if starting:
+            ps, pt = padding_ratio(batches, self.src_lens, self.tgt_lens)
+            self.log(f"epoch {epoch + 1}: {len(batches)} batches, padding {ps:.1%} source / {pt:.1%} target")
+        return batches
+
+    def backward(self, index: list[int], update: int) -> tuple[float, int]:
+        """This rank's share of the batch `index`.  dl4mt: cross-entropy summed over each sentence,
+        averaged over the update's sentences; DDP averages the ranks' gradients, so each rank's
+        share counts `size` times.  A rank left without a sentence computes a dummy share, weight 0."""
+        share, weight = self.world.share(index)
+        train = self.data.train
+        context = self.random_context.at(update) if self.random_context else self.train_context
+        batch = make_batch(share, train.src, train.tgt, context, context_sentences(self.config.model))
+        if self.graphs is not None:  # one device: the batch is the whole update, taken from the host
+            self.graphs.zero_grad()
+            return float(self.graphs.forward_backward(batch, 1.0 / len(index))), int(batch.tgt_mask.sum())
+        with self.amp.autocast():
+            nll, n_tokens = self.loss_fn(batch.to(self.device), self.training.label_smoothing)
+        with collective("exchanging gradients"):
+            self.amp.backward(nll * (weight * self.world.size) / len(index))
+        return float(nll.detach()) * weight, n_tokens if weight else 0
+
+    def log_window(self, window: Window, progress: Progress, lr: float) -> None:
+        rate = window.timed / (time.perf_counter() - window.start)
+        self.log(f"update {progress.update}: loss/token {window.loss / window.tokens:.4f}, "
+                 f"{rate:.0f} target tok/s, lr {lr:.2e}")
+        self.log.scalar("train/loss_per_token", window.loss / window.tokens, progress.update)
+        self.log.scalar("train/target_tokens_per_s", rate, progress.update)
+
+    def evaluate(self, progress: Progress) -> dict[str, float]:
+        result = validate(self.model, self.data, self.config, self.device)
+        scores = ", ".join(f"{k} {v:.2f}" for k, v in result.items())
+        self.log(f"validation at update {progress.update} ({progress.tokens} target tokens): {scores}")
+        for k, v in result.items():
+            self.log.scalar(f"dev/{k}", v, progress.update)
+        return result
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def state(self) -> dict:
+        return {"src_vocab": self.data.src_vocab.fingerprint(), "tgt_vocab": self.data.tgt_vocab.fingerprint()}
+
+    def check(self, payload: dict, path: Path) -> None:
+        check_compatible(payload, path, self.config.to_dict()["model"], self.data.src_vocab.fingerprint(),
+                         self.data.tgt_vocab.fingerprint())
