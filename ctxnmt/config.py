@@ -598,8 +598,6 @@ def validate(config: Config) -> None:
         raise ConfigError(f"training.optimizer must be 'adam' or 'adadelta', got '{t.optimizer}'")
     if t.precision not in ("fp32", "bf16", "fp16"):
         raise ConfigError(f"training.precision must be 'fp32', 'bf16' or 'fp16', got '{t.precision}'")
-    if t.checkpoint_every < 0:
-        raise ConfigError(f"training.checkpoint_every must be 0 (off) or a number of updates, got {t.checkpoint_every}")
     if t.cooldown_updates and not 0 < t.cooldown_updates <= t.max_updates:
         raise ConfigError(f"training.cooldown_updates needs training.max_updates of at least as many updates, "
                           f"got {t.cooldown_updates} with max_updates {t.max_updates}")
@@ -630,7 +628,9 @@ DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
 def validate_loop(t: Any) -> None:
-    """The `training` settings every training loop reads (ctxnmt.training.loop), for any trainer's config."""
+    """The `training` settings the Trainer reads (ctxnmt.training.trainer), for any task's config."""
+    if t.checkpoint_every < 0:
+        raise ConfigError(f"training.checkpoint_every must be 0 (off) or a number of updates, got {t.checkpoint_every}")
     if t.threads < 0:
         raise ConfigError(f"training.threads must be 0 (every core) or a number of threads, got {t.threads}")
     check_ranges(t, "training", LOOP_RANGES)

@@ -257,6 +257,8 @@ def test_every_shipped_config_resolves_to_its_recorded_effective_config(path):
     if "encoder" in expected.get("model", {}) and expected["model"]["encoder"] != "stacked-birnn":
         # a setting of a component the config does not use is no longer part of it
         assert expected["model"].pop("encoder_layers") == 2
+    if path.name.startswith("lm-"):  # a key the LM config took since, at its default
+        expected["training"]["checkpoint_every"] = 0
     assert now == expected
 
 

@@ -52,7 +52,7 @@ MODULES = modules()
 
 
 def part(module: str) -> str:
-    """The layer unit a module belongs to: `ctxnmt.training.loop` → training, `ctxnmt.cli` → cli."""
+    """The layer unit a module belongs to: `ctxnmt.training.trainer` → training, `ctxnmt.cli` → cli."""
     pieces = module.split(".")
     if len(pieces) == 1:
         return "__init__"

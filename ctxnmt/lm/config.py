@@ -68,6 +68,7 @@ class LMTrainingConfig:
     seed: int = 1234
     threads: int = 0  # 0 = all cores
     log_every: int = 100
+    checkpoint_every: int = 0  # updates between writes of last.pt, independent of validation; 0 = at validation only
     device: str = "cpu"
 
 

@@ -8,7 +8,7 @@ interrupted build never leaves a half-written library behind.
 
 Built with -ffast-math, the kernels assume finite inputs: σ's clamp maps a NaN to a bound
 where PyTorch would pass it on.  A diverging run is still stopped by its non-finite loss
-(ctxnmt.training.loop) once the NaN reaches the softmax layer; with clip_norm > 0 (every
+(ctxnmt.training.trainer) once the NaN reaches the softmax layer; with clip_norm > 0 (every
 shipped config) a NaN gradient norm carries it to every parameter in one update.
 
 `python -m ctxnmt.models.kernels` builds them (make install does) and says where.

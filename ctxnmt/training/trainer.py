@@ -113,8 +113,7 @@ class Trainer:
         self.ckpt_dir.mkdir(exist_ok=True)
         self.log = TrainingLog(self.model_dir, tensorboard=task.tensorboard, quiet=quiet, enabled=self.world.is_main)
         self.progress_bar = progress_bar and not quiet and self.world.is_main
-        # updates between writes of last.pt besides validations' (0: none); the LM's config has no such key
-        self.checkpoint_every = getattr(t, "checkpoint_every", 0)
+        self.checkpoint_every = t.checkpoint_every  # updates between writes of last.pt besides validations' (0: none)
         self.window = Window()
         self._validated_at = -1
         setup_threads(t.threads, self.world.local_size)
