@@ -65,7 +65,8 @@ class TranslationTask(Task):
             world.barrier()
         self.src_lens, self.tgt_lens = self.data.train.src.lens, self.data.train.tgt.lens
         self.train_context = document_context(self.data.train, config, "train", t.document_context)
-        self.random_context = (RandomContextSize(self.train_context, context_sentences(config.model), t.seed)
+        self.context_sents = context_sentences(config.model)  # K, read by every batch
+        self.random_context = (RandomContextSize(self.train_context, self.context_sents, t.seed)
                                if t.context_size == "random" else None)
         document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
         self.model = build_model(config.model, len(self.data.src_vocab), len(self.data.tgt_vocab))
@@ -117,7 +118,7 @@ class TranslationTask(Task):
         share, weight = self.world.share(index)
         train = self.data.train
         context = self.random_context.at(update) if self.random_context else self.train_context
-        batch = make_batch(share, train.src, train.tgt, context, context_sentences(self.config.model))
+        batch = make_batch(share, train.src, train.tgt, context, self.context_sents)
         if self.graphs is not None:  # one device: the batch is the whole update, taken from the host
             self.graphs.zero_grad()
             return float(self.graphs.forward_backward(batch, 1.0 / len(index))), int(batch.tgt_mask.sum())
