@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         result = args.func(args)
-    except Preempted as err:  # not an error: `ctxnmt experiment` and `lm compare` resume where they stopped
+    except Preempted as err:  # not an error: `ctxnmt experiment` resumes where it stopped
         to_stderr(f"ctxnmt {args.command}: {err}; the same command resumes")
         return err.exit_code
     except CtxnmtError as err:

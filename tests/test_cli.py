@@ -319,8 +319,8 @@ def test_every_command_and_sub_command_prints_its_help(capsys):
     """--help works at every level (`ctxnmt judge --help` once died of an unescaped % in a
     sub-command's help line, which argparse formats only in its parent's help)."""
     paths = command_paths(build_parser())
-    assert ("judge", "report") in paths and ("lm", "compare") in paths and len(paths) > 20
-    for path in paths:
+    assert ("judge", "report") in paths and ("lm", "score") in paths and len(paths) > 20
+    for path in [p for p in paths if p != ("lm", "compare")]:  # gone: any arguments get its one line
         with pytest.raises(SystemExit) as stopped:
             main([*path, "--help"])
         out, _ = capsys.readouterr()

@@ -80,8 +80,6 @@ def test_the_walk_finds_a_breach():
     (["judge", "create", "--system", "a=b", "-o", "x", "-i", "S", "-r", "R"], "ref"),
     (["analyze", "context", "M", "-i", "S", "--doc-ids", "D", "-r", "x", "--out-dir", "R"], "out_dir"),
     (["analyze", "context", "M", "-i", "S", "--doc-ids", "D", "-r", "x", "-o", "R"], "out_dir"),
-    (["lm", "compare", "C", "--out", "R"], "out"),
-    (["lm", "compare", "C", "-o", "R"], "out"),
 ])
 def test_the_old_spellings_still_work_beside_the_shared_ones(argv, dest):
     assert getattr(build_parser().parse_args(argv), dest) == "R"

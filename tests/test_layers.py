@@ -21,7 +21,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("decoding",),
     ("training",),
     ("analysis",),  # reads what training writes (its train.log)
-    ("lm", "experiments", "serve"),
+    ("lm",),  # the language model: a task of the trainer
+    ("experiments", "serve"),
     ("cli", "examples", "__init__"),
     ("__main__",),
 )

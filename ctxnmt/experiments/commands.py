@@ -5,23 +5,30 @@ from pathlib import Path
 
 from ctxnmt.experiments.export import export_results, restore_results
 from ctxnmt.experiments.report import train_command
+from ctxnmt.errors import ConfigError
 from ctxnmt.experiments.runner import run_experiment
-from ctxnmt.experiments.runs import plan_runs, run_state
+from ctxnmt.experiments.runs import TASKS, plan_runs, run_state
 from ctxnmt.experiments.spec import load_experiment
-from ctxnmt.training import runs
 
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="train and compare several systems under one budget; write a report",
                        description="Train every system of an experiment file under the same budget and seeds, "
                                    "translate the test set, score it, test each system against the baseline and "
-                                   "write report.md/.csv/.json. Rerunning it redoes only what is missing.")
+                                   "write report.md/.csv/.json (language models: test perplexity, report.md/.json). "
+                                   "Rerunning it redoes only what is missing.")
     p.add_argument("experiment", metavar="EXPERIMENT", help="experiment YAML file (see docs/experiments.md)")
     p.add_argument("--quiet", action="store_true", help="no training progress bar or training log on stderr")
     p.add_argument("--dry-run", action="store_true",
                    help="check the file and every system's config, print each run's state and training command, "
                         "and stop")
-    runs.add_arguments(p, "SYSTEM[:SEED]", "evaluate and report the runs finished so far")
+    p.add_argument("--only", action="append", metavar="SYSTEM[:SEED]",
+                   help="train only these runs (repeatable), then report every finished run: lets two processes "
+                        "train different runs side by side")
+    p.add_argument("--report", action="store_true", help="train nothing: evaluate and report the runs finished so far")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="train up to N runs at once, each in its own process with the config's training.threads "
+                        "(default 1: one after the other)")
     p.add_argument("--export", metavar="DIR",
                    help="after the report, copy its small text results to DIR (report, test outputs, scores, "
                         "configs, training logs, significance tests; never checkpoints), e.g. to commit them")
@@ -36,9 +43,10 @@ def cmd_experiment(args) -> int:
     experiment = load_experiment(args.experiment)
     if args.dry_run:
         return dry_run(experiment)
-    runs.check_arguments(args)
+    if args.only and args.report:
+        raise ConfigError("--only trains runs and --report trains none: give one of them")
     if args.restore:
-        restored = restore_results(Path(args.restore), experiment.root)
+        restored = restore_results(Path(args.restore), experiment.root, TASKS[experiment.task].kept)
         print(f"restored {len(restored)} runs from {args.restore}")
     paths = run_experiment(experiment, quiet=args.quiet, only=args.only, train=not args.report,
                            reload=lambda: load_experiment(args.experiment), jobs=args.jobs)
@@ -58,7 +66,7 @@ def cmd_experiment(args) -> int:
 def dry_run(experiment) -> int:
     for run in plan_runs(experiment):
         print(f"{run.system} seed {run.seed}: {run_state(run, rewrite=False).value}, {run.model_dir}")
-        print(f"  {train_command(run.config_path, run.overrides)}")
+        print(f"  {train_command(run.config_path, run.overrides, TASKS[run.task].command)}")
     for spec in experiment.systems:
         if spec.external:
             print(f"{spec.name}: external output {spec.output}")

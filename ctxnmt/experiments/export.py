@@ -13,11 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ctxnmt.errors import DataError
+from ctxnmt.lm.scoring import LINE_SCORES
 from ctxnmt.utils.io import copy_into, read_json_object
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "length-buckets.png")
 RUN_FILES = ("config.yaml", "train.log", "done.json", "decode.json", "scores.json",
-             "alignment.json")  # the last where `ctxnmt analyze alignment RUN -o RUN/alignment.json` was run
+             "alignment.json",  # where `ctxnmt analyze alignment RUN -o RUN/alignment.json` was run
+             LINE_SCORES, "results.json")  # a language model's
 RUN_PATTERNS = ("test.hyp.*",)
 
 
@@ -83,11 +85,12 @@ def report_files(root: Path) -> dict[str, list[str]]:
     return files
 
 
-def restore_results(source: Path, root: Path) -> list[Path]:
+def restore_results(source: Path, root: Path, kept: str = "decode.json") -> list[Path]:
     """Copy the small files of every run and ensemble that export `source`'s report lists into
     experiment directory `root` where that run is absent (no config.yaml there; an ensemble: no
     decode.json), each run directory appearing whole; returns the restored run directories.
-    An export whose report predates its `files` list offers every run directory it holds."""
+    A run stands in only with its task's record `kept` (a translation's decode.json).  An
+    export whose report predates its `files` list offers every run directory it holds."""
     if not (source / "report.json").is_file():
         raise DataError(f"{source}: not an exported experiment (no report.json there)")
     listed = read_json_object(source / "report.json").get("files")
@@ -98,8 +101,8 @@ def restore_results(source: Path, root: Path) -> list[Path]:
         relative = run_dir.relative_to(source)
         target = root / relative
         marker = "decode.json" if relative.parts[0] == "ensembles" else "config.yaml"
-        if (target / marker).exists() or not (run_dir / "decode.json").is_file():
-            continue  # a local run wins; an export without its translation record cannot stand in
+        if (target / marker).exists() or not (run_dir / kept).is_file():
+            continue  # a local run wins; an export without its task's record cannot stand in
         _copy_run(run_dir, target)
         restored.append(target)
     return restored

@@ -202,8 +202,8 @@ def command(*args: Any) -> str:
     return " ".join(shlex.quote(str(a)) for a in args)
 
 
-def train_command(config_path: str, overrides: list[str]) -> str:
-    return command("ctxnmt", "train", config_path, *[part for item in overrides for part in ("--set", item)])
+def train_command(config_path: str, overrides: list[str], program: tuple[str, ...] = ("ctxnmt", "train")) -> str:
+    return command(*program, config_path, *[part for item in overrides for part in ("--set", item)])
 
 
 def translate_command(model_dir: Path | list[Path], test: TestSet, hyp: Path, doc_ids: Path | None = None) -> str:

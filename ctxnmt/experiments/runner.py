@@ -1,4 +1,5 @@
-"""`ctxnmt experiment`: train every system under one budget, translate, score, test, report.
+"""`ctxnmt experiment`: train every system under one budget, then translate, score, test and
+report (or, for language models, report the perplexities their runs scored).
 
 Every step is resumable: finished runs are not retrained, interrupted ones resume
 from their last checkpoint, and translations, scores and significance tests are
@@ -13,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ctxnmt.data.corpus import read_lines
+from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import length_buckets, mean_buckets
+from ctxnmt.experiments import perplexity
 from ctxnmt.experiments import report as rep
 from ctxnmt.experiments.evaluate import (
     Output,
@@ -32,6 +35,7 @@ from ctxnmt.experiments.evaluate import (
 )
 from ctxnmt.experiments.runs import (
     Run,
+    RunState,
     plan_runs,
     prepare_shared,
     run_key,
@@ -41,9 +45,10 @@ from ctxnmt.experiments.runs import (
     train,
     training_record,
 )
-from ctxnmt.experiments.spec import Experiment
-from ctxnmt.training.runs import PlannedRun, RunState, split_for_report, train_unfinished
+from ctxnmt.experiments.spec import LANGUAGE_MODEL, Experiment
 from ctxnmt.utils.messages import Log, stderr_log
+from ctxnmt.utils.processes import check_jobs, run_side_by_side
+from ctxnmt.utils.selectors import label
 
 
 def check_runs(runs: list[Run]) -> dict[int, RunState]:
@@ -55,17 +60,50 @@ def train_all(experiment: Experiment, plan: list[Run], runs: list[Run], states: 
               quiet: bool, jobs: int = 1) -> None:
     """Train `runs` (of the experiment's `plan`) not finished yet, in order, or up to `jobs` of
     them at once (each in its own process, quiet: its log is its train.log)."""
+    check_jobs(jobs, max((run.config.training.threads for run in runs), default=1), log)
     todo = [run for run in runs if states[id(run)] is not RunState.DONE]
+    for run in runs:
+        if run not in todo:
+            log(f"{run.system} seed {run.seed}: already trained in {run.model_dir}")
+    # judged on the whole experiment, not the runs of this process: an --only beside it may
+    # train systems of another data section, and {out_dir}/prep must then not be shared
+    if todo and shared_data(plan):
+        prepare_shared(experiment, todo, log)
+    for run in todo:
+        log(f"{run.system} seed {run.seed}: {states[id(run)].doing} in {run.model_dir}")
+        if jobs == 1:
+            train(run, quiet)
+    if jobs > 1 and todo:
+        run_side_by_side([(f"{run.system} seed {run.seed}", train, (run, True)) for run in todo], jobs, log)
 
-    def prepare_data() -> None:
-        # judged on the whole experiment, not the runs of this process: an --only beside it may
-        # train systems of another data section, and {out_dir}/prep must then not be shared
-        if shared_data(plan):
-            prepare_shared(experiment, todo, log)
 
-    train_unfinished([PlannedRun(f"{run.system} seed {run.seed}", run.model_dir, states[id(run)],
-                                 run.config.training.threads, train, (run, quiet or jobs > 1))
-                      for run in runs], jobs, log, before=prepare_data)
+def split_for_report(runs: list[Run], selected: list[Run] | None, log: Log
+                     ) -> tuple[list[Run], list[str], list[str]]:
+    """The finished runs, in order; the SYSTEM:SEED of those still training; and the
+    "SYSTEM:SEED (why)" of those left out.
+
+    With `selected` (the runs an --only process trains) the other runs belong to other
+    processes, perhaps on a newer checkout whose configs carry keys this one does not
+    know: one whose directory disagrees with this process's plan is left out of the
+    report with its reason, so that hours of training still end in a report that names
+    what it lacks.  A selected run's disagreement, or any run's without `selected`, stops
+    the command."""
+    mine = None if selected is None else {run_key(run) for run in selected}
+    finished, waiting, left_out = [], [], []
+    for run in runs:
+        try:
+            current = run_state(run)
+        except ConfigError as err:
+            if mine is None or run_key(run) in mine:
+                raise
+            log(f"left out of the report: {label(run_key(run))}: {err}")
+            left_out.append(f"{label(run_key(run))} ({err})")
+            continue
+        if current is RunState.DONE:
+            finished.append(run)
+        else:
+            waiting.append(label(run_key(run)))
+    return finished, waiting, left_out
 
 
 def evaluate_runs(runs: list[Run], test: TestSet, log) -> dict[str, list[Output]]:
@@ -219,7 +257,7 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
         train_all(experiment, runs, mine, check_runs(mine), log, quiet, jobs)
         if reload is not None:
             experiment, runs = _reread(experiment, runs, reload, log)
-    finished, waiting, disagreeing = split_for_report(runs, run_state, run_key, mine if only else None, log)
+    finished, waiting, disagreeing = split_for_report(runs, mine if only else None, log)
     if waiting:
         log(f"not finished yet, left out of the report: {', '.join(waiting)}")
     if not any(run.system == experiment.baseline for run in finished) and experiment.system(experiment.baseline).config:
@@ -228,7 +266,15 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
     if not finished:  # an external baseline: the test set is read through a trained run
         log("no run has finished yet: no report")
         return None
-    runs = finished
+    if experiment.task == LANGUAGE_MODEL:
+        return perplexity.write_report(experiment, finished, waiting, disagreeing, log)
+    return translation_report(experiment, finished, waiting, disagreeing, log)
+
+
+def translation_report(experiment: Experiment, runs: list[Run], waiting: list[str], disagreeing: list[str], log
+                       ) -> dict[str, Path] | None:
+    """Translate the test set with the finished `runs` and their ensembles, score and test
+    the outputs and write the report; None when the baseline has no output."""
     test = load_test_set(_test_set_run(experiment, runs), log=log)
     outputs = evaluate_runs(runs, test, log)
     ensembles, ensembles_left_out = evaluate_ensembles(experiment, runs, test, log)

@@ -1,4 +1,5 @@
-"""Training runs of an experiment: one model directory per trained system and seed.
+"""Training runs of an experiment: one model directory per trained system and seed, of
+either task (translation, or a language model).
 
 A run's effective config is its system's config file with, in this order, the
 experiment's shared overrides, the system's own, the budget, the seed and the
@@ -8,25 +9,35 @@ different settings, and a finished run is never trained again.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import enum
+import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ctxnmt.analysis.curves import last_quarter_gain
-from ctxnmt.config import Config, config_difference, from_dict, load_config, override, validate
+from ctxnmt.config import (build_typed, config_dict, config_difference, from_dict, load_config, override,
+                           read_yaml_mapping, validate)
 from ctxnmt.data.prepare import prepare
-from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.experiments.spec import Experiment, SystemSpec
+from ctxnmt.errors import CheckpointError, ConfigError, DataError
+from ctxnmt.experiments.spec import LANGUAGE_MODEL, TRANSLATION, Experiment, SystemSpec
+from ctxnmt.lm.config import LMConfig, load_lm_config
+from ctxnmt.lm.config import validate as validate_lm
+from ctxnmt.lm.run import train_and_score
+from ctxnmt.models.migrations import DEFINITIONS, directory_definitions, upgrade_model_config
 from ctxnmt.models.nmt import check_names
 from ctxnmt.training.log import logged_interruptions, read_validations
-from ctxnmt.training.runs import RunState, directory_state, saved_as_trained
 from ctxnmt.training.trainer import Trainer
 from ctxnmt.training.translation import TranslationTask
-from ctxnmt.utils.io import read_json_object
+from ctxnmt.utils.io import atomic_write, read_json_object
 from ctxnmt.utils.selectors import select
 
 # Settings that change only speed or logging, not what a run learns: a finished run
@@ -37,13 +48,111 @@ SPEED_ONLY = ("training.threads", "training.log_every")
 NOT_COMPARED = (*SPEED_ONLY, "model_dir", "name")  # a config's name is a label
 
 
+class RunState(enum.Enum):
+    FRESH = "fresh"  # nothing to go on from: training starts
+    RESUME = "resume"  # last.pt beside the run's config: training goes on from it
+    TRAINED = "trained"  # training finished (done.json), but not what follows it (a language model's scores)
+    DONE = "done"
+
+    @property
+    def doing(self) -> str:
+        return {RunState.FRESH: "training", RunState.RESUME: "resuming from its last checkpoint",
+                RunState.TRAINED: "scoring its finished training", RunState.DONE: "already trained"}[self]
+
+
+def saved_as_trained(saved: Path, record: str, rewrite: bool = True) -> dict[str, Any]:
+    """The raw config a run directory saved (its config.yaml), its model section restated in
+    today's names where the run was trained under older definitions (as its record `record`
+    or its checkpoints say): a run whose model's name has since come to mean another
+    computation then differs from a plan that names the new one, instead of passing for it.
+    A finished run so restated is rewritten in today's names (`restate`) unless not
+    `rewrite` (a dry run, which only looks)."""
+    raw = read_yaml_mapping(saved, "not a mapping of config sections")
+    written = directory_definitions(saved.parent, record)
+    if written is None or written >= DEFINITIONS or not isinstance(raw.get("model"), dict):
+        return raw
+    model = copy.deepcopy(raw["model"])
+    try:
+        upgrade_model_config(model, written, saved.parent)
+    except CheckpointError as err:
+        raise ConfigError(str(err)) from None
+    if model == raw["model"]:
+        return raw
+    raw = {**raw, "model": model}
+    if rewrite and (saved.parent / "done.json").is_file():
+        restate(saved.parent, raw)
+    return raw
+
+
+def restate(directory: Path, raw: dict[str, Any]) -> None:
+    """Rewrite a finished run's config.yaml in today's names and stamp its records (done.json,
+    results.json) with today's definitions, so that what loads it (translation and scoring,
+    which compare config.yaml with the checkpoint, itself restated when loaded) and any copy
+    of its small files read the computation it was trained with.  Only a finished run: one
+    still training may belong to another process (perhaps an older checkout), and resuming
+    rewrites config.yaml anyway."""
+    with atomic_write(directory / "config.yaml", "w") as fh:
+        yaml.safe_dump(raw, fh, sort_keys=False)
+    for name in ("done.json", "results.json"):
+        path = directory / name
+        try:
+            stated = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(stated, dict):
+            with atomic_write(path, "w") as fh:
+                json.dump({**stated, "definitions": DEFINITIONS}, fh, indent=1)
+
+
+def _translation_config(path: str | None, overrides: list[str]):
+    config = load_config(path, overrides)
+    check_names(config.model)
+    return config
+
+
+def _checked(config, check: Callable[[Any], None]):
+    check(config)
+    return config
+
+
+def _train_translation(config, state: RunState, quiet: bool) -> None:
+    Trainer(TranslationTask(config), resume=state is RunState.RESUME, quiet=quiet).train()
+
+
+def _train_language_model(config, state: RunState, quiet: bool) -> None:
+    train_and_score(config, quiet, resume=state is RunState.RESUME, score_only=state is RunState.TRAINED)
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """What a run of one task is to an experiment."""
+
+    load: Callable[[str | None, list[str]], Any]  # a config file and overrides: the checked config
+    from_raw: Callable[[dict[str, Any]], Any]  # a saved config.yaml's mapping: the checked config
+    train: Callable[[Any, RunState, bool], None]  # (config, state, quiet): train on from the state
+    finished: str  # the run's last record: there, the run is done
+    kept: str  # the record an exported run needs to stand in for the run (--restore)
+    command: tuple[str, ...]  # the command that trains one run alone
+    shares_preparation: bool  # whether runs of equal data sections share one {out_dir}/prep
+
+
+TASKS = {
+    TRANSLATION: RunTask(_translation_config, lambda raw: _checked(from_dict(raw), validate), _train_translation,
+                         "done.json", "decode.json", ("ctxnmt", "train"), True),
+    # the scores (results.json) come after training: a run with done.json alone is only scored
+    LANGUAGE_MODEL: RunTask(load_lm_config, lambda raw: _checked(build_typed(LMConfig, raw), validate_lm),
+                            _train_language_model, "results.json", "results.json", ("ctxnmt", "lm", "train"), False),
+}
+
+
 @dataclass
 class Run:
     system: str
     seed: int
     config_path: str
-    overrides: list[str]  # every --set given to `ctxnmt train`, in order
-    config: Config
+    overrides: list[str]  # every --set given to the task's train command, in order
+    config: Any  # the task's config
+    task: str = TRANSLATION
 
     @property
     def model_dir(self) -> Path:
@@ -58,17 +167,28 @@ def plan_run(experiment: Experiment, system: SystemSpec, seed: int) -> Run:
     overrides = [*experiment.overrides, *system.overrides, *experiment.budget.overrides(),
                  override("training.seed", seed), override("model_dir", model_dir(experiment, system.name, seed))]
     try:
-        config = load_config(system.config, overrides)
-        check_names(config.model)
+        config = TASKS[experiment.task].load(system.config, overrides)
     except ConfigError as err:
         raise ConfigError(f"system '{system.name}': {err}") from None
-    return Run(system.name, seed, system.config, overrides, config)
+    return Run(system.name, seed, system.config, overrides, config, experiment.task)
 
 
 def plan_runs(experiment: Experiment) -> list[Run]:
     """Every trained system × its seeds, in the experiment's order."""
-    return [plan_run(experiment, system, seed) for system in experiment.trained
-            for seed in experiment.seeds_of(system)]
+    runs = [plan_run(experiment, system, seed) for system in experiment.trained for seed in experiment.seeds_of(system)]
+    if experiment.task == LANGUAGE_MODEL:
+        _check_same_text(runs)
+    return runs
+
+
+def _check_same_text(runs: list[Run]) -> None:
+    """Perplexities compare only over one text cut into one vocabulary: another vocab_size
+    changes what <unk> covers, another tokenisation what a token is."""
+    for run in runs:
+        differs = config_difference(dataclasses.asdict(runs[0].config.data), dataclasses.asdict(run.config.data))
+        if differs:
+            raise ConfigError(f"system '{run.system}': its data section differs from '{runs[0].system}''s "
+                              f"(data.{differs}); perplexities over other texts or vocabularies do not compare")
 
 
 def run_key(run: Run) -> tuple[str, int]:
@@ -81,25 +201,82 @@ def select_runs(runs: list[Run], selectors: list[str]) -> list[Run]:
 
 
 def run_state(run: Run, rewrite: bool = True) -> RunState:
-    """DONE, RESUME or FRESH; a directory trained under another config is an error.  A
-    finished run trained under older definitions is rewritten in today's names unless not
-    `rewrite` (`saved_as_trained`)."""
+    """DONE, TRAINED (a language model not yet scored), RESUME or FRESH; a directory trained
+    under another config is an error.  A finished run trained under older definitions is
+    rewritten in today's names unless not `rewrite` (`saved_as_trained`)."""
+    task = TASKS[run.task]
 
     def difference(saved_path: Path) -> str:
         try:
-            trained = from_dict(saved_as_trained(saved_path, "done.json", rewrite))
-            validate(trained)
-            saved = trained.to_dict()
+            saved = config_dict(task.from_raw(saved_as_trained(saved_path, task.finished, rewrite)))
         except ConfigError as err:
             raise ConfigError(f"{run.model_dir}: its config.yaml no longer loads ({err})") from None
-        return config_difference(saved, run.config.to_dict(), ignore=NOT_COMPARED)
+        return config_difference(saved, config_dict(run.config), ignore=NOT_COMPARED)
 
-    return directory_state(run.model_dir, difference, "this experiment; use another out_dir or delete that directory")
+    directory = run.model_dir
+    done, last = ((directory / name).is_file() for name in ("done.json", "checkpoints/last.pt"))
+    if not (directory / "config.yaml").is_file():
+        if done or last:
+            raise ConfigError(f"{directory}: has checkpoints but no config.yaml; cannot tell how it was trained")
+        return RunState.FRESH
+    differs = difference(directory / "config.yaml")
+    if differs:
+        raise ConfigError(f"{directory} was trained with a different config: {differs} in this experiment; "
+                          "use another out_dir or delete that directory")
+    if (directory / task.finished).is_file():
+        return RunState.DONE
+    if done:  # stopped where an uninterrupted run stops: only what follows training is missing
+        return RunState.TRAINED
+    return RunState.RESUME if last else RunState.FRESH
+
+
+def saved_as_trained(saved: Path, record: str, rewrite: bool = True) -> dict[str, Any]:
+    """The raw config a run directory saved (its config.yaml), its model section restated in
+    today's names where the run was trained under older definitions (as its record `record`
+    or its checkpoints say): a run whose model's name has since come to mean another
+    computation then differs from a plan that names the new one, instead of passing for it.
+    A finished run so restated is rewritten in today's names (`restate`) unless not
+    `rewrite` (a dry run, which only looks)."""
+    raw = read_yaml_mapping(saved, "not a mapping of config sections")
+    written = directory_definitions(saved.parent, record)
+    if written is None or written >= DEFINITIONS or not isinstance(raw.get("model"), dict):
+        return raw
+    model = copy.deepcopy(raw["model"])
+    try:
+        upgrade_model_config(model, written, saved.parent)
+    except CheckpointError as err:
+        raise ConfigError(str(err)) from None
+    if model == raw["model"]:
+        return raw
+    raw = {**raw, "model": model}
+    if rewrite and (saved.parent / "done.json").is_file():
+        restate(saved.parent, raw)
+    return raw
+
+
+def restate(directory: Path, raw: dict[str, Any]) -> None:
+    """Rewrite a finished run's config.yaml in today's names and stamp its records (done.json,
+    results.json) with today's definitions, so that what loads it (translation and scoring,
+    which compare config.yaml with the checkpoint, itself restated when loaded) and any copy
+    of its small files read the computation it was trained with.  Only a finished run: one
+    still training may belong to another process (perhaps an older checkout), and resuming
+    rewrites config.yaml anyway."""
+    with atomic_write(directory / "config.yaml", "w") as fh:
+        yaml.safe_dump(raw, fh, sort_keys=False)
+    for name in ("done.json", "results.json"):
+        path = directory / name
+        try:
+            stated = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(stated, dict):
+            with atomic_write(path, "w") as fh:
+                json.dump({**stated, "definitions": DEFINITIONS}, fh, indent=1)
 
 
 def shared_data(runs: list[Run]) -> bool:
-    """Whether one preprocessing serves every run (their data sections are equal)."""
-    return all(run.config.data == runs[0].config.data for run in runs)
+    """Whether one preprocessing serves every run (a task that prepares, equal data sections)."""
+    return TASKS[runs[0].task].shares_preparation and all(run.config.data == runs[0].config.data for run in runs)
 
 
 def prepare_shared(experiment: Experiment, runs: list[Run], log) -> None:
@@ -134,7 +311,7 @@ def train(run: Run, quiet: bool = False) -> None:
     process (an --only beside this one) may have finished or begun the run since."""
     state = run_state(run)
     if state is not RunState.DONE:
-        Trainer(TranslationTask(run.config), resume=state is RunState.RESUME, quiet=quiet).train()
+        TASKS[run.task].train(run.config, state, quiet)
 
 
 def training_record(run: Run) -> dict[str, Any]:

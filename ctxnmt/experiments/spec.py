@@ -9,6 +9,9 @@
       - {name: mean-residual, config: configs/mean-residual-small.yaml, overrides: ["training.lr=0.002"]}
       - {name: rule-based, output: outputs/rule-based.en}   # an external system's test output
 
+`task: language-model` makes the systems language models (LM configs), compared by test
+perplexity; they are all trained here.
+
 Every key is a dataclass field, parsed with the config module's coercion, so an
 unknown key is an error naming it and the closest valid one.  Paths are relative
 to the working directory, as in config files.
@@ -28,6 +31,7 @@ from ctxnmt.evaluation.metrics import METRICS
 from ctxnmt.evaluation.significance import TESTS
 
 DEFAULT_SEEDS = (1234,)
+TRANSLATION, LANGUAGE_MODEL = "translation", "language-model"
 # Names become directory names and report rows.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 # The config key each budget kind sets; the other two are zeroed so that a
@@ -94,6 +98,7 @@ class SignificanceSpec:
 @dataclass
 class Experiment:
     name: str = ""
+    task: str = TRANSLATION  # or LANGUAGE_MODEL
     out_dir: str = ""  # default runs/exp/{name}
     baseline: str = ""
     budget: Budget = field(default_factory=Budget)
@@ -155,6 +160,8 @@ def _build(cls: type, raw: Any, where: str) -> Any:
 def from_dict(raw: dict[str, Any]) -> Experiment:
     experiment = _build(Experiment, raw, "")
     validate(experiment)
+    if experiment.task == LANGUAGE_MODEL and "metric" in (raw.get("significance") or {}):
+        raise ConfigError("significance.metric: a language-model experiment tests perplexity, the only metric")
     return experiment
 
 
@@ -173,7 +180,11 @@ def load_experiment(path: str | Path) -> Experiment:
 def validate(e: Experiment) -> None:
     if not _NAME.match(e.name):
         raise ConfigError(f"experiment 'name' must be a plain name (letters, digits, . _ + -), got {e.name!r}")
+    if e.task not in (TRANSLATION, LANGUAGE_MODEL):
+        raise ConfigError(f"task must be {TRANSLATION} or {LANGUAGE_MODEL}, got {e.task!r}")
     _validate_systems(e)
+    if e.task == LANGUAGE_MODEL:
+        _validate_language_model(e)
     _validate_budget(e)
     _validate_overrides("overrides", e.overrides)
     if e.significance.test not in TESTS:
@@ -212,6 +223,16 @@ def _validate_systems(e: Experiment) -> None:
     if not e.trained:
         raise ConfigError("an experiment needs at least one system with a 'config' (its data section names the "
                           "test set)")
+
+
+def _validate_language_model(e: Experiment) -> None:
+    for s in e.systems:
+        if not s.trained:
+            raise ConfigError(f"system '{s.name}': a language-model experiment trains every system; 'output' and "
+                              "'ensemble' are a translation experiment's")
+    if e.significance.test != "ar":
+        raise ConfigError(f"significance.test: a language-model experiment tests by approximate randomisation "
+                          f"(ar), got {e.significance.test!r}")
 
 
 def _validate_budget(e: Experiment) -> None:

@@ -1,23 +1,23 @@
-"""`ctxnmt lm train CONFIG`, `ctxnmt lm compare CONFIG … -o DIR` and `ctxnmt lm score MODEL_DIR -i FILE`."""
+"""`ctxnmt lm train CONFIG` and `ctxnmt lm score MODEL_DIR -i FILE`; LM configs are compared
+over seeds by `ctxnmt experiment` (an experiment file with `task: language-model`)."""
 from __future__ import annotations
 
-from pathlib import Path
+import argparse
 
-from ctxnmt.lm.compare import compare
+from ctxnmt.errors import ConfigError
 from ctxnmt.lm.config import load_lm_config
 from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import score_file
-from ctxnmt.training import runs
 from ctxnmt.training.budget import add_budget_arguments, budget_overrides
-from ctxnmt.utils.arguments import add_input, add_model_dir, add_output
-from ctxnmt.utils.messages import stderr_log, to_stderr
+from ctxnmt.utils.arguments import add_input, add_model_dir
+from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
 
 
 def register(sub) -> None:
-    p = sub.add_parser("lm", help="the residual LSTM language model: train, compare, score",
-                       description="The residual LSTM language model (docs/lm.md): train one, compare configs over "
-                                   "seeds, score a text's perplexity.")
+    p = sub.add_parser("lm", help="the residual LSTM language model: train, score",
+                       description="The residual LSTM language model (docs/lm.md): train one, score a text's "
+                                   "perplexity. ctxnmt experiment compares LM configs over seeds.")
     inner = p.add_subparsers(dest="lm_command", required=True, metavar="LM_COMMAND")
 
     t = inner.add_parser("train", help="train an LM; prints dev and test perplexity of the best checkpoint",
@@ -31,20 +31,10 @@ def register(sub) -> None:
     t.add_argument("--resume", action="store_true", help="continue exactly from MODEL_DIR/checkpoints/last.pt")
     t.set_defaults(func=cmd_train)
 
-    c = inner.add_parser("compare", help="train several LM configs with several seeds; test perplexity, mean ± sd",
-                         description="Train each LM config with each seed into OUTPUT/NAME/seedS (resuming what "
-                                     "stopped), then report test perplexity per config, mean ± sd over the seeds, "
-                                     "against the first config (report.md, report.json).")
-    c.add_argument("configs", nargs="+", metavar="CONFIG", help="LM configs; the first is the baseline")
-    c.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="training seeds (default 1 2 3)")
-    add_output(c, "directory for the runs ({output}/{name}/seed{s}) and report.md/.json", "--out", dest="out",
-               metavar="DIR", required=True)
-    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="an override for every config (repeatable), e.g. --set training.max_epochs=20")
-    c.add_argument("--export", metavar="DIR",
-                   help="then copy the report and every finished run's small files (config.yaml, train.log, "
-                        "test.logprobs, results.json) to DIR, to be committed: `--report -o DIR` reports them again")
-    runs.add_arguments(c, "NAME[:SEED]", "report the runs under -o that have finished (e.g. committed ones)")
+    gone = "gone: LM configs are compared by ctxnmt experiment, with an experiment file of task: language-model"
+    # every argument, options too, lands in `rest`: whatever the old call was, it gets the line
+    c = inner.add_parser("compare", help=gone, description=gone + " (docs/lm.md).", add_help=False, prefix_chars="\0")
+    c.add_argument("rest", nargs=argparse.REMAINDER, help="ignored")
     c.set_defaults(func=cmd_compare)
 
     s = inner.add_parser("score", help="perplexity of a text (and per-line log-probabilities)",
@@ -72,13 +62,8 @@ def cmd_train(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    runs.check_arguments(args)
-    rows = compare(args.configs, args.overrides, args.seeds, Path(args.out), only=args.only,
-                   log=stderr_log("lm compare: "), train=not args.report,
-                   jobs=args.jobs, export=Path(args.export) if args.export else None)
-    if rows is not None:
-        print((Path(args.out) / "report.md").read_text(encoding="utf-8").rstrip())
-    return 0
+    raise ConfigError("ctxnmt lm compare is gone: list the LM configs as the systems of an experiment file with "
+                      "'task: language-model' (as experiments/lm.yaml does) and run ctxnmt experiment FILE")
 
 
 def cmd_score(args) -> int:

@@ -1,4 +1,4 @@
-"""One LM run, as `lm train` and `lm compare` make it: train (or go on training), then score
+"""One LM run, as `lm train` and `ctxnmt experiment` make it: train (or go on training), then score
 dev and test with the best checkpoint."""
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from ctxnmt.models.migrations import load_model_checkpoint
 from ctxnmt.utils.checkpoint import load_model_state
 from ctxnmt.utils.threads import setup_threads
 
-LINE_SCORES = "test.logprobs"  # a finished run's per-line test log-probabilities (ctxnmt lm compare)
+LINE_SCORES = "test.logprobs"  # a finished run's per-line test log-probabilities (an experiment's significance tests read them)
 EVAL_CHUNK = 512  # tokens per forward pass when evaluating (one stream; the state carries over)
 
 

@@ -1,4 +1,4 @@
-"""`--only NAME[:SEED]` selectors, shared by `ctxnmt experiment` and `ctxnmt lm compare`."""
+"""`--only NAME[:SEED]` selectors, as `ctxnmt experiment` reads them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

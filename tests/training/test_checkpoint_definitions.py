@@ -116,7 +116,7 @@ def test_a_run_directory_states_its_model_in_todays_names(tmp_path):
     """What a run directory trained under older definitions computed, in today's names: its
     done.json says which definitions, else its checkpoint; neither (a committed copy): as saved."""
     from ctxnmt.errors import ConfigError
-    from ctxnmt.training.runs import saved_as_trained
+    from ctxnmt.experiments.runs import saved_as_trained
 
     saved = _run_directory(tmp_path / "a", 1, {"target_context": "mean", "output": "adaptive"})
     assert saved_as_trained(saved, "done.json")["model"] == {"target_context": "mean-with-start",
@@ -135,7 +135,7 @@ def test_a_run_directory_states_its_model_in_todays_names(tmp_path):
 def test_a_run_directory_is_rewritten_in_today_s_names_only_when_asked(tmp_path):
     """`experiment --dry-run` only looks: reading a finished run's state leaves its files as
     they are; a report (rewrite) states them in today's names."""
-    from ctxnmt.training.runs import saved_as_trained
+    from ctxnmt.experiments.runs import saved_as_trained
 
     saved = _run_directory(tmp_path / "a", 1, {"target_context": "mean"})
     files = {p.name: p.read_bytes() for p in saved.parent.iterdir() if p.is_file()}
