@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.corpus import check_same_length, read_lines
 from ctxnmt.errors import DataError
 
 Link = tuple[int, int]
@@ -43,23 +43,22 @@ class GoldAlignment:
 # -- reading ---------------------------------------------------------------------------------
 
 def read_pharaoh(path: str, possible_path: str | None = None) -> list[GoldAlignment]:
-    gold = [_pharaoh_line(line, f"{path}:{n}", allow_possible=True) for n, line in
+    gold = [_pharaoh_line(line, f"{path}:{n}") for n, line in
             enumerate(read_lines(path, allow_empty=True), 1)]
     if possible_path is not None:
         extra = read_lines(possible_path, allow_empty=True)
-        if len(extra) != len(gold):
-            raise DataError(f"{possible_path} has {len(extra)} lines but {path} has {len(gold)}")
+        check_same_length(possible_path, extra, path, gold)
         for n, (g, line) in enumerate(zip(gold, extra), 1):
-            for link in _pharaoh_line(line, f"{possible_path}:{n}", allow_possible=True).possible:
+            for link in _pharaoh_line(line, f"{possible_path}:{n}").possible:
                 g.add(link, sure=False)
     return gold
 
 
-def _pharaoh_line(line: str, where: str, allow_possible: bool) -> GoldAlignment:
+def _pharaoh_line(line: str, where: str) -> GoldAlignment:
     gold = GoldAlignment()
     for item in line.split():
         match = _PHARAOH.match(item)
-        if match is None or (match.group(2) == "?" and not allow_possible):
+        if match is None:
             raise DataError(f"{where}: {item!r} is not a link (expected i-j for sure, i?j for possible, 0-based)")
         gold.add((int(match.group(1)), int(match.group(3))), sure=match.group(2) == "-")
     return gold

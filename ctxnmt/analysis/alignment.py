@@ -44,7 +44,7 @@ from ctxnmt.analysis.aer import (
 )
 from ctxnmt.analysis.forced import check_without_context, join_word, source_attention, word_groups
 from ctxnmt.analysis.silver import SILVER_LABEL, silver_alignment
-from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.corpus import check_same_length, read_lines, write_lines_atomic
 from ctxnmt.data.prepare import split_paths
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
@@ -135,8 +135,7 @@ def register(sub) -> None:
 def cmd_alignment(args) -> int:
     src = read_lines(args.input)
     ref = read_lines(args.reference)
-    if len(src) != len(ref):
-        raise DataError(f"{args.reference} has {len(ref)} lines but {args.input} has {len(src)}")
+    check_same_length(args.reference, ref, args.input, src)
     if args.silver and args.possible:
         raise DataError("--possible belongs to --gold; a silver alignment has sure links only")
     translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
@@ -154,8 +153,7 @@ def cmd_alignment(args) -> int:
         gold = [gold[k] for k in keep]
     result = score([forced[k][2] for k in keep], gold)
     if args.write_links:
-        with atomic_write(args.write_links, "w") as fh:
-            fh.writelines(format_pharaoh(argmax_links(m)) + "\n" for _, _, m in forced)
+        write_lines_atomic(args.write_links, (format_pharaoh(argmax_links(m)) for _, _, m in forced))
     result.update(model=str(args.model_dir), input=args.input, reference=args.reference, alignment=label,
                   alignment_file=args.write_silver if args.silver else args.gold)
     if args.silver:
@@ -190,8 +188,7 @@ def silver_gold(translator, args, forced: list, keep: list[int]) -> list[GoldAli
     else:
         train_src, train_tgt, _ = split_paths(translator.config.data, "train")
     src_lines, tgt_lines = read_lines(train_src), read_lines(train_tgt)
-    if len(src_lines) != len(tgt_lines):
-        raise DataError(f"{train_tgt} has {len(tgt_lines)} lines but {train_src} has {len(src_lines)}")
+    check_same_length(train_tgt, tgt_lines, train_src, src_lines)
     pairs = [(s, t) for s, t in zip(src_lines, tgt_lines) if s.strip() and t.strip()]
     pre = translator.preprocessor
     train_s = _line_words(pre, [s for s, _ in pairs], "src")
@@ -199,12 +196,5 @@ def silver_gold(translator, args, forced: list, keep: list[int]) -> list[GoldAli
     links = silver_alignment(train_s, train_t, [forced[k][0] for k in keep], [forced[k][1] for k in keep])
     if args.write_silver:
         by_line = dict(zip(keep, links))
-        with atomic_write(args.write_silver, "w") as fh:
-            fh.writelines(format_pharaoh(by_line.get(k, set())) + "\n" for k in range(len(forced)))
-    gold = []
-    for a in links:
-        g = GoldAlignment()
-        for link in a:
-            g.add(link, sure=True)
-        gold.append(g)
-    return gold
+        write_lines_atomic(args.write_silver, (format_pharaoh(by_line.get(k, set())) for k in range(len(forced))))
+    return [GoldAlignment(sure=set(a), possible=set(a)) for a in links]  # silver links are all sure

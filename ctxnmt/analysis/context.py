@@ -19,14 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.corpus import check_same_length, read_lines, write_lines_atomic
 from ctxnmt.data.documents import other_document_sentences
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import score_all
 from ctxnmt.evaluation.significance import compare
 from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, add_ref, check_at_least
-from ctxnmt.utils.io import atomic_write, make_directory
+from ctxnmt.utils.io import make_directory
 
 
 @dataclass
@@ -130,8 +130,7 @@ def read_aligned(args) -> tuple[list[str], list[str], list[str]]:
     """-i, --doc-ids and -r, refused unless they have as many lines."""
     src, doc_ids, refs = read_lines(args.input), read_lines(args.doc_ids), read_lines(args.ref)
     for path, lines in ((args.doc_ids, doc_ids), (args.ref, refs)):
-        if len(lines) != len(src):
-            raise DataError(f"{path} has {len(lines)} lines but {args.input} has {len(src)}")
+        check_same_length(path, lines, args.input, src)
     return src, doc_ids, refs
 
 
@@ -144,7 +143,6 @@ def cmd_context(args) -> int:
     if args.out_dir:
         make_directory(args.out_dir)
         for name, hyps in outputs.items():
-            with atomic_write(Path(args.out_dir) / f"{name}.txt", "w") as fh:
-                fh.writelines(h + "\n" for h in hyps)
+            write_lines_atomic(Path(args.out_dir) / f"{name}.txt", hyps)
     print(markdown(rows).rstrip())
     return 0

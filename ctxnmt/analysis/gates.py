@@ -32,7 +32,7 @@ import torch
 from ctxnmt.analysis.forced import check_without_context
 from ctxnmt.analysis.tagger import apertium_tags
 from ctxnmt.data.batching import pad
-from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.corpus import read_lines, write_lines_atomic
 from ctxnmt.data.preprocess import BPE_SCHEME
 from ctxnmt.data.vocab import EOS
 from ctxnmt.data.words import join_word, word_groups
@@ -320,16 +320,15 @@ def cmd_gates(args) -> int:
     tags = read_lines(args.tags, allow_empty=True) if args.tags else None
     translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
     check_without_context(translator.model, args.model_dir, "the gate analysis")
+    output_tagger = None
     if args.tagger:
         try:
             tags = tag_lines(translator, lines)
         except DataError as err:
             raise DataError(f"{args.input}: {err}") from None
         if args.write_tags:
-            with atomic_write(args.write_tags, "w") as fh:
-                fh.writelines(t + "\n" for t in tags)
-    output_tagger = None
-    if args.tagger:
+            write_lines_atomic(args.write_tags, tags)
+
         def output_tagger(words):
             return apertium_tags(words, translator.config.data.tgt_lang)
     rows = analyse_lines(translator, lines, tags, beam=args.beam, tags_path=args.tags or "tags",

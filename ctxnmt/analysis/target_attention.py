@@ -24,7 +24,7 @@ import torch
 
 from ctxnmt.analysis.forced import check_without_context, join_word, target_attention, word_attention, word_groups
 from ctxnmt.analysis.trees import ParsEval, attention_tree, brackets, parse_ptb, right_branching, tree_spans
-from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.corpus import check_same_length, read_lines, write_lines_atomic
 from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, add_ref, check_at_least
@@ -113,8 +113,8 @@ def cmd_target_attention(args) -> int:
     translator = load_analysed(args.model_dir, args.checkpoint)
     src_lines = read_lines(args.input)
     refs = read_lines(args.ref) if args.ref else None
-    if refs is not None and len(refs) != len(src_lines):
-        raise DataError(f"{args.ref} has {len(refs)} lines but {args.input} has {len(src_lines)}")
+    if refs is not None:
+        check_same_length(args.ref, refs, args.input, src_lines)
     keep = [i for i, line in enumerate(src_lines) if line.strip() and (refs is None or refs[i].strip())]
     src = source_ids(translator, [src_lines[i] for i in keep])
     if refs is not None:
@@ -147,8 +147,7 @@ def cmd_target_attention(args) -> int:
         for lo, hi, count in hist:
             writer.writerow([f"{lo:.4f}", f"{hi:.4f}", count, f"{count / max(1, len(positions)):.6f}"])
     plot_histogram(hist, out / "max_position.png")
-    with atomic_write(out / "trees.txt", "w") as fh:
-        fh.writelines(line + "\n" for line in tree_lines)
+    write_lines_atomic(out / "trees.txt", tree_lines)
     on_prev = sum(r == 1.0 for r in positions) / max(1, len(positions))
     on_start = sum(r == 0.0 for r in positions) / max(1, len(positions))
     print(f"{len(keep)} sentences, {len(positions)} steps with a choice; maximum weight on the previous word "
@@ -192,8 +191,7 @@ def cmd_trees(args) -> int:
         baseline.add(tree_spans(right_branching(n)), ref.spans, n, args.include_root)
         out_lines.append(brackets(tree, ref.words))
     if args.output:
-        with atomic_write(args.output, "w") as fh:
-            fh.writelines(line + "\n" for line in out_lines)
+        write_lines_atomic(args.output, out_lines)
     else:
         sys.stdout.writelines(line + "\n" for line in out_lines)
     root = "included" if args.include_root else "excluded"

@@ -71,12 +71,8 @@ def tree_spans(tree: Tree) -> set[tuple[int, int]]:
 def brackets(tree: Tree, words: Sequence[str]) -> str:
     """Bracket notation with the words as leaves, e.g. ((the cat) (sat down))."""
     if isinstance(tree, int):
-        return escape_word(words[tree])
+        return words[tree].replace("(", "-LRB-").replace(")", "-RRB-")  # as Penn Treebank escapes them
     return f"({brackets(tree[0], words)} {brackets(tree[1], words)})"
-
-
-def escape_word(word: str) -> str:
-    return word.replace("(", "-LRB-").replace(")", "-RRB-")
 
 
 # -- Penn Treebank brackets -----------------------------------------------------------

@@ -84,43 +84,20 @@ def read_parallel(
     """Read a source file, a target file and optionally a document-id file, checking they align."""
     src = read_lines(src_path)
     tgt = read_lines(tgt_path)
-    _check_same_length(src_path, src, tgt_path, tgt)
+    check_same_length(src_path, src, tgt_path, tgt)
     docs = None
     if doc_path is not None:
         docs = read_lines(doc_path)
-        _check_same_length(src_path, src, doc_path, docs)
+        check_same_length(src_path, src, doc_path, docs)
     return ParallelCorpus(src=src, tgt=tgt, docs=docs)
 
 
-def _check_same_length(path_a, lines_a: Sequence[str], path_b, lines_b: Sequence[str]) -> None:
+def check_same_length(path_a, lines_a: Sequence[str], path_b, lines_b: Sequence[str]) -> None:
+    """Refuse two files that should be line-aligned but are not, naming both."""
     if len(lines_a) != len(lines_b):
         raise DataError(
             f"{os.fspath(path_a)} has {len(lines_a)} lines but {os.fspath(path_b)} has {len(lines_b)}"
         )
-
-
-def filter_by_length(
-    src_tok: Sequence[Sequence[str]], tgt_tok: Sequence[Sequence[str]], max_len: int | None
-) -> tuple[list[int], int, int]:
-    """Choose the sentence pairs to train on.
-
-    A pair is dropped if either side is empty, or (when ``max_len`` is set)
-    longer than ``max_len`` tokens. Returns ``(kept_indices, n_dropped_too_long,
-    n_dropped_empty)`` so the caller can report what was left out; a pair that
-    is both empty on one side and too long on the other counts as empty.
-    """
-    if len(src_tok) != len(tgt_tok):
-        raise ValueError(f"filter_by_length: {len(src_tok)} source but {len(tgt_tok)} target sentences")
-    kept: list[int] = []
-    too_long = empty = 0
-    for index, (src, tgt) in enumerate(zip(src_tok, tgt_tok)):
-        if not src or not tgt:
-            empty += 1
-        elif max_len is not None and (len(src) > max_len or len(tgt) > max_len):
-            too_long += 1
-        else:
-            kept.append(index)
-    return kept, too_long, empty
 
 
 def write_lines_atomic(path: str | os.PathLike, lines: Iterable[str]) -> None:

@@ -287,10 +287,6 @@ class Preprocessor:
         """Join subwords into words, restore sentence-initial capitals and detokenise."""
         return self._side(side).decode(tokens)
 
-    def tokenize_for_bleu(self, line: str, side: str) -> str:
-        """Moses-tokenise a plain-text line, for BLEU on tokenised text as in the papers."""
-        return " ".join(self._side(side).tokenizer.tokenize(line, escape=False))
-
     def _side(self, side: str) -> SidePipeline:
         try:
             return self._sides[side]

@@ -6,8 +6,8 @@ import csv
 import json
 from pathlib import Path
 
-from ctxnmt.data.corpus import read_lines
-from ctxnmt.errors import CtxnmtError, DataError
+from ctxnmt.data.corpus import check_same_length, read_lines
+from ctxnmt.errors import CtxnmtError
 from ctxnmt.evaluation.metrics import (
     METRICS,
     TOKENISED_BLEU_KEY,
@@ -69,30 +69,21 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run_score)
 
 
-def _parse_metrics(spec: str) -> tuple[str, ...]:
-    return check_metrics(name.strip().lower() for name in spec.split(",") if name.strip())
-
-
-def _check_lengths(lines: list[str], path: str, ref: list[str], ref_path: str) -> None:
-    if len(lines) != len(ref):
-        raise DataError(f"{path} has {len(lines)} lines but {ref_path} has {len(ref)}")
-
-
 def _load(args) -> tuple[list[list[str]], list[str], list[str] | None]:
     refs = read_lines(args.ref)
     systems = [read_lines(path) for path in args.hyp]
     for path, lines in zip(args.hyp, systems):
-        _check_lengths(lines, path, refs, args.ref)
+        check_same_length(path, lines, args.ref, refs)
     srcs = read_lines(args.src) if args.src else None
     if srcs is not None:
-        _check_lengths(srcs, args.src, refs, args.ref)
+        check_same_length(args.src, srcs, args.ref, refs)
     return systems, refs, srcs
 
 
 def _validate(args) -> tuple[str, ...]:
     if not args.hyp or not args.ref:
         raise CtxnmtError("score needs --hyp FILE and -r/--ref FILE (or: ctxnmt score contrastive MODEL_DIR FILE)")
-    metrics = _parse_metrics(args.metrics)
+    metrics = check_metrics(name.strip().lower() for name in args.metrics.split(",") if name.strip())
     if args.significance and len(args.hyp) < 2:
         raise CtxnmtError("--significance needs at least two --hyp files (the first is the baseline)")
     if (args.buckets or args.length_buckets) and not args.src:

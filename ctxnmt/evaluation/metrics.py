@@ -189,10 +189,6 @@ def sentence_scores(hyps: Sequence[str], refs: Sequence[str], metric: str = "ble
     return [scorer.sentence_score(h, [r]).score for h, r in zip(hyps, refs)]
 
 
-def _source_length(line: str) -> int:
-    return len(line.split())
-
-
 def _bucket_start(length: int, width: int, cap: int | None) -> int:
     if cap is not None and length >= cap:
         return cap
@@ -215,7 +211,7 @@ def length_buckets(srcs: Sequence[str], hyps: Sequence[str], refs: Sequence[str]
         raise DataError(f"{len(srcs)} source sentences but {len(hyps)} hypotheses")
     groups: dict[int, list[int]] = {}
     for i, src in enumerate(srcs):
-        groups.setdefault(_bucket_start(_source_length(src), width, cap), []).append(i)
+        groups.setdefault(_bucket_start(len(src.split()), width, cap), []).append(i)
     return [_make_bucket(lo, idx, hyps, refs, width, cap) for lo, idx in sorted(groups.items())]
 
 

@@ -15,7 +15,7 @@ counts and lengths, chrF's character and word n-gram counts, TER's edits and len
 a trial costs one sum, not a re-scoring.  Replicate r of the system is paired with
 replicate r of the baseline (the same seed).  With R = 1 this is the ordinary paired
 approximate randomisation test.  `shuffled_p` is the test itself, on any per-sentence
-statistics and corpus score: the language models' perplexity uses it too (ctxnmt.lm.compare).
+statistics and corpus score: the language models' perplexity uses it too (ctxnmt.experiments.perplexity).
 `seed_t_test` asks the other question, whether the seeds agree, with the seeds as the sample;
 `seed_t_power` is its power against a given true difference.
 """
@@ -24,20 +24,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from sacrebleu.metrics import BLEU, CHRF, TER
 from scipy import stats
 
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.metrics import check_metrics, check_pair
-from ctxnmt.evaluation.significance import SigResult, check_seed
+from ctxnmt.evaluation.significance import SigResult, check_seed, corpus_metric
 
 TEST = "stratified-ar"
 DEFAULT_TRIALS = 10000
 _CHUNK = 500  # trials whose statistic sums are formed as one matrix product
-
-
-def _scorer(metric: str):
-    return {"bleu": BLEU, "chrf": CHRF, "ter": TER}[metric]()
 
 
 def _check_replicates(baseline_runs: Sequence[Sequence[str]], system_runs: Sequence[Sequence[str]],
@@ -76,7 +71,7 @@ def stratified_ar(baseline_runs: Sequence[Sequence[str]], system_runs: Sequence[
     own scores, whose mean and standard deviation the caller may report."""
     check_metrics([metric])
     _check_replicates(baseline_runs, system_runs, refs)
-    scorer = _scorer(metric)
+    scorer = corpus_metric(metric)
     return stratified_result(sentence_statistics(baseline_runs, refs, scorer),
                              sentence_statistics(system_runs, refs, scorer), len(baseline_runs),
                              lambda stats: corpus_score(scorer, stats), metric, trials, seed)

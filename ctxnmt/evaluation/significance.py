@@ -7,7 +7,6 @@ are delegated to sacreBLEU's own implementation; the sentence-level tests
 from __future__ import annotations
 
 import math
-
 import os
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -102,7 +101,7 @@ def _resampling_test(test_type: str, baseline_hyps, system_hyps, refs, metric: s
     check_metrics([metric])
     _check_systems(baseline_hyps, system_hyps, refs)
     check_seed(seed)
-    scorer = scorer or _corpus_metric(metric)
+    scorer = scorer or corpus_metric(metric)
     systems = [("baseline", list(baseline_hyps)), ("system", list(system_hyps))]
     with _sacrebleu_seed(seed):
         # AR gets a bootstrap CI too (n_ar_confidence=0 means sacreBLEU's default size).
@@ -121,10 +120,10 @@ def _resampling_test(test_type: str, baseline_hyps, system_hyps, refs, metric: s
                "baseline_ci": [float(base.mean), float(base.ci)] if base.mean is not None else None})
 
 
-def _corpus_metric(metric: str):
+def corpus_metric(metric: str):
+    """A fresh sacreBLEU metric object for corpus scores."""
     # Same metric objects as corpus scoring, except BLEU must not use
     # effective order at corpus level.
-
     return BLEU() if metric == "bleu" else sentence_metric(metric)
 
 

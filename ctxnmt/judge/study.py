@@ -150,7 +150,7 @@ def open_study(path: str | os.PathLike) -> Iterator[sqlite3.Connection]:
     try:
         try:
             db.execute("PRAGMA journal_mode=WAL")
-            rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            rows = meta(db)
         except sqlite3.DatabaseError:
             raise DataError(f"{path}: not a ctxnmt judge study (not an SQLite file with a meta table)") from None
         if rows.get("format") != FORMAT:

@@ -70,8 +70,6 @@ def parse_request(body: bytes, limits: Limits) -> TranslateRequest:
     except ValidationError as err:
         raise _first_error(err) from None
     _check_text(request, limits)
-    if request.beam is not None and request.nbest > request.beam:
-        raise RequestError(422, "nbest", f"{request.nbest} is more than the beam ({request.beam})")
     return request
 
 

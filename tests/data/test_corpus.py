@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from ctxnmt.data.corpus import decode_lines, filter_by_length, read_lines, read_parallel, write_lines_atomic
+from ctxnmt.data.corpus import decode_lines, read_lines, read_parallel, write_lines_atomic
 from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write
 
@@ -59,13 +59,6 @@ def test_read_parallel_doc_mismatch(tmp_path):
     doc = write(tmp_path / "train.doc", b"d1\n")
     with pytest.raises(DataError, match=r"train\.es has 2 lines but .*train\.doc has 1"):
         read_parallel(src, tgt, doc)
-
-
-def test_filter_by_length_reports_what_it_drops():
-    src = [["a"], [], ["a"] * 5, ["a", "b"], ["a"]]
-    tgt = [["x"], ["x"], ["x"], ["x"] * 4, []]
-    assert filter_by_length(src, tgt, max_len=3) == ([0], 2, 2)
-    assert filter_by_length(src, tgt, max_len=None) == ([0, 2, 3], 0, 2)
 
 
 def test_write_lines_atomic_round_trip(tmp_path):

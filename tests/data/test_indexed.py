@@ -15,7 +15,6 @@ from ctxnmt.config import load_config
 from ctxnmt.data import prepare as prepare_module
 from ctxnmt.data import stream
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
-from ctxnmt.data.corpus import filter_by_length
 from ctxnmt.data.documents import PreviousSentences, previous_sentences
 from ctxnmt.data.indexed import TokenArrays, document_runs
 from ctxnmt.data.prepare import OLD_DATA, load_prepared, prepare
@@ -135,7 +134,9 @@ def test_streaming_on_any_number_of_workers_is_the_one_pass_pipeline(tmp_path):
     for side in ("src", "tgt"):
         assert result.truecasers[side].model["best"] == fitted._truecase_models[side].model["best"]
     src_tok, tgt_tok = fitted.encode_many(src, "src"), fitted.encode_many(tgt, "tgt")
-    kept, too_long, empty = filter_by_length(src_tok, tgt_tok, 12)
+    empty = sum(not s or not t for s, t in zip(src_tok, tgt_tok))  # an empty side counts as empty, not too long
+    kept = [i for i, (s, t) in enumerate(zip(src_tok, tgt_tok)) if s and t and max(len(s), len(t)) <= 12]
+    too_long = len(src_tok) - len(kept) - empty
     assert (result.counts.too_long, result.counts.empty) == (too_long, empty) and empty > 0 and too_long > 0
     vocab = Vocab.build([src_tok[i] for i in kept] + [tgt_tok[i] for i in kept])
     assert result.src_vocab == vocab == result.tgt_vocab

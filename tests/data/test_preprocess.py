@@ -108,11 +108,6 @@ def test_no_tokenise_no_truecase_no_bpe_is_whitespace_split():
     assert plain.decode(["The", "cat,", "sat."], "tgt") == "The cat, sat."
 
 
-def test_tokenize_for_bleu():
-    plain = Preprocessor.fit(SRC, TGT, src_lang="es", tgt_lang="en", tokenize=False)
-    assert plain.tokenize_for_bleu("The cat, the dog.", "tgt") == "The cat , the dog ."
-
-
 def test_bad_options_are_config_errors():
     with pytest.raises(ConfigError, match="unknown option"):
         Preprocessor.fit(SRC, TGT, src_lang="es", tgt_lang="en", bpe=10)
