@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.data.corpus import read_lines
+from ctxnmt.data.corpus import check_same_length, read_lines
 from ctxnmt.data.prepare import ensure_corpus, split_paths
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import CheckpointError, DataError
@@ -60,8 +60,7 @@ def load_test_set(run: Run, log: Log = to_stderr) -> TestSet:
     ensure_corpus(data, log)
     src_path, ref_path, doc_path = split_paths(data, "test")
     src, refs = read_lines(src_path), read_lines(ref_path)
-    if len(src) != len(refs):
-        raise DataError(f"{src_path} has {len(src)} lines but {ref_path} has {len(refs)}")
+    check_same_length(src_path, src, ref_path, refs)
     return TestSet(src_path, ref_path, data.tgt_lang, src, refs, doc_path if doc_path.is_file() else None)
 
 
@@ -92,14 +91,10 @@ def cached(path: Path, key: dict[str, Any], compute: Callable[[], dict[str, Any]
     return value, False
 
 
-def checkpoint_path(run: Run) -> Path:
-    """The checkpoint `ctxnmt translate` uses by default: best.pt, else last.pt."""
-    return default_checkpoint(run.model_dir)
-
-
 def has_checkpoint(run: Run) -> bool:
+    """Whether the run holds the checkpoint `ctxnmt translate` uses by default (best.pt, else last.pt)."""
     try:
-        checkpoint_path(run)
+        default_checkpoint(run.model_dir)
     except CheckpointError:
         return False
     return True
@@ -127,22 +122,28 @@ def hyp_path(run: Run, test: TestSet) -> Path:
 
 def translate_run(run: Run, test: TestSet, log: Log = to_stderr) -> dict[str, Any]:
     """Translate the test set with the run's selected checkpoint and beam; timed."""
-    out = hyp_path(run, test)
-    if not has_checkpoint(run):
-        return restored_translation(run.model_dir / "decode.json", out, test, f"{run.system} seed {run.seed}", log)
-    key = {"checkpoint": file_sha256(checkpoint_path(run)), "input": file_sha256(test.src_path)}
+    def key() -> dict[str, Any]:
+        return {"checkpoint": file_sha256(default_checkpoint(run.model_dir)), "input": file_sha256(test.src_path)}
+
+    return _translated([run], hyp_path(run, test), test, key, f"{run.system} seed {run.seed}", log)
+
+
+def _translated(runs: list[Run], out: Path, test: TestSet, key: Callable[[], dict[str, Any]], what: str,
+                log: Log) -> dict[str, Any]:
+    """The test set translated by `runs` (one run, or an ensemble) into `out`, cached in the
+    decode.json beside it under `key()`; restored as recorded where a run kept no checkpoint."""
+    record = out.parent / "decode.json"
+    if not all(has_checkpoint(run) for run in runs):
+        return restored_translation(record, out, test, what, log)
 
     def output_intact(info: dict[str, Any]) -> bool:
         return out.is_file() and file_sha256(out) == info.get("output_sha256")
 
-    info, was_cached = cached(run.model_dir / "decode.json", key, lambda: _translate(run, test, out), output_intact)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    info, was_cached = cached(record, key(), lambda: _decode(runs, test, out), output_intact)
     if was_cached:
-        log(f"{run.system} seed {run.seed}: test translation cached")
+        log(f"{what}: test translation cached")
     return info
-
-
-def _translate(run: Run, test: TestSet, out: Path) -> dict[str, Any]:
-    return _decode([run], test, out)
 
 
 def _decode(runs: list[Run], test: TestSet, out: Path) -> dict[str, Any]:
@@ -160,7 +161,7 @@ def _decode(runs: list[Run], test: TestSet, out: Path) -> dict[str, Any]:
         fh.writelines(r.text + "\n" for r in results)
     parameters = sum(count_parameters(Translator.load(d, device=first.training.device).model) for d in dirs) \
         if len(dirs) > 1 else count_parameters(translator.model)
-    return {"checkpoint": checkpoint_path(runs[0]).name, "beam": first.decoding.beam,
+    return {"checkpoint": default_checkpoint(runs[0].model_dir).name, "beam": first.decoding.beam,
             "device": first.training.device, "sentences": len(test.src), "seconds": seconds,
             "sentences_per_s": len(test.src) / seconds if seconds else 0.0,
             "parameters": parameters, "output_sha256": file_sha256(out)}
@@ -182,39 +183,26 @@ def translate_ensemble(name: str, seed: int, members: list[Run], test: TestSet, 
                        log: Log = to_stderr) -> tuple[Path, dict[str, Any]]:
     """The test set decoded by the members' same-seed runs together (average of log-probabilities,
     the first member's beam); cached on every member's checkpoint."""
-    directory = ensemble_dir(root, name, seed)
-    out = directory / f"test.hyp.{test.lang}"
-    if not all(has_checkpoint(run) for run in members):
-        return out, restored_translation(directory / "decode.json", out, test, f"{name} seed {seed}", log)
-    key = {"checkpoints": [file_sha256(checkpoint_path(run)) for run in members],
-           "input": file_sha256(test.src_path)}
+    out = ensemble_dir(root, name, seed) / f"test.hyp.{test.lang}"
 
-    def output_intact(info: dict[str, Any]) -> bool:
-        return out.is_file() and file_sha256(out) == info.get("output_sha256")
+    def key() -> dict[str, Any]:
+        return {"checkpoints": [file_sha256(default_checkpoint(run.model_dir)) for run in members],
+                "input": file_sha256(test.src_path)}
 
-    directory.mkdir(parents=True, exist_ok=True)
-    info, was_cached = cached(directory / "decode.json", key, lambda: _decode(members, test, out), output_intact)
-    if was_cached:
-        log(f"{name} seed {seed}: test translation cached")
-    return out, info
+    return out, _translated(members, out, test, key, f"{name} seed {seed}", log)
 
 
 def score_output(hyp: Path, test: TestSet, cache: Path) -> dict[str, Any]:
     """Tokenised BLEU, sacreBLEU, chrF and TER of one output file, with signatures."""
     def compute() -> dict[str, Any]:
         lines = read_lines(hyp, allow_empty=True)
-        _check_aligned(hyp, lines, test)
+        check_same_length(hyp, lines, test.ref_path, test.refs)
         scores = score_all(lines, test.refs, lang=test.lang)
         return {**{k: scores[k].value for k in SCORE_KEYS},
                 "signatures": {k: f"{scores[k].name}|{scores[k].signature}" for k in SCORE_KEYS}}
 
     key = {"hyp": file_sha256(hyp), "ref": file_sha256(test.ref_path), "lang": test.lang}
     return cached(cache, key, compute)[0]
-
-
-def _check_aligned(path: Path, lines: list[str], test: TestSet) -> None:
-    if len(lines) != len(test.refs):
-        raise DataError(f"{path} has {len(lines)} lines but {test.ref_path} has {len(test.refs)}")
 
 
 def significance(baseline: Output, system: Output, test: TestSet, spec: SignificanceSpec,
@@ -242,12 +230,16 @@ def replicate_significance(pairs: list[tuple[Output, Output]], test: TestSet, sp
     return cached(cache, key, compute)[0]
 
 
-def external_output(name: str, path: str, test: TestSet, root: Path) -> Output:
-    hyp = Path(path)
+def scored_output(system: str, seed: int | None, hyp: Path, test: TestSet, cache: Path,
+                  decode: dict[str, Any] | None = None, training: dict[str, Any] | None = None) -> Output:
+    """An output file, refused unless line-aligned with the references, and its scores (cached in `cache`)."""
     lines = read_lines(hyp, allow_empty=True)
-    _check_aligned(hyp, lines, test)
-    scores = score_output(hyp, test, external_scores_path(root, name))
-    return Output(name, None, hyp, lines, scores)
+    check_same_length(hyp, lines, test.ref_path, test.refs)
+    return Output(system, seed, hyp, lines, score_output(hyp, test, cache), decode, training)
+
+
+def external_output(name: str, path: str, test: TestSet, root: Path) -> Output:
+    return scored_output(name, None, Path(path), test, external_scores_path(root, name))
 
 
 def external_scores_path(root: Path, name: str) -> Path:

@@ -103,12 +103,9 @@ def restore_results(source: Path, root: Path, kept: str = "decode.json") -> list
         marker = "decode.json" if relative.parts[0] == "ensembles" else "config.yaml"
         if (target / marker).exists() or not (run_dir / kept).is_file():
             continue  # a local run wins; an export without its task's record cannot stand in
-        _copy_run(run_dir, target)
+        # into `target`, which may already hold a prepared `prep`; config.yaml, by which a run
+        # counts as present, last, after the decode.json it needs
+        copy_into(_run_files(run_dir), target, last=("decode.json", "config.yaml"))
         restored.append(target)
     return restored
 
-
-def _copy_run(run_dir: Path, target: Path) -> None:
-    """The run's small files into `target`, which may already hold a prepared `prep`;
-    config.yaml, by which a run counts as present, last, after the decode.json it needs."""
-    copy_into(_run_files(run_dir), target, last=("decode.json", "config.yaml"))

@@ -78,8 +78,7 @@ def perplexity_test(baseline_runs: list[np.ndarray], system_runs: list[np.ndarra
                              perplexity, "perplexity", trials, seed)
 
 
-def summarise(results: dict[str, dict[int, dict]], baseline: str, trials: int = TRIALS, seed: int = 12345
-              ) -> list[dict]:
+def summarise(results: dict[str, dict[int, dict]], baseline: str, trials: int, seed: int) -> list[dict]:
     """A row per system from its finished runs ({seed: {"ppl", "lines"}}); the tests pair
     each seed with the baseline's same seed, over the seeds both have finished."""
 

@@ -227,9 +227,8 @@ def significance_command(baseline_hyp: Path, system_hyp: Path, test: TestSet, ex
 # -- writing ------------------------------------------------------------------------------
 
 def write_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: list[dict[str, Any]],
-                 buckets: dict[str, list[Bucket]], signatures: list[str],
-                 not_reported: list[str] | None = None, files: dict[str, list[str]] | None = None
-                 ) -> dict[str, Path]:
+                 buckets: dict[str, list[Bucket]], signatures: list[str], not_reported: list[str],
+                 files: dict[str, list[str]]) -> dict[str, Path]:
     """report.md, report.csv, report.json and length-buckets.png in the experiment directory;
     `not_reported` names the runs and ensembles of the experiment that the report lacks, and why;
     `files`, what the report was computed from (runs, external, significance: paths relative
@@ -240,7 +239,6 @@ def write_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: l
              "plot": root / "length-buckets.png"}
     with atomic_write(paths["plot"], "wb") as fh:
         plot_length_buckets(buckets, fh)
-    not_reported = not_reported or []
     _write_text(paths["md"], markdown_report(experiment, test, rows, buckets, signatures, paths["plot"].name, runs,
                                              not_reported))
     _write_text(paths["csv"], csv_report(rows, experiment.baseline))
@@ -256,8 +254,7 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buckets: dict[str, list[Bucket]],
-                    signatures: list[str], plot_name: str, runs: list[dict[str, Any]] | None = None,
-                    not_reported: list[str] | None = None) -> str:
+                    signatures: list[str], plot_name: str, runs: list[dict[str, Any]], not_reported: list[str]) -> str:
     spec = experiment.significance
     seeds = experiment.run_seeds
     parts = [
@@ -301,7 +298,7 @@ def markdown_report(experiment: Experiment, test: TestSet, rows: list[Row], buck
         "",
         "## Runs",
         "",
-        runs_table(runs or []),
+        runs_table(runs),
         "",
         "## Reproducing each row",
         "",
@@ -352,8 +349,8 @@ def _csv_number(value: float | None) -> str:
 
 
 def json_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: list[dict[str, Any]],
-                buckets: dict[str, list[Bucket]], not_reported: list[str] | None = None,
-                files: dict[str, list[str]] | None = None) -> dict[str, Any]:
+                buckets: dict[str, list[Bucket]], not_reported: list[str], files: dict[str, list[str]]
+                ) -> dict[str, Any]:
     return {
         "experiment": asdict(experiment),
         "test": {"src": str(test.src_path), "ref": str(test.ref_path), "sentences": len(test.refs)},
@@ -363,8 +360,8 @@ def json_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: li
                   "mean": {k: r.mean(k) for k, _, _ in COLUMNS}, "sd": {k: r.sd(k) for k, _, _ in COLUMNS},
                   "values": r.values, "significance": r.significance, "commands": r.commands} for r in rows],
         "runs": runs,
-        "not_reported": not_reported or [],
-        "files": files or {"runs": [], "external": [], "significance": []},
+        "not_reported": not_reported,
+        "files": files,
         "length_buckets": {name: [_bucket_dict(b) for b in bs] for name, bs in buckets.items()},
     }
 

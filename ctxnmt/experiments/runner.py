@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.data.corpus import read_lines
 from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import length_buckets, mean_buckets
 from ctxnmt.experiments import perplexity
@@ -27,7 +26,7 @@ from ctxnmt.experiments.evaluate import (
     hyp_path,
     load_test_set,
     replicate_significance,
-    score_output,
+    scored_output,
     significance,
     translate_ensemble,
     translate_run,
@@ -110,9 +109,8 @@ def evaluate_runs(runs: list[Run], test: TestSet, log) -> dict[str, list[Output]
     outputs: dict[str, list[Output]] = {}
     for run in runs:
         decode = translate_run(run, test, log)
-        hyp = hyp_path(run, test)
-        scores = score_output(hyp, test, run.model_dir / "scores.json")
-        output = Output(run.system, run.seed, hyp, _lines(hyp), scores, decode, training_record(run))
+        output = scored_output(run.system, run.seed, hyp_path(run, test), test, run.model_dir / "scores.json", decode,
+                               training_record(run))
         outputs.setdefault(run.system, []).append(output)
     return outputs
 
@@ -138,13 +136,9 @@ def evaluate_ensembles(experiment: Experiment, runs: list[Run], test: TestSet, l
                 left_out.append(f"{spec.name}:{seed} ({reason})")
                 continue
             hyp, decode = translate_ensemble(spec.name, seed, members, test, experiment.root, log)
-            scores = score_output(hyp, test, hyp.parent / "scores.json")
-            outputs.setdefault(spec.name, []).append(Output(spec.name, seed, hyp, _lines(hyp), scores, decode))
+            output = scored_output(spec.name, seed, hyp, test, hyp.parent / "scores.json", decode)
+            outputs.setdefault(spec.name, []).append(output)
     return outputs, left_out
-
-
-def _lines(path: Path) -> list[str]:
-    return read_lines(path, allow_empty=True)
 
 
 def seed_pairs(baseline: list[Output], system: list[Output]) -> list[tuple[Output, Output]]:
@@ -159,33 +153,26 @@ def _tag(output: Output) -> str:
     return output.system if output.seed is None else f"{output.system}-seed{output.seed}"
 
 
-def significance_tests(experiment: Experiment, outputs: dict[str, list[Output]],
-                       test: TestSet) -> tuple[dict[str, list[dict[str, Any]]], list[Path]]:
-    """Each system's paired test against the baseline, seed by seed, and the files that hold them."""
+def significance_tests(experiment: Experiment, outputs: dict[str, list[Output]], test: TestSet
+                       ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, Any]], list[Path]]:
+    """Each system's paired test against the baseline, seed by seed; per system trained with two
+    or more of the baseline's seeds, one test over all its seed pairs; and the files that hold
+    them (the seed pairs' first)."""
     baseline = outputs[experiment.baseline]
     tests: dict[str, list[dict[str, Any]]] = {}
-    files = []
+    over_seeds = {}
+    files, replicate_files = [], []
     for name, system in outputs.items():
-        for b, s in seed_pairs(baseline, system) if name != experiment.baseline else []:
+        pairs = seed_pairs(baseline, system) if name != experiment.baseline else []
+        for b, s in pairs:
             files.append(experiment.root / "significance" / f"{_tag(s)}-vs-{_tag(b)}.json")
             tests.setdefault(name, []).append(significance(b, s, test, experiment.significance, files[-1]))
-    return tests, files
-
-
-def replicate_tests(experiment: Experiment, outputs: dict[str, list[Output]],
-                    test: TestSet) -> tuple[dict[str, dict[str, Any]], list[Path]]:
-    """Per system trained with two or more of the baseline's seeds: one test over all its seed
-    pairs; and the files that hold them."""
-    baseline = outputs[experiment.baseline]
-    tests = {}
-    files = []
-    for name, system in outputs.items():
-        pairs = seed_pairs(baseline, system) if name != experiment.baseline and system[0].seed is not None else []
-        if len(pairs) >= 2:
+        if len(pairs) >= 2 and system[0].seed is not None:
             seeds = "-".join(str(s.seed) for _, s in pairs)
-            files.append(experiment.root / "significance" / f"{name}-seeds{seeds}-vs-{experiment.baseline}.json")
-            tests[name] = replicate_significance(pairs, test, experiment.significance, files[-1])
-    return tests, files
+            replicate_files.append(experiment.root / "significance" /
+                                   f"{name}-seeds{seeds}-vs-{experiment.baseline}.json")
+            over_seeds[name] = replicate_significance(pairs, test, experiment.significance, replicate_files[-1])
+    return tests, over_seeds, files + replicate_files
 
 
 def computed_from(root: Path, outputs: dict[str, list[Output]], significance_files: list[Path]) -> dict[str, list[str]]:
@@ -275,7 +262,8 @@ def translation_report(experiment: Experiment, runs: list[Run], waiting: list[st
                        ) -> dict[str, Path] | None:
     """Translate the test set with the finished `runs` and their ensembles, score and test
     the outputs and write the report; None when the baseline has no output."""
-    test = load_test_set(_test_set_run(experiment, runs), log=log)
+    # read through the baseline's first run, or the first trained system's when the baseline is external
+    test = load_test_set(next((run for run in runs if run.system == experiment.baseline), runs[0]), log=log)
     outputs = evaluate_runs(runs, test, log)
     ensembles, ensembles_left_out = evaluate_ensembles(experiment, runs, test, log)
     outputs.update(ensembles)
@@ -286,11 +274,10 @@ def translation_report(experiment: Experiment, runs: list[Run], waiting: list[st
     if experiment.baseline not in outputs:  # an ensemble baseline none of whose seeds could be decoded
         log("the baseline has no output yet: no report")
         return None
-    tests, pair_files = significance_tests(experiment, outputs, test)
+    tests, over_seeds, significance_files = significance_tests(experiment, outputs, test)
     buckets = {name: mean_buckets([length_buckets(test.src, o.lines, test.refs) for o in outs])
                for name, outs in outputs.items()}
     metric = experiment.significance.metric
-    over_seeds, replicate_files = replicate_tests(experiment, outputs, test)
     rows = [rep.make_row(name, experiment.system(name).external, outs,
                          row_commands(experiment, name, runs, outputs, test),
                          rep.summarise_tests(tests[name], metric, over_seeds.get(name)) if name in tests else None)
@@ -299,7 +286,7 @@ def translation_report(experiment: Experiment, runs: list[Run], waiting: list[st
                                     for sig in o.scores["signatures"].values()))
     not_reported = [f"{name} (not finished)" for name in waiting] + disagreeing + ensembles_left_out
     paths = rep.write_report(experiment, test, rows, run_details(outputs, tests), buckets, signatures, not_reported,
-                             computed_from(experiment.root, outputs, pair_files + replicate_files))
+                             computed_from(experiment.root, outputs, significance_files))
     log(f"report written to {paths['md']}")
     return paths
 
@@ -312,7 +299,3 @@ def _reread(experiment: Experiment, runs: list[Run], reload: Callable[[], Experi
         log("the experiment changed while training: the report follows it as it is now")
     return current, planned
 
-
-def _test_set_run(experiment: Experiment, runs: list[Run]) -> Run:
-    """The baseline's first run, or the first trained system's when the baseline is external."""
-    return next((run for run in runs if run.system == experiment.baseline), runs[0])

@@ -159,13 +159,10 @@ class Run:
         return Path(self.config.model_dir)
 
 
-def model_dir(experiment: Experiment, system: str, seed: int) -> str:
-    return str(experiment.root / "systems" / system / f"seed{seed}")
-
-
 def plan_run(experiment: Experiment, system: SystemSpec, seed: int) -> Run:
+    directory = experiment.root / "systems" / system.name / f"seed{seed}"
     overrides = [*experiment.overrides, *system.overrides, *experiment.budget.overrides(),
-                 override("training.seed", seed), override("model_dir", model_dir(experiment, system.name, seed))]
+                 override("training.seed", seed), override("model_dir", str(directory))]
     try:
         config = TASKS[experiment.task].load(system.config, overrides)
     except ConfigError as err:
@@ -228,50 +225,6 @@ def run_state(run: Run, rewrite: bool = True) -> RunState:
     if done:  # stopped where an uninterrupted run stops: only what follows training is missing
         return RunState.TRAINED
     return RunState.RESUME if last else RunState.FRESH
-
-
-def saved_as_trained(saved: Path, record: str, rewrite: bool = True) -> dict[str, Any]:
-    """The raw config a run directory saved (its config.yaml), its model section restated in
-    today's names where the run was trained under older definitions (as its record `record`
-    or its checkpoints say): a run whose model's name has since come to mean another
-    computation then differs from a plan that names the new one, instead of passing for it.
-    A finished run so restated is rewritten in today's names (`restate`) unless not
-    `rewrite` (a dry run, which only looks)."""
-    raw = read_yaml_mapping(saved, "not a mapping of config sections")
-    written = directory_definitions(saved.parent, record)
-    if written is None or written >= DEFINITIONS or not isinstance(raw.get("model"), dict):
-        return raw
-    model = copy.deepcopy(raw["model"])
-    try:
-        upgrade_model_config(model, written, saved.parent)
-    except CheckpointError as err:
-        raise ConfigError(str(err)) from None
-    if model == raw["model"]:
-        return raw
-    raw = {**raw, "model": model}
-    if rewrite and (saved.parent / "done.json").is_file():
-        restate(saved.parent, raw)
-    return raw
-
-
-def restate(directory: Path, raw: dict[str, Any]) -> None:
-    """Rewrite a finished run's config.yaml in today's names and stamp its records (done.json,
-    results.json) with today's definitions, so that what loads it (translation and scoring,
-    which compare config.yaml with the checkpoint, itself restated when loaded) and any copy
-    of its small files read the computation it was trained with.  Only a finished run: one
-    still training may belong to another process (perhaps an older checkout), and resuming
-    rewrites config.yaml anyway."""
-    with atomic_write(directory / "config.yaml", "w") as fh:
-        yaml.safe_dump(raw, fh, sort_keys=False)
-    for name in ("done.json", "results.json"):
-        path = directory / name
-        try:
-            stated = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(stated, dict):
-            with atomic_write(path, "w") as fh:
-                json.dump({**stated, "definitions": DEFINITIONS}, fh, indent=1)
 
 
 def shared_data(runs: list[Run]) -> bool:

@@ -183,8 +183,9 @@ def validate(e: Experiment) -> None:
     if e.task not in (TRANSLATION, LANGUAGE_MODEL):
         raise ConfigError(f"task must be {TRANSLATION} or {LANGUAGE_MODEL}, got {e.task!r}")
     _validate_systems(e)
-    if e.task == LANGUAGE_MODEL:
-        _validate_language_model(e)
+    if e.task == LANGUAGE_MODEL and e.significance.test != "ar":
+        raise ConfigError(f"significance.test: a language-model experiment tests by approximate randomisation "
+                          f"(ar), got {e.significance.test!r}")
     _validate_budget(e)
     _validate_overrides("overrides", e.overrides)
     if e.significance.test not in TESTS:
@@ -208,6 +209,9 @@ def _validate_systems(e: Experiment) -> None:
         if bool(s.config) + bool(s.output) + bool(s.ensemble) != 1:
             raise ConfigError(f"system '{s.name}' needs exactly one of 'config' (to train), 'ensemble' (trained "
                               "systems decoded together) or 'output' (external)")
+        if e.task == LANGUAGE_MODEL and not s.trained:
+            raise ConfigError(f"system '{s.name}': a language-model experiment trains every system; 'output' and "
+                              "'ensemble' are a translation experiment's")
         if not s.trained and (s.overrides or s.seeds):
             raise ConfigError(f"system '{s.name}' is not trained here; it takes no overrides or seeds")
         for member in s.ensemble:
@@ -223,16 +227,6 @@ def _validate_systems(e: Experiment) -> None:
     if not e.trained:
         raise ConfigError("an experiment needs at least one system with a 'config' (its data section names the "
                           "test set)")
-
-
-def _validate_language_model(e: Experiment) -> None:
-    for s in e.systems:
-        if not s.trained:
-            raise ConfigError(f"system '{s.name}': a language-model experiment trains every system; 'output' and "
-                              "'ensemble' are a translation experiment's")
-    if e.significance.test != "ar":
-        raise ConfigError(f"significance.test: a language-model experiment tests by approximate randomisation "
-                          f"(ar), got {e.significance.test!r}")
 
 
 def _validate_budget(e: Experiment) -> None:

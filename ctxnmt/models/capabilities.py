@@ -20,10 +20,6 @@ class Capabilities:
     adaptive_output: bool = False  # the readout weighs s_t, d_t and c_t (α_s, α_y, α_c)
     document_context: bool = False  # reads the previous source sentences of its document
 
-    @property
-    def hyper_gates(self) -> bool:
-        return bool(self.encoder_hyper_gates or self.decoder_hyper_gates)
-
 
 def hyper_gated(cells: dict) -> tuple[str, ...]:
     """The names of the recurrences (name → cells.RecurrentCell) whose cell has a hyper-gate."""

@@ -26,7 +26,7 @@ def test_every_switch_is_declared():
                        encoder="stacked-birnn", encoder_layers=2, doc_aux="gated-aux").capabilities
     names = ("layer1-forward", "layer1-backward", "layer2-forward", "layer2-backward")
     assert caps.encoder_recurrences == names and caps.encoder_hyper_gates == names
-    assert caps.decoder_hyper_gates == ("gru1", "gru2") and caps.hyper_gates
+    assert caps.decoder_hyper_gates == ("gru1", "gru2")
     assert caps.target_attention and caps.adaptive_output and caps.document_context
     assert small_model(encoder_cell="gru", cell="adaptive-gru").capabilities.encoder_hyper_gates == ()
 
