@@ -62,7 +62,7 @@ def train_all(experiment: Experiment, plan: list[Run], runs: list[Run], states: 
     check_jobs(jobs, max((run.config.training.threads for run in runs), default=1), log)
     todo = [run for run in runs if states[id(run)] is not RunState.DONE]
     for run in runs:
-        if run not in todo:
+        if states[id(run)] is RunState.DONE:
             log(f"{run.system} seed {run.seed}: already trained in {run.model_dir}")
     # judged on the whole experiment, not the runs of this process: an --only beside it may
     # train systems of another data section, and {out_dir}/prep must then not be shared
