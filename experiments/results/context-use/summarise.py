@@ -1,0 +1,150 @@
+"""The context-use table over seeds (issue 53), from the committed measurements alone.
+
+    python experiments/results/context-use/summarise.py > experiments/results/context-use/summary.md
+
+Reads every SYSTEM/seedN directory beside this file (cxmi/, contrastive-test.json, scores.json)
+and writes one row per run and one per system over its seeds.  Over seeds, the pronoun
+accuracies are pooled (right answers over all seeds' examples), and each comparison is an
+exact two-sided sign test on the examples: per example, how many seeds get it right under one
+condition minus under the other, so that an example counts once however many seeds it sways.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ctxnmt.analysis.contrastive import right
+from ctxnmt.evaluation.significance import mcnemar
+
+HERE = Path(__file__).resolve().parent
+BASELINE = "baseline"
+PRONOUNS = ("he", "she", "his", "they")
+CONDITIONS = ("own", "none", "other")
+
+
+def runs(system: Path) -> list[Path]:
+    return sorted(system.glob("seed*"), key=lambda p: int(p.name[4:]))
+
+
+def outcomes(run: Path) -> dict[str, np.ndarray]:
+    """Per condition, which pronoun examples the run gets right; a sentence-level model's
+    'own' stands for every condition."""
+    report = json.loads((run / "contrastive-test.json").read_text())
+    ok = {c: np.array([right(np.array(s)) for s in scores], dtype=bool) for c, scores in report["scores"].items()}
+    return {c: ok.get(c, ok["own"]) for c in CONDITIONS}
+
+
+def earlier(run: Path) -> dict:
+    return json.loads((run / "contrastive-test.json").read_text())["antecedent"]["earlier sentences"]
+
+
+def cxmi(run: Path) -> dict | None:
+    path = run / "cxmi" / "cxmi.json"
+    return json.loads(path.read_text())["conditions"] if path.exists() else None
+
+
+def pronoun_pcxmi(run: Path) -> dict[str, float]:
+    """Mean P-CXMI, own against another chapter's context, of each pronoun's reference tokens."""
+    path = run / "cxmi" / "tokens.tsv.gz"
+    if not path.exists():
+        return {}
+    found: dict[str, list[float]] = {p: [] for p in PRONOUNS}
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            if row["token"].lower() in found:
+                found[row["token"].lower()].append(float(row["pcxmi_other"]))
+    return {p: statistics.fmean(v) for p, v in found.items() if v}
+
+
+def bleu(run: Path) -> float:
+    return json.loads((run / "scores.json").read_text())["value"]["bleu"]
+
+
+def sign_test(first: list[np.ndarray], second: list[np.ndarray]) -> float:
+    """Two-sided exact sign test on the examples' seed-summed differences."""
+    d = np.sum(first, axis=0).astype(int) - np.sum(second, axis=0).astype(int)
+    return mcnemar(d > 0, d < 0)
+
+
+def _cx(c: dict | None, condition: str) -> str:
+    if c is None:
+        return "0 by construction"
+    row = c[condition]
+    return f"{row['cxmi']:+.4f} [{row['interval'][0]:+.4f}, {row['interval'][1]:+.4f}]"
+
+
+def per_run_table(systems: list[Path]) -> list[str]:
+    lines = ["| system | seed | test BLEU | CXMI own − other (95% interval) | CXMI own − none | pronouns own / none / other "
+             "| earlier-verse antecedents own / none / other | pronoun P-CXMI " + " / ".join(PRONOUNS) + " |",
+             "|---|---|---|---|---|---|---|---|"]
+    for system in systems:
+        for run in runs(system):
+            ok = outcomes(run)
+            e = earlier(run)
+            acc = " / ".join(f"{ok[c].mean():.3f}" for c in CONDITIONS)
+            ea = " / ".join(f"{e.get(c, e['own'])['accuracy']:.3f}" for c in CONDITIONS)
+            p = pronoun_pcxmi(run)
+            pc = " / ".join(f"{p[w]:+.2f}" for w in PRONOUNS) if p else "0 by construction"
+            c = cxmi(run)
+            lines.append(f"| {system.name} | {run.name[4:]} | {bleu(run):.2f} | {_cx(c, 'other')} | {_cx(c, 'none')} "
+                         f"| {acc} | {ea} | {pc} |")
+    return lines
+
+
+def _mean_sd(values: list[float], fmt: str) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{format(statistics.fmean(values), fmt)} ± {format(sd, fmt.lstrip('+'))}"
+
+
+def over_seeds_table(systems: list[Path]) -> list[str]:
+    lines = ["| system | seeds | test BLEU | CXMI own − other | seeds whose interval is above 0 | CXMI own − none "
+             "| pronouns own / none / other (pooled) | sign test p: own vs none, own vs other | own vs the baseline (same seeds) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    base = {r.name: outcomes(r)["own"] for r in runs(HERE / BASELINE)} if (HERE / BASELINE).is_dir() else {}
+    for system in systems:
+        seeds = runs(system)
+        ok = [outcomes(r) for r in seeds]
+        pooled = " / ".join(f"{np.mean([o[c] for o in ok]):.3f}" for c in CONDITIONS)
+        cx = [cxmi(r) for r in seeds]
+        if all(c is not None for c in cx):
+            other = _mean_sd([c["other"]["cxmi"] for c in cx], "+.4f")
+            none = _mean_sd([c["none"]["cxmi"] for c in cx], "+.4f")
+            above = f"{sum(c['other']['interval'][0] > 0 for c in cx)} of {len(cx)}"
+            tests = (f"{sign_test([o['own'] for o in ok], [o['none'] for o in ok]):.3f}, "
+                     f"{sign_test([o['own'] for o in ok], [o['other'] for o in ok]):.3f}")
+        else:
+            other = none = "0 by construction"
+            above, tests = "", ""
+        paired = [r.name for r in seeds if r.name in base]
+        versus = ""
+        if system.name != BASELINE and paired:
+            mine = [o["own"] for r, o in zip(seeds, ok) if r.name in base]
+            versus = (f"{np.mean(mine):.3f} against {np.mean([base[n] for n in paired]):.3f}, "
+                      f"p = {sign_test(mine, [base[n] for n in paired]):.3f}")
+        lines.append(f"| {system.name} | {', '.join(r.name[4:] for r in seeds)} "
+                     f"| {_mean_sd([bleu(r) for r in seeds], '.2f')} | {other} | {above} | {none} | {pooled} "
+                     f"| {tests} | {versus} |")
+    return lines
+
+
+def main() -> int:
+    systems = sorted(p for p in HERE.iterdir() if p.is_dir() and runs(p))
+    systems.sort(key=lambda p: p.name != BASELINE)
+    out = ["# Context use over seeds", "",
+           "Written by `python experiments/results/context-use/summarise.py` from the directories beside it.", "",
+           "## Each run", ""] + per_run_table(systems) + [
+           "", "## Over seeds", "",
+           "Mean ± standard deviation over seeds; pronoun accuracies pooled over the seeds' examples; p from an exact "
+           "two-sided sign test on each example's seed-summed difference in right answers.", ""] + over_seeds_table(systems)
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""experiments/results/context-use/summarise.py: its pooled sign test on literal outcomes, and the
+committed summary.md is what the script writes from the committed measurements.
+
+The script is a standalone experiment, not part of the package, so it is loaded from its path."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DIR = ROOT / "experiments" / "results" / "context-use"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("context_use_summarise", DIR / "summarise.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+summarise = _load()
+
+
+def test_sign_test_counts_each_example_once_by_its_seed_summed_difference():
+    a = lambda *xs: np.array(xs, dtype=bool)  # noqa: E731
+    # two seeds, six examples: differences +2, +1, +1, 0, -1, +1 -> four above, one below:
+    # two-sided binomial p of 4 of 5 = 2 * (5 + 1) / 32 = 0.375
+    first = [a(1, 1, 0, 1, 0, 1), a(1, 0, 1, 0, 0, 0)]
+    second = [a(0, 0, 0, 1, 1, 0), a(0, 0, 0, 0, 0, 0)]
+    assert summarise.sign_test(first, second) == pytest.approx(0.375)
+    # an example one seed gets right and the other wrong under both conditions (difference 0)
+    # is no evidence either way
+    assert summarise.sign_test([a(1), a(0)], [a(0), a(1)]) == 1.0
+    # six examples all one way: 2 / 2**6
+    assert summarise.sign_test([a(1, 1, 1, 1, 1, 1)], [a(0, 0, 0, 0, 0, 0)]) == pytest.approx(0.03125)
+
+
+def test_a_sentence_model_reads_the_same_under_every_condition(tmp_path):
+    run = tmp_path / "seed1"
+    run.mkdir()
+    # correct candidate first: example 1 right (-1 > -2), example 2 wrong (-3 < -2)
+    (run / "contrastive-test.json").write_text(json.dumps({"examples": 2, "scores": {"own": [[-1, -2], [-3, -2]]}}))
+    ok = summarise.outcomes(run)
+    assert [ok[c].tolist() for c in ("own", "none", "other")] == [[True, False]] * 3
+
+
+def test_committed_summary_is_what_the_script_writes():
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert summarise.main() == 0
+    assert out.getvalue() == (DIR / "summary.md").read_text(encoding="utf-8")
