@@ -13,16 +13,19 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
-from ctxnmt.analysis.contrastive import right
+from ctxnmt.analysis.contrastive import read_examples, right
 from ctxnmt.evaluation.significance import mcnemar
 
 HERE = Path(__file__).resolve().parent
+EXAMPLES = HERE.parent.parent / "pronouns" / "bible-test.json"
 BASELINE = "baseline"
 PRONOUNS = ("he", "she", "his", "they")
 CONDITIONS = ("own", "none", "other")
@@ -97,24 +100,31 @@ def per_run_table(systems: list[Path]) -> list[str]:
     return lines
 
 
-def _mean_sd(values: list[float], fmt: str) -> str:
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{format(statistics.fmean(values), fmt)} ± {format(sd, fmt.lstrip('+'))}"
+def _mean_sd(values: list[float], fmt: str, interval: bool = False) -> str:
+    """Mean ± standard deviation over seeds; with interval, the mean's 95% t interval too."""
+    mean, sd = statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+    text = f"{format(mean, fmt)} ± {format(sd, fmt.lstrip('+'))}"
+    if interval and len(values) > 1:
+        half = stats.t.ppf(0.975, len(values) - 1) * sd / math.sqrt(len(values))
+        text += f" [{format(mean - half, fmt)}, {format(mean + half, fmt)}]"
+    return text
 
 
 def over_seeds_table(systems: list[Path]) -> list[str]:
     lines = ["| system | seeds | test BLEU | CXMI own − other | seeds whose interval is above 0 | CXMI own − none "
-             "| pronouns own / none / other (pooled) | sign test p: own vs none, own vs other | own vs the baseline (same seeds) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| pronouns own / none / other (pooled) | earlier-verse antecedents (pooled) | sign test p: own vs none, own vs other | own vs the baseline (same seeds) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    earlier_only = np.array([e.antecedent == "earlier sentences" for e in read_examples(str(EXAMPLES))])
     base = {r.name: outcomes(r)["own"] for r in runs(HERE / BASELINE)} if (HERE / BASELINE).is_dir() else {}
     for system in systems:
         seeds = runs(system)
         ok = [outcomes(r) for r in seeds]
         pooled = " / ".join(f"{np.mean([o[c] for o in ok]):.3f}" for c in CONDITIONS)
+        pooled_earlier = " / ".join(f"{np.mean([o[c][earlier_only] for o in ok]):.3f}" for c in CONDITIONS)
         cx = [cxmi(r) for r in seeds]
         if all(c is not None for c in cx):
-            other = _mean_sd([c["other"]["cxmi"] for c in cx], "+.4f")
-            none = _mean_sd([c["none"]["cxmi"] for c in cx], "+.4f")
+            other = _mean_sd([c["other"]["cxmi"] for c in cx], "+.4f", interval=True)
+            none = _mean_sd([c["none"]["cxmi"] for c in cx], "+.4f", interval=True)
             above = f"{sum(c['other']['interval'][0] > 0 for c in cx)} of {len(cx)}"
             tests = (f"{sign_test([o['own'] for o in ok], [o['none'] for o in ok]):.3f}, "
                      f"{sign_test([o['own'] for o in ok], [o['other'] for o in ok]):.3f}")
@@ -128,7 +138,7 @@ def over_seeds_table(systems: list[Path]) -> list[str]:
             versus = (f"{np.mean(mine):.3f} against {np.mean([base[n] for n in paired]):.3f}, "
                       f"p = {sign_test(mine, [base[n] for n in paired]):.3f}")
         lines.append(f"| {system.name} | {', '.join(r.name[4:] for r in seeds)} "
-                     f"| {_mean_sd([bleu(r) for r in seeds], '.2f')} | {other} | {above} | {none} | {pooled} "
+                     f"| {_mean_sd([bleu(r) for r in seeds], '.2f')} | {other} | {above} | {none} | {pooled} | {pooled_earlier} "
                      f"| {tests} | {versus} |")
     return lines
 
@@ -140,7 +150,7 @@ def main() -> int:
            "Written by `python experiments/results/context-use/summarise.py` from the directories beside it.", "",
            "## Each run", ""] + per_run_table(systems) + [
            "", "## Over seeds", "",
-           "Mean ± standard deviation over seeds; pronoun accuracies pooled over the seeds' examples; p from an exact "
+           "Mean ± standard deviation over seeds, with the mean's 95% t interval over seeds for CXMI; pronoun accuracies pooled over the seeds' examples; p from an exact "
            "two-sided sign test on each example's seed-summed difference in right answers.", ""] + over_seeds_table(systems)
     sys.stdout.write("\n".join(out) + "\n")
     return 0
