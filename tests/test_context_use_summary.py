@@ -1,4 +1,4 @@
-"""experiments/results/context-use/summarise.py: its pooled sign test on literal outcomes, and the
+"""experiments/results/context-use/summarise.py: its paired randomisation test on literal outcomes, and the
 committed summary.md is what the script writes from the committed measurements.
 
 The script is a standalone experiment, not part of the package, so it is loaded from its path."""
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from ctxnmt.evaluation.significance import mcnemar
 
 ROOT = Path(__file__).resolve().parent.parent
 DIR = ROOT / "experiments" / "results" / "context-use"
@@ -27,18 +29,25 @@ def _load():
 summarise = _load()
 
 
-def test_sign_test_counts_each_example_once_by_its_seed_summed_difference():
+def test_paired_randomisation_is_exact_over_the_examples_seed_summed_differences():
     a = lambda *xs: np.array(xs, dtype=bool)  # noqa: E731
-    # two seeds, six examples: differences +2, +1, +1, 0, -1, +1 -> four above, one below:
-    # two-sided binomial p of 4 of 5 = 2 * (5 + 1) / 32 = 0.375
+    # two seeds, six examples: differences +2, +1, +1, 0, -1, +1, sum 4.  Under the null the
+    # sum is (+-2) + four (+-1), 32 equally likely sign patterns; |sum| >= 4 in 10 of them
+    # (+2 with three or four of the ones positive: 4 + 1; the mirror images: 5)
     first = [a(1, 1, 0, 1, 0, 1), a(1, 0, 1, 0, 0, 0)]
     second = [a(0, 0, 0, 1, 1, 0), a(0, 0, 0, 0, 0, 0)]
-    assert summarise.sign_test(first, second) == pytest.approx(0.375)
+    assert summarise.paired_randomisation(first, second) == pytest.approx(10 / 32)
     # an example one seed gets right and the other wrong under both conditions (difference 0)
     # is no evidence either way
-    assert summarise.sign_test([a(1), a(0)], [a(0), a(1)]) == 1.0
+    assert summarise.paired_randomisation([a(1), a(0)], [a(0), a(1)]) == 1.0
     # six examples all one way: 2 / 2**6
-    assert summarise.sign_test([a(1, 1, 1, 1, 1, 1)], [a(0, 0, 0, 0, 0, 0)]) == pytest.approx(0.03125)
+    assert summarise.paired_randomisation([a(1, 1, 1, 1, 1, 1)], [a(0, 0, 0, 0, 0, 0)]) == pytest.approx(0.03125)
+
+
+def test_on_one_seed_it_is_mcnemars_exact_test():
+    rng = np.random.default_rng(3)
+    first, second = rng.random(60) < 0.7, rng.random(60) < 0.5
+    assert summarise.paired_randomisation([first], [second]) == pytest.approx(mcnemar(first, second))
 
 
 def test_a_sentence_model_reads_the_same_under_every_condition(tmp_path):

@@ -5,8 +5,8 @@
 Reads every SYSTEM/seedN directory beside this file (cxmi/, contrastive-test.json, scores.json)
 and writes one row per run and one per system over its seeds.  Over seeds, the pronoun
 accuracies are pooled (right answers over all seeds' examples), and each comparison is an
-exact two-sided sign test on the examples: per example, how many seeds get it right under one
-condition minus under the other, so that an example counts once however many seeds it sways.
+exact two-sided paired randomisation test on the examples: per example, how many seeds get it
+right under one condition minus under the other, each example one pair whatever its seeds say.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import numpy as np
 from scipy import stats
 
 from ctxnmt.analysis.contrastive import read_examples, right
-from ctxnmt.evaluation.significance import mcnemar
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent.parent / "pronouns" / "bible-test.json"
@@ -69,10 +68,18 @@ def bleu(run: Path) -> float:
     return json.loads((run / "scores.json").read_text())["value"]["bleu"]
 
 
-def sign_test(first: list[np.ndarray], second: list[np.ndarray]) -> float:
-    """Two-sided exact sign test on the examples' seed-summed differences."""
+def paired_randomisation(first: list[np.ndarray], second: list[np.ndarray]) -> float:
+    """Exact two-sided paired randomisation test on the examples' seed-summed differences d:
+    under the null each d is as likely to have either sign, so the distribution of their sum
+    is the convolution of the examples' two-point laws {-|d|, +|d|}.  On one seed it is
+    McNemar's exact test."""
     d = np.sum(first, axis=0).astype(int) - np.sum(second, axis=0).astype(int)
-    return mcnemar(d > 0, d < 0)
+    law = np.array([1.0])  # probabilities of the sums -reach ... +reach
+    for m in np.abs(d[d != 0]):
+        law = 0.5 * (np.concatenate([law, np.zeros(2 * m)]) + np.concatenate([np.zeros(2 * m), law]))
+    reach = (len(law) - 1) // 2
+    sums = np.arange(-reach, reach + 1)
+    return float(min(1.0, law[np.abs(sums) >= abs(int(d.sum()))].sum()))
 
 
 def _cx(c: dict | None, condition: str) -> str:
@@ -112,7 +119,7 @@ def _mean_sd(values: list[float], fmt: str, interval: bool = False) -> str:
 
 def over_seeds_table(systems: list[Path]) -> list[str]:
     lines = ["| system | seeds | test BLEU | CXMI own − other | seeds whose interval is above 0 | CXMI own − none "
-             "| pronouns own / none / other (pooled) | earlier-verse antecedents (pooled) | sign test p: own vs none, own vs other | own vs the baseline (same seeds) |",
+             "| pronouns own / none / other (pooled) | earlier-verse antecedents (pooled) | p: own vs none, own vs other | own vs the baseline (same seeds) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     earlier_only = np.array([e.antecedent == "earlier sentences" for e in read_examples(str(EXAMPLES))])
     base = {r.name: outcomes(r)["own"] for r in runs(HERE / BASELINE)} if (HERE / BASELINE).is_dir() else {}
@@ -126,8 +133,8 @@ def over_seeds_table(systems: list[Path]) -> list[str]:
             other = _mean_sd([c["other"]["cxmi"] for c in cx], "+.4f", interval=True)
             none = _mean_sd([c["none"]["cxmi"] for c in cx], "+.4f", interval=True)
             above = f"{sum(c['other']['interval'][0] > 0 for c in cx)} of {len(cx)}"
-            tests = (f"{sign_test([o['own'] for o in ok], [o['none'] for o in ok]):.3f}, "
-                     f"{sign_test([o['own'] for o in ok], [o['other'] for o in ok]):.3f}")
+            tests = (f"{paired_randomisation([o['own'] for o in ok], [o['none'] for o in ok]):.3f}, "
+                     f"{paired_randomisation([o['own'] for o in ok], [o['other'] for o in ok]):.3f}")
         else:
             other = none = "0 by construction"
             above, tests = "", ""
@@ -136,7 +143,7 @@ def over_seeds_table(systems: list[Path]) -> list[str]:
         if system.name != BASELINE and paired:
             mine = [o["own"] for r, o in zip(seeds, ok) if r.name in base]
             versus = (f"{np.mean(mine):.3f} against {np.mean([base[n] for n in paired]):.3f}, "
-                      f"p = {sign_test(mine, [base[n] for n in paired]):.3f}")
+                      f"p = {paired_randomisation(mine, [base[n] for n in paired]):.3f}")
         lines.append(f"| {system.name} | {', '.join(r.name[4:] for r in seeds)} "
                      f"| {_mean_sd([bleu(r) for r in seeds], '.2f')} | {other} | {above} | {none} | {pooled} | {pooled_earlier} "
                      f"| {tests} | {versus} |")
@@ -151,7 +158,7 @@ def main() -> int:
            "## Each run", ""] + per_run_table(systems) + [
            "", "## Over seeds", "",
            "Mean ± standard deviation over seeds, with the mean's 95% t interval over seeds for CXMI; pronoun accuracies pooled over the seeds' examples; p from an exact "
-           "two-sided sign test on each example's seed-summed difference in right answers.", ""] + over_seeds_table(systems)
+           "two-sided paired randomisation test on each example's seed-summed difference in right answers.", ""] + over_seeds_table(systems)
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 
