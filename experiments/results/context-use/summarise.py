@@ -28,6 +28,8 @@ EXAMPLES = HERE.parent.parent / "pronouns" / "bible-test.json"
 BASELINE = "baseline"
 PRONOUNS = ("he", "she", "his", "they")
 CONDITIONS = ("own", "none", "other")
+# a variant and the model it changes: compared seed for seed under each condition
+COUNTERPARTS = {"random-context": "doc-init-both-gated-aux-paper"}
 
 
 def runs(system: Path) -> list[Path]:
@@ -108,10 +110,13 @@ def per_run_table(systems: list[Path]) -> list[str]:
 
 
 def _mean_sd(values: list[float], fmt: str, interval: bool = False) -> str:
-    """Mean ± standard deviation over seeds; with interval, the mean's 95% t interval too."""
-    mean, sd = statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+    """Mean ± standard deviation over seeds (one seed: its value); with interval, the mean's 95% t interval too."""
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return format(mean, fmt)
+    sd = statistics.stdev(values)
     text = f"{format(mean, fmt)} ± {format(sd, fmt.lstrip('+'))}"
-    if interval and len(values) > 1:
+    if interval:
         half = stats.t.ppf(0.975, len(values) - 1) * sd / math.sqrt(len(values))
         text += f" [{format(mean - half, fmt)}, {format(mean + half, fmt)}]"
     return text
@@ -150,6 +155,22 @@ def over_seeds_table(systems: list[Path]) -> list[str]:
     return lines
 
 
+def counterpart_table(systems: list[Path]) -> list[str]:
+    lines = ["| system | against | seeds | pronouns own, none, other: system against counterpart (p) |", "|---|---|---|---|"]
+    for system in systems:
+        if system.name not in COUNTERPARTS:
+            continue
+        other = HERE / COUNTERPARTS[system.name]
+        seeds = [r.name for r in runs(system) if (other / r.name).is_dir()]
+        mine = [outcomes(system / n) for n in seeds]
+        theirs = [outcomes(other / n) for n in seeds]
+        cells = ", ".join(f"{np.mean([o[c] for o in mine]):.3f} against {np.mean([o[c] for o in theirs]):.3f} "
+                          f"({paired_randomisation([o[c] for o in mine], [o[c] for o in theirs]):.3f})"
+                          for c in CONDITIONS)
+        lines.append(f"| {system.name} | {other.name} | {', '.join(n[4:] for n in seeds)} | {cells} |")
+    return lines
+
+
 def main() -> int:
     systems = sorted(p for p in HERE.iterdir() if p.is_dir() and runs(p))
     systems.sort(key=lambda p: p.name != BASELINE)
@@ -158,7 +179,8 @@ def main() -> int:
            "## Each run", ""] + per_run_table(systems) + [
            "", "## Over seeds", "",
            "Mean ± standard deviation over seeds, with the mean's 95% t interval over seeds for CXMI; pronoun accuracies pooled over the seeds' examples; p from an exact "
-           "two-sided paired randomisation test on each example's seed-summed difference in right answers.", ""] + over_seeds_table(systems)
+           "two-sided paired randomisation test on each example's seed-summed difference in right answers.", ""] + over_seeds_table(systems) + [
+           "", "## Against the model a variant changes", ""] + counterpart_table(systems)
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 
