@@ -13,15 +13,15 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-import math
 import statistics
 import sys
+from functools import cache
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from ctxnmt.analysis.contrastive import read_examples, right
+from ctxnmt.evaluation.replicates import smallest_detectable
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent.parent / "pronouns" / "bible-test.json"
@@ -36,6 +36,7 @@ def runs(system: Path) -> list[Path]:
     return sorted(system.glob("seed*"), key=lambda p: int(p.name[4:]))
 
 
+@cache
 def outcomes(run: Path) -> dict[str, np.ndarray]:
     """Per condition, which pronoun examples the run gets right; a sentence-level model's
     'own' stands for every condition."""
@@ -44,8 +45,25 @@ def outcomes(run: Path) -> dict[str, np.ndarray]:
     return {c: ok.get(c, ok["own"]) for c in CONDITIONS}
 
 
-def earlier(run: Path) -> dict:
-    return json.loads((run / "contrastive-test.json").read_text())["antecedent"]["earlier sentences"]
+@cache
+def earlier_only() -> np.ndarray:
+    """Which examples have their antecedent only in earlier verses."""
+    return np.array([e.antecedent == "earlier sentences" for e in read_examples(str(EXAMPLES))])
+
+
+def accuracies(outcome_runs: list[dict[str, np.ndarray]], rows: np.ndarray | slice = slice(None)) -> str:
+    """Accuracy under own / none / other, pooled over the runs' answers on `rows`."""
+    return " / ".join(f"{np.mean([o[c][rows] for o in outcome_runs]):.3f}" for c in CONDITIONS)
+
+
+def seedwise(system: Path, other: Path, condition: str) -> tuple[float, float, float] | None:
+    """`system` against `other` on the seeds both have: pooled accuracies and the test's p."""
+    seeds = [r.name for r in runs(system) if (other / r.name).is_dir()]
+    if not seeds:
+        return None
+    mine = [outcomes(system / n)[condition] for n in seeds]
+    theirs = [outcomes(other / n)[condition] for n in seeds]
+    return float(np.mean(mine)), float(np.mean(theirs)), paired_randomisation(mine, theirs)
 
 
 def cxmi(run: Path) -> dict | None:
@@ -97,10 +115,7 @@ def per_run_table(systems: list[Path]) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     for system in systems:
         for run in runs(system):
-            ok = outcomes(run)
-            e = earlier(run)
-            acc = " / ".join(f"{ok[c].mean():.3f}" for c in CONDITIONS)
-            ea = " / ".join(f"{e.get(c, e['own'])['accuracy']:.3f}" for c in CONDITIONS)
+            acc, ea = accuracies([outcomes(run)]), accuracies([outcomes(run)], earlier_only())
             p = pronoun_pcxmi(run)
             pc = " / ".join(f"{p[w]:+.2f}" for w in PRONOUNS) if p else "0 by construction"
             c = cxmi(run)
@@ -117,7 +132,7 @@ def _mean_sd(values: list[float], fmt: str, interval: bool = False) -> str:
     sd = statistics.stdev(values)
     text = f"{format(mean, fmt)} ± {format(sd, fmt.lstrip('+'))}"
     if interval:
-        half = stats.t.ppf(0.975, len(values) - 1) * sd / math.sqrt(len(values))
+        half = smallest_detectable(sd, len(values))  # the mean's 95% t interval's half-width
         text += f" [{format(mean - half, fmt)}, {format(mean + half, fmt)}]"
     return text
 
@@ -126,13 +141,10 @@ def over_seeds_table(systems: list[Path]) -> list[str]:
     lines = ["| system | seeds | test BLEU | CXMI own − other | seeds whose interval is above 0 | CXMI own − none "
              "| pronouns own / none / other (pooled) | earlier-verse antecedents (pooled) | p: own vs none, own vs other | own vs the baseline (same seeds) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    earlier_only = np.array([e.antecedent == "earlier sentences" for e in read_examples(str(EXAMPLES))])
-    base = {r.name: outcomes(r)["own"] for r in runs(HERE / BASELINE)} if (HERE / BASELINE).is_dir() else {}
     for system in systems:
         seeds = runs(system)
         ok = [outcomes(r) for r in seeds]
-        pooled = " / ".join(f"{np.mean([o[c] for o in ok]):.3f}" for c in CONDITIONS)
-        pooled_earlier = " / ".join(f"{np.mean([o[c][earlier_only] for o in ok]):.3f}" for c in CONDITIONS)
+        pooled, pooled_earlier = accuracies(ok), accuracies(ok, earlier_only())
         cx = [cxmi(r) for r in seeds]
         if all(c is not None for c in cx):
             other = _mean_sd([c["other"]["cxmi"] for c in cx], "+.4f", interval=True)
@@ -143,12 +155,8 @@ def over_seeds_table(systems: list[Path]) -> list[str]:
         else:
             other = none = "0 by construction"
             above, tests = "", ""
-        paired = [r.name for r in seeds if r.name in base]
-        versus = ""
-        if system.name != BASELINE and paired:
-            mine = [o["own"] for r, o in zip(seeds, ok) if r.name in base]
-            versus = (f"{np.mean(mine):.3f} against {np.mean([base[n] for n in paired]):.3f}, "
-                      f"p = {paired_randomisation(mine, [base[n] for n in paired]):.3f}")
+        against = seedwise(system, HERE / BASELINE, "own") if system.name != BASELINE else None
+        versus = f"{against[0]:.3f} against {against[1]:.3f}, p = {against[2]:.3f}" if against else ""
         lines.append(f"| {system.name} | {', '.join(r.name[4:] for r in seeds)} "
                      f"| {_mean_sd([bleu(r) for r in seeds], '.2f')} | {other} | {above} | {none} | {pooled} | {pooled_earlier} "
                      f"| {tests} | {versus} |")
@@ -162,11 +170,7 @@ def counterpart_table(systems: list[Path]) -> list[str]:
             continue
         other = HERE / COUNTERPARTS[system.name]
         seeds = [r.name for r in runs(system) if (other / r.name).is_dir()]
-        mine = [outcomes(system / n) for n in seeds]
-        theirs = [outcomes(other / n) for n in seeds]
-        cells = ", ".join(f"{np.mean([o[c] for o in mine]):.3f} against {np.mean([o[c] for o in theirs]):.3f} "
-                          f"({paired_randomisation([o[c] for o in mine], [o[c] for o in theirs]):.3f})"
-                          for c in CONDITIONS)
+        cells = ", ".join("{:.3f} against {:.3f} ({:.3f})".format(*seedwise(system, other, c)) for c in CONDITIONS)
         lines.append(f"| {system.name} | {other.name} | {', '.join(n[4:] for n in seeds)} | {cells} |")
     return lines
 
