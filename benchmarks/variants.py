@@ -97,7 +97,7 @@ def main() -> None:
     from ctxnmt.data.prepare import read_split
     from ctxnmt.decoding.translator import search_ids
     from ctxnmt.utils.checkpoint import default_checkpoint
-    from ctxnmt.models.document import context_sentences
+    from ctxnmt.models.context import context_sentences
     from ctxnmt.models.nmt import count_parameters
 
     torch.set_num_threads(args.threads or os.cpu_count())

@@ -120,7 +120,8 @@ class ModelConfig(ComponentSection):
     setting (e.g. the document context's doc_* keys, ctxnmt.models.document)."""
 
     NAMES: ClassVar[dict[str, str]] = {kind: kind for kind in
-                                       ("cell", "encoder", "decoder", "target_context", "output", "doc_aux")}
+                                       ("cell", "encoder", "decoder", "target_context", "output", "doc_aux",
+                                                       "context")}
     encoder: str = "birnn"
     decoder: str = "cgru"
     cell: str = "gru"  # gru | adaptive-gru | adaptive-gru-scaled | adaptive-gru-balanced | adaptive-gru-released
@@ -131,6 +132,9 @@ class ModelConfig(ComponentSection):
     # enters the decoder transition: none | aux | gated-aux | gated-aux-code (its settings:
     # ctxnmt.models.document)
     doc_aux: str = "none"
+    # Document context (ctxnmt.models.context): none | hierarchical (selected by the doc_* keys
+    # too) | concat (the previous sentences joined to the current one)
+    context: str = "none"
     emb_dim: int = 256
     hidden_dim: int = 512
     att_dim: int = 512
@@ -227,6 +231,9 @@ class TrainingConfig:
     # train; random: as many as a uniform draw from 0 … K allows, anew each update (context
     # dropout, Fernandes et al. 2021), so that an empty context is in the model's distribution
     context_size: str = "fixed"  # fixed | random
+    # CoWord dropout (Fernandes et al. 2021): each word of the current source sentence becomes
+    # the unknown word with this probability in training, so that the model must read its context
+    coword_dropout: float = 0.0
 
     @property
     def selection_metric(self) -> str:
@@ -561,7 +568,8 @@ FIELD_RANGES = {
     "model": {"emb_dim": ">=1", "hidden_dim": ">=1", "att_dim": ">=1",
               "dropout_emb": "[0,1)", "dropout_hidden": "[0,1)", "dropout_out": "[0,1)"},
     "training": {"warmup_updates": ">=0", "label_smoothing": "[0,1)", "batch_tokens": ">=1", "batch_sents": ">=1",
-                 "valid_beam": ">=1", "valid_max_sents": ">=0"},
+                 "valid_beam": ">=1", "valid_max_sents": ">=0",
+                 "coword_dropout": "[0,1)"},
     "decoding": {"beam": ">=1", "batch_size": ">=1", "max_src_len": ">=1"},
 }
 # What every training loop and its plateau schedule read, in the NMT and the LM config alike.

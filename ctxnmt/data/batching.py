@@ -26,9 +26,14 @@ class Context:
 
     ids: torch.Tensor  # (B, K, L) PAD-padded
     mask: torch.Tensor  # (B, K, L) float, 1 on real tokens
+    # The same sentences' target sides (B, K, L'), for a model that reads them (ctxnmt.models.context):
+    # the references in training, the model's own translations in translation
+    tgt_ids: torch.Tensor | None = None
+    tgt_mask: torch.Tensor | None = None
 
     def to(self, device) -> Context:
-        return Context(self.ids.to(device), self.mask.to(device))
+        on = (lambda x: None if x is None else x.to(device))
+        return Context(self.ids.to(device), self.mask.to(device), on(self.tgt_ids), on(self.tgt_mask))
 
 
 @dataclass
@@ -53,36 +58,47 @@ def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return Side.from_lists(seqs).gather(np.arange(len(seqs)))
 
 
-def pad_context(sentences: list[list[list[int]]], k: int | None = None) -> Context:
-    """Context of each batch sentence (its last k id lists; by default all) as a padded (B, k, L) block."""
+def pad_context(sentences: list[list[list[int]]], k: int | None = None,
+                targets: list[list[list[int]]] | None = None) -> Context:
+    """Context of each batch sentence (its last k id lists; by default all) as a padded (B, k, L)
+    block; `targets`: the same sentences' target sides, for a model that reads them."""
     flat = [s for ctx in sentences for s in ctx]
     where, at = [], 0
     for ctx in sentences:
         where.append(list(range(at, at + len(ctx))))
         at += len(ctx)
-    return context_block(Side.from_lists(flat), ListedContext(where, k or 0), np.arange(len(sentences)))
+    listed, rows = ListedContext(where, k or 0), np.arange(len(sentences))
+    tgt = None
+    if targets is not None:
+        tgt = Side.from_lists([t for ctx in targets for t in ctx])
+    return context_block(Side.from_lists(flat), listed, rows, tgt)
 
 
-def context_block(src: Side, context, rows: np.ndarray) -> Context:
-    """The source sentences that `context` (ctxnmt.data.documents) names for `rows`, as a block."""
+def context_block(src: Side, context, rows: np.ndarray, tgt: Side | None = None) -> Context:
+    """The sentences that `context` (ctxnmt.data.documents) names for `rows`, as a block: their
+    source sides, and their target sides where `tgt` is given."""
     positions, count = context.positions(rows)
     real = np.arange(positions.shape[1]) < count[:, None]
-    lens = np.zeros(positions.shape, dtype=np.int64)
-    lens[real] = src.lens[positions[real]]
-    ids, mask = src.gather(positions.reshape(-1), lens.reshape(-1))
-    shape = (*positions.shape, ids.size(1))
-    return Context(ids.view(shape), mask.view(shape))
+
+    def block(side: Side) -> tuple[torch.Tensor, torch.Tensor]:
+        lens = np.zeros(positions.shape, dtype=np.int64)
+        lens[real] = side.lens[positions[real]]
+        ids, mask = side.gather(positions.reshape(-1), lens.reshape(-1))
+        shape = (*positions.shape, ids.size(1))
+        return ids.view(shape), mask.view(shape)
+
+    return Context(*block(src), *(block(tgt) if tgt is not None else (None, None)))
 
 
 def as_side(seqs) -> Side:
     return seqs if isinstance(seqs, Side) else Side.from_lists(seqs)
 
 
-def make_batch(indices, src, tgt, context=None, k: int = 0) -> Batch:
+def make_batch(indices, src, tgt, context=None, k: int = 0, target_context: bool = False) -> Batch:
     """The batch of the sentences at `indices` of `src` and `tgt` (each a Side, or id lists).
     `context` names each sentence's previous sentences (ctxnmt.data.documents: a context
     source, or lists of positions, of which the last k count); with it the batch carries
-    their source ids."""
+    their source ids, and with `target_context` their reference translations too."""
     rows = np.asarray(indices, dtype=np.int64)
     src, tgt = as_side(src), as_side(tgt)
     s, sm = src.gather(rows)
@@ -91,7 +107,7 @@ def make_batch(indices, src, tgt, context=None, k: int = 0) -> Batch:
     if context is not None:
         if isinstance(context, list):
             context = ListedContext(context, k)
-        ctx = context_block(src, context, rows)
+        ctx = context_block(src, context, rows, tgt if target_context else None)
     return Batch(torch.from_numpy(rows), s, sm, t, tm, ctx)
 
 

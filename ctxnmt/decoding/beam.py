@@ -73,6 +73,12 @@ class _Part:
     att_history: torch.Tensor | None = None  # (n·K, L, S)
     prev: torch.Tensor | None = None  # the words just chosen; None before the first step
     coverage: torch.Tensor | None = None  # (n·K, S): Σ_t α_t of each row; only for a coverage penalty
+    # each sentence's attended positions where its model reads more than its source (a
+    # concatenation model's context, after its own positions); None: the source lengths
+    memory_lens: list[int] | None = None
+
+    def attended(self) -> list[int]:
+        return self.memory_lens if self.memory_lens is not None else self.src_lens
 
     def searching(self) -> int:
         """Sentences still searched."""
@@ -238,11 +244,14 @@ class _Search:
             self.sentences[i] = _Sentence(max_len=self.length.max_len(n), src_words=w, src_len=n, keep=self.keep)
         B, K = src.size(0), self.K
         enc = self.model.encode(src, src_mask, context, K)  # one copy per sentence, shared by its K rows
+        memory_lens = self.model.memory_lengths(enc)
+        width = src.size(1) if memory_lens is None else max(src.size(1), max(memory_lens))
         scores = torch.full((B, K), float("-inf"), device=src.device)
         scores[:, 0] = 0.0  # all K rows start identical: let only the first one expand
-        coverage = torch.zeros(B * K, src.size(1), device=src.device) if self.length.beta else None
-        return _Part(list(indices), [0] * B, src_lens, src.size(1), enc, self.model.init_state(enc, K), scores,
-                     torch.zeros(B * K, 0, dtype=torch.long, device=src.device), coverage=coverage)
+        coverage = torch.zeros(B * K, width, device=src.device) if self.length.beta else None
+        return _Part(list(indices), [0] * B, src_lens, width, enc, self.model.init_state(enc, K), scores,
+                     torch.zeros(B * K, 0, dtype=torch.long, device=src.device), coverage=coverage,
+                     memory_lens=memory_lens)
 
     def advance(self, part: _Part) -> _Part | None:
         """One step for every sentence of `part`; None once all of them are finished."""
@@ -276,12 +285,12 @@ class _Search:
             return None
         n = len(part.active)
         keep, active, alive_scores = self._leaving(part, keep, alive_scores)
-        enc, width, src_lens = part.enc, part.width, part.src_lens
+        enc, width, src_lens, memory_lens = part.enc, part.width, part.src_lens, part.memory_lens
         history, prev, device = part.history, tok_of.reshape(-1), alive_scores.device
         if len(keep) < n:  # sentences leave: their rows go (the only step that sends indices to the device)
             keep_t = torch.tensor(keep, device=device)
-            enc, width, src_lens, att_history, coverage = self._without_the_finished(part, keep_t, att_history,
-                                                                                    coverage)
+            enc, width, src_lens, memory_lens, att_history, coverage = self._without_the_finished(
+                part, keep_t, att_history, coverage)
             alive_scores, beam_of = alive_scores.index_select(0, keep_t), beam_of.index_select(0, keep_t)
             prev = tok_of.index_select(0, keep_t).view(-1)
             row_index = (keep_t.view(-1, 1) * K + beam_of).view(-1)
@@ -292,7 +301,7 @@ class _Search:
             att_history, coverage = (None if x is None else x.index_select(0, row_index)
                                      for x in (att_history, coverage))
         return _Part(active, [lengths[j] for j in keep], src_lens, width, enc, state, alive_scores,
-                     torch.cat([history, prev.view(-1, 1)], dim=1), att_history, prev, coverage)
+                     torch.cat([history, prev.view(-1, 1)], dim=1), att_history, prev, coverage, memory_lens)
 
     def _attention_history(self, part: _Part, alpha: torch.Tensor) -> torch.Tensor | None:
         """Each row's attention over its steps, this step's included, where it is returned."""
@@ -414,15 +423,18 @@ class _Search:
         it is gathered only when sentences leave, never for a beam reorder), trimmed of padding
         once the longest sources have left (a joined part's tail): once the longest left is
         at most TRIM_SHARE of the width, not at every small change, as each trim copies it."""
-        src_lens = [part.src_lens[j] for j in keep_t.tolist()]
+        kept = keep_t.tolist()
+        src_lens = [part.src_lens[j] for j in kept]
+        memory_lens = None if part.memory_lens is None else [part.memory_lens[j] for j in kept]
+        attended = memory_lens if memory_lens is not None else src_lens
         enc, width = part.enc.select(keep_t), part.width
-        if Fraction(max(src_lens), width) <= TRIM_SHARE:
-            width = max(src_lens)
+        if Fraction(max(attended), width) <= TRIM_SHARE:
+            width = max(attended)
             enc = enc.trim(width)
             # the source axis of what rows carry too: later steps' α_t have the new width
             att_history = att_history[..., :width] if att_history is not None else None
             coverage = coverage[:, :width] if coverage is not None else None
-        return enc, width, src_lens, att_history, coverage
+        return enc, width, src_lens, memory_lens, att_history, coverage
 
 
 def repeats_an_ngram(history: torch.Tensor, steps: torch.Tensor, words: torch.Tensor, n: int) -> torch.Tensor:
@@ -450,9 +462,10 @@ def _join(a: _Part, b: _Part) -> _Part | None:
     coverage = None
     if a.coverage is not None:  # padding columns: no attention so far
         coverage = torch.cat([F.pad(c, (0, width - c.size(1))) for c in (a.coverage, b.coverage)])
+    memory_lens = None if a.memory_lens is None and b.memory_lens is None else a.attended() + b.attended()
     return _Part(a.active + b.active, a.steps + b.steps, a.src_lens + b.src_lens, width,
                  a.enc.concat(b.enc, width), a.state.concat(b.state, width),
-                 torch.cat([a.scores, b.scores]), history, None, torch.cat([a.prev, b.prev]), coverage)
+                 torch.cat([a.scores, b.scores]), history, None, torch.cat([a.prev, b.prev]), coverage, memory_lens)
 
 
 def _settle(sentences: list[_Sentence | None], touched: set[int]) -> None:

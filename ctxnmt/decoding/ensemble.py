@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError
@@ -69,6 +70,12 @@ class Ensemble(nn.Module):
         """`context`: previous source sentences, read by the document-context members."""
         return pack([m.encode(src, src_mask, context, beam) for m in self.members])
 
+    def memory_lengths(self, enc) -> list[int] | None:
+        """The longest any member reads (a concatenation member reads its context too)."""
+        found = [lens for m, e in zip(self.members, unpack(enc, len(self.members)))
+                 for lens in [m.memory_lengths(e)] if lens is not None]
+        return [max(column) for column in zip(*found)] if found else None
+
     def init_state(self, enc, beam: int = 1):
         encs = unpack(enc, len(self.members))
         return pack([m.init_state(e, beam) for m, e in zip(self.members, encs)])
@@ -87,6 +94,8 @@ class Ensemble(nn.Module):
             combined = stacked.mean(0)
         else:
             combined = torch.logsumexp(stacked, 0) - math.log(len(logps))
+        width = max(a.size(1) for a in alphas)  # a concatenation member attends to its context too
+        alphas = [F.pad(a, (0, width - a.size(1))) for a in alphas]
         return combined, pack(new_states), torch.stack(alphas).mean(0)
 
     def step_candidates(self, enc, state, prev_tokens, k: int):

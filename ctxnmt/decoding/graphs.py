@@ -184,6 +184,9 @@ class GraphedSearch:
             self.weights = weights
         return self.model.encode(src, src_mask, context, beam)
 
+    def memory_lengths(self, enc: State) -> list[int] | None:
+        return self.model.memory_lengths(enc)
+
     def init_state(self, enc: State, beam: int = 1) -> State:
         return self.model.init_state(enc, beam)
 

@@ -29,6 +29,10 @@ class Searchable(Protocol):
         `beam` hypotheses.  `context`: each sentence's previous source sentences (None: none
         given); a model without document context ignores it."""
 
+    def memory_lengths(self, enc: State) -> list[int] | None:
+        """How many positions each sentence's attention reads (its own source positions first,
+        then the context a concatenation model joined to it), or None where that is its source."""
+
     def init_state(self, enc: State, beam: int = 1) -> State:
         """The decoder state before the first step, B·beam rows."""
 

@@ -22,7 +22,7 @@ from ctxnmt.config import SEARCH_PRECISIONS, Config, DecodingConfig, load_config
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
-from ctxnmt.data.vocab import Vocab
+from ctxnmt.data.vocab import EOS, Vocab
 from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
 from ctxnmt.decoding.forced import ForcedScore, forced_log_probs
@@ -32,7 +32,7 @@ from ctxnmt.decoding.length import LengthControl, length_control, needs_word_rat
 from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
-from ctxnmt.models.document import context_sentences
+from ctxnmt.models.context import context_sentences
 from ctxnmt.models.nmt import build_model
 from ctxnmt.models.migrations import load_model_checkpoint
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_model_state
@@ -64,13 +64,18 @@ def searches_in_bf16(dec: DecodingConfig, device) -> bool:
 def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, nbest: int = 1,
                batch_size: int | None = None, device="cpu", return_attention: bool = False,
                context: list[list[list[int]]] | None = None,
-               length: LengthControl | None = None) -> list[list[Hypothesis]]:
+               length: LengthControl | None = None,
+               target_of: list[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
     """Beam search for a list of id sequences, batched by similar length.  An empty sequence
     gets no hypothesis (an empty translation) and is never searched: its source row would be
     all padding, with no attention distribution to form.
 
     `context[i]`: sentence i's previous source sentences (id lists, oldest first) for a
     document-context model; it travels with sentence i through the length sorting.
+    `target_of[i]`, for a model that reads its own previous translations (2-to-2): for each of
+    sentence i's context sentences, the sentences whose best translations, joined, are its
+    target side.  Sentence i is then searched after those: all documents advance together,
+    sentence t of each after its sentence t − 1.
     `length`: the length settings (default: `dec`'s, with `max_len_rule: data` unresolved)."""
     model.eval()
     on_cuda = torch.device(device).type == "cuda"
@@ -79,12 +84,17 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     length = length if length is not None else length_control(dec, None, warn)
     size = batch_size or dec.batch_size
     todo = [i for i, s in enumerate(src_ids) if s]
+    found: dict[int, list[Hypothesis]] = {}
 
-    def batches():
-        for batch in _sorted_batches([len(src_ids[i]) for i in todo], size):
-            index = [todo[j] for j in batch]
+    def own_translation(group: list[int]) -> list[int]:
+        return [t for j in group for t in (found[j][0].tokens if found.get(j) else [])] + [EOS]
+
+    def batches(wave: list[int]):
+        for batch in _sorted_batches([len(src_ids[i]) for i in wave], size):
+            index = [wave[j] for j in batch]
             src, mask = pad([src_ids[i] for i in index])
-            ctx = None if context is None else pad_context([context[i] for i in index]).to(device)
+            targets = None if target_of is None else [[own_translation(g) for g in target_of[i]] for i in index]
+            ctx = None if context is None else pad_context([context[i] for i in index], targets=targets).to(device)
             yield index, src.to(device), mask.to(device), ctx
 
     # Greedy search: the next batch joins once fewer than half a batch of sentences is left
@@ -94,17 +104,35 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     # captures under the autocast it is first called in)
     cast = torch.autocast("cuda", dtype=torch.bfloat16) if searches_in_bf16(dec, device) else nullcontext()
     with cast:
-        found = search_batches(model, batches(), beam, nbest, length, return_attention=return_attention,
-                               refill_below=refill)
+        for wave in _waves(todo, target_of):
+            found.update(search_batches(model, batches(wave), beam, nbest, length,
+                                        return_attention=return_attention, refill_below=refill))
     return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
+
+
+def _waves(todo: list[int], target_of: list[list[list[int]]] | None) -> list[list[int]]:
+    """The sentences `todo` in the order their target context allows: all at once without one,
+    else wave w holds the sentences whose context sentences are all in earlier waves."""
+    if target_of is None:
+        return [todo]
+    level: dict[int, int] = {}
+    for i in sorted(todo):
+        before = [level.get(j, -1) for group in target_of[i] for j in group if j < i]
+        level[i] = 1 + max(before, default=-1)
+    waves: dict[int, list[int]] = {}
+    for i in todo:
+        waves.setdefault(level[i], []).append(i)
+    return [waves[w] for w in sorted(waves)]
 
 
 def translate_ids(model, src_ids, preprocessor, tgt_vocab: Vocab, dec: DecodingConfig, beam: int, device="cpu",
                   nbest: int = 1, context: list[list[list[int]]] | None = None,
-                  length: LengthControl | None = None) -> list[Translation]:
+                  length: LengthControl | None = None,
+                  target_of: list[list[list[int]]] | None = None) -> list[Translation]:
     """Translations of already encoded sources (used by validation); an empty source's is empty."""
     out = []
-    for hyps in search_ids(model, src_ids, dec, beam, nbest, device=device, context=context, length=length):
+    for hyps in search_ids(model, src_ids, dec, beam, nbest, device=device, context=context, length=length,
+                           target_of=target_of):
         out.append(_to_translation(hyps, preprocessor, tgt_vocab, []))
     return out
 

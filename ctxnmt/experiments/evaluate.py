@@ -22,7 +22,7 @@ from ctxnmt.evaluation.replicates import stratified_ar
 from ctxnmt.evaluation.significance import compare
 from ctxnmt.experiments.runs import Run
 from ctxnmt.experiments.spec import SignificanceSpec
-from ctxnmt.models.document import context_sentences
+from ctxnmt.models.context import context_sentences
 from ctxnmt.models.nmt import count_parameters
 from ctxnmt.utils.checkpoint import default_checkpoint
 from ctxnmt.utils.io import atomic_write, file_sha256, read_json_object

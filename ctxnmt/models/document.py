@@ -77,21 +77,20 @@ class DocumentSettings(ComponentSettings):
         if self.reads_document and self.doc_sents < 1:
             raise ConfigError(f"model.doc_sents must be at least 1 for a document-context model, got {self.doc_sents}")
         t = config.training
-        if not self.reads_document and t.context_size != "fixed":
-            raise ConfigError("training.context_size=random needs a document-context model (model.doc_*)")
-        if not self.reads_document and t.document_context != "own":
-            raise ConfigError("training.document_context=other-document needs a document-context model (model.doc_*)")
+        sentence_level = not self.reads_document and config.model.context == "none"
+        if sentence_level and t.context_size != "fixed":
+            raise ConfigError("training.context_size=random needs a document-context model (model.context)")
+        if sentence_level and t.document_context != "own":
+            raise ConfigError("training.document_context=other-document needs a document-context model "
+                              "(model.context)")
+        if sentence_level and t.coword_dropout:
+            raise ConfigError("training.coword_dropout needs a document-context model (model.context)")
         if self.reads_document and t.cuda_graphs:
             raise ConfigError(CUDA_GRAPHS_NEED.format(device=t.device, precision=t.precision))
 
 
 def document_settings(cfg: ComponentSection) -> DocumentSettings:
     return cfg.settings(DocumentSettings)
-
-
-def context_sentences(cfg: ComponentSection) -> int:
-    """K, the previous source sentences a model of `cfg` reads; 0 for a sentence-level model."""
-    return document_settings(cfg).sentences
 
 
 def summary_from_config(cfg: ComponentSection, encoder_state_dim: int, src_vocab_size: int) -> HierarchicalSummary | None:

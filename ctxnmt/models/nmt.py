@@ -10,13 +10,14 @@ from torch import nn
 
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import Context
-from ctxnmt.data.vocab import PAD
+from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.models.capabilities import Capabilities, hyper_gated
 from ctxnmt.models.cells import RecurrentCell
+from ctxnmt.models.context import Concatenation, concatenation_from_config
 from ctxnmt.models.document import summary_from_config
 from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
 from ctxnmt.models.interfaces import Recurrence
-from ctxnmt.models.registry import CELLS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
+from ctxnmt.models.registry import CELLS, CONTEXTS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
 from ctxnmt.models.state import State
 
 
@@ -37,6 +38,8 @@ class NMTModel(nn.Module):
         self.decoder = DECODERS.get(cfg.decoder).from_config(cfg, self.encoder.out_dim)
         # Cross-sentence context: the hierarchical summary D of the previous source sentences.
         self.document = summary_from_config(cfg, self.encoder.state_dim, src_vocab_size)
+        # Concatenation: the previous sentences joined to the current one, each after a break.
+        self.concat = concatenation_from_config(cfg)
         self.generator = nn.Linear(self.decoder.out_dim, tgt_vocab_size)
         if cfg.tie_embeddings:
             self.generator.weight = self.tgt_emb.weight
@@ -53,7 +56,7 @@ class NMTModel(nn.Module):
                             encoder_hyper_gates=hyper_gated(encoder), decoder_hyper_gates=hyper_gated(decoder),
                             target_attention=self.decoder.has_target_attention(),
                             adaptive_output=self.decoder.has_adaptive_output(),
-                            document_context=self.document is not None)
+                            document_context=self.document is not None or self.concat is not None)
 
     @property
     def device(self) -> torch.device:
@@ -69,11 +72,47 @@ class NMTModel(nn.Module):
         """`context`: each sentence's previous source sentences; a document-context model
         given none uses the empty context (D = 0), a sentence-level model ignores it.
         `beam`: the hypotheses that will read each sentence (Decoder.prepare)."""
+        if self.concat is not None:
+            return self._encode_joined(src, src_mask, context, beam)
         emb = self.dropout_emb(self.src_emb(src))
         doc = self.summarise_document(context, src.size(0), emb)
         h0 = self.document.encoder_state(doc) if doc is not None else None
         annotations = self.dropout_hidden(self.encoder(emb, src_mask, h0))
         return self.decoder.prepare(annotations, src_mask, doc, beam)
+
+    def _encode_joined(self, src, src_mask, context: Context | None, beam: int) -> State:
+        """The encoder side of a concatenation model: the encoder reads the previous sentences,
+        each followed by the break, then the sentence; its memory holds the current sentence's
+        annotations first (ctxnmt.models.context.Concatenation)."""
+        if context is None:
+            ids, mask, before = src, src_mask, torch.zeros(src.size(0), dtype=torch.long, device=src.device)
+        else:
+            ids, mask, before = Concatenation.join(context.ids, context.mask, src, src_mask,
+                                                   self.src_emb.num_embeddings)
+        emb = self.dropout_emb(self.concat.embed(self.src_emb, ids))
+        annotations = self.dropout_hidden(self.encoder(emb, mask, None))
+        memory, memory_mask = Concatenation.current_first(annotations, before, src_mask)
+        enc = self.decoder.prepare(memory, memory_mask, None, beam)
+        enc.rows(memory_len=memory_mask.sum(1).long())
+        prefix = self._target_prefix(context)
+        if prefix is not None:
+            enc.with_part("prefix", State().rows(ids=prefix[0], mask=prefix[1]))
+        return enc
+
+    def _target_prefix(self, context: Context | None):
+        """The previous target sentences, each followed by the break, left-aligned (B, P), and their
+        mask; None for a model or a batch without them."""
+        if self.concat is None or not self.concat.reads_target or context is None or context.tgt_ids is None:
+            return None
+        empty = context.tgt_ids.new_zeros(context.tgt_ids.size(0), 0)
+        ids, mask, _ = Concatenation.join(context.tgt_ids, context.tgt_mask, empty, empty.float(),
+                                          self.tgt_emb.num_embeddings)
+        return (ids, mask) if ids.size(1) else None
+
+    def memory_lengths(self, enc: State) -> list[int] | None:
+        """How many annotations each sentence's attention reads, where that is more than its own
+        source positions (a concatenation model's context); None otherwise."""
+        return enc["memory_len"].tolist() if self.concat is not None else None
 
     def summarise_document(self, context: Context | None, batch: int, like: torch.Tensor) -> torch.Tensor | None:
         """D (B, doc_dim), or None for a sentence-level model."""
@@ -86,14 +125,33 @@ class NMTModel(nn.Module):
     # -- teacher forcing ---------------------------------------------------------
     def previous_embeddings(self, tgt: torch.Tensor) -> torch.Tensor:
         """[y_0, E y_1, …, E y_{T-1}] for targets (B, T) that end in EOS."""
-        emb = self.tgt_emb(tgt[:, :-1])
+        emb = self._embed_target(tgt[:, :-1])
         start = self.start.expand(tgt.size(0), 1, -1)
         return self.dropout_emb(torch.cat([start, emb], dim=1))
 
     def forward(self, src, src_mask, tgt, tgt_mask, context: Context | None = None):
         """Readouts (B, T, out_dim) and attention (B, T, S) under teacher forcing."""
+        readout, attention, _ = self._forced(src, src_mask, tgt, tgt_mask, context)
+        return readout, attention
+
+    def _forced(self, src, src_mask, tgt, tgt_mask, context: Context | None):
+        """`forward`'s readouts and attention on the current sentence, and for a model with a
+        target prefix (2-to-2) the whole forced sequence's (readouts, labels, mask) as well."""
         enc = self.encode(src, src_mask, context)
-        return self.decoder(enc, self.previous_embeddings(tgt), tgt_mask)
+        prefix = self._target_prefix(context)
+        if prefix is None:
+            readout, attention = self.decoder(enc, self.previous_embeddings(tgt), tgt_mask)
+            return readout, attention[..., :src.size(1)], None
+        V = self.tgt_emb.num_embeddings
+        full, full_mask, before = Concatenation.join(context.tgt_ids, context.tgt_mask, tgt, tgt_mask, V)
+        readout, attention = self.decoder(enc, self.previous_embeddings(full), full_mask)
+        at = (before.unsqueeze(1) + torch.arange(tgt.size(1), device=tgt.device)).clamp(max=full.size(1) - 1)
+        current = readout.gather(1, at.unsqueeze(-1).expand(-1, -1, readout.size(-1)))
+        attention = attention.gather(1, at.unsqueeze(-1).expand(-1, -1, attention.size(-1)))[..., :src.size(1)]
+        return current, attention, (readout, full.masked_fill(full == V, EOS), full_mask)
+
+    def _embed_target(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.tgt_emb(ids) if self.concat is None else self.concat.embed(self.tgt_emb, ids, "target")
 
     def embeddings(self) -> list[nn.Embedding]:
         """Every word embedding table: source, target (the same one where shared) and the
@@ -117,8 +175,10 @@ class NMTModel(nn.Module):
         The softmax runs only on real (unpadded) positions: padding costs no
         output-layer work.
         """
-        readout, _ = self(src, src_mask, tgt, tgt_mask, context)
+        readout, _, whole = self._forced(src, src_mask, tgt, tgt_mask, context)
         keep = tgt_mask.bool()
+        if whole is not None and self.concat.loss_on_all:
+            readout, tgt, keep = whole[0], whole[1], whole[2].bool()
         nll = linear_cross_entropy(self.dropout_out(readout[keep]), self.generator.weight, self.generator.bias,
                                    tgt[keep], label_smoothing)
         return nll, int(keep.sum())
@@ -135,7 +195,30 @@ class NMTModel(nn.Module):
 
     # -- incremental decoding ----------------------------------------------------
     def init_state(self, enc, beam: int = 1):
-        return self.decoder.init_state(enc, beam)
+        if "prefix" not in enc.parts:
+            return self.decoder.init_state(enc, beam)
+        state = self._force_prefix(enc, enc.part("prefix"))
+        return state.select(torch.arange(state.batch_size(), device=self.device).repeat_interleave(beam))
+
+    def _force_prefix(self, enc: State, prefix: State) -> State:
+        """The decoder state (one row per sentence) after reading y_0 and each word of the target
+        prefix but its last (the break), which the first search step reads.  Prefixes are
+        right-aligned: a row waits, its state held, until its own prefix begins."""
+        ids, mask = prefix["ids"], prefix["mask"]
+        lens = mask.sum(1).long()
+        P = ids.size(1)
+        right = (torch.arange(P, device=ids.device) - (P - lens).unsqueeze(1)).clamp(min=0)
+        ids = ids.gather(1, right)  # row b's prefix in columns P − len_b … P − 1
+        start = self.start.expand(ids.size(0), -1)
+        state = self.decoder.init_state(enc, 1)
+        for t in range(P):
+            begins = (P - lens) == t
+            emb = start if t == 0 else torch.where(begins.unsqueeze(1), start, self._embed_target(ids[:, t - 1]))
+            _, stepped, _ = self.decoder.step(enc, state, emb, self.decoder.word_input(emb))
+            state = stepped.where(t >= P - lens, state)
+        last = self._embed_target(ids[:, -1])
+        first = torch.where((lens > 0).unsqueeze(1), last, start)
+        return state.with_part("first", State().rows(emb=first))
 
     def step(self, enc, state, prev_tokens: torch.Tensor | None):
         """Log-probabilities (B, V) of the next word, the new state, and α_t (B, S).
@@ -151,8 +234,8 @@ class NMTModel(nn.Module):
         return *self.top_log_probs(readout, k), state, alpha
 
     def _readout_step(self, enc, state, prev_tokens):
-        if prev_tokens is None:
-            start = self.start.expand(state.batch_size(), -1)
+        if prev_tokens is None:  # y_0, or after a target prefix its break
+            start = state.part("first")["emb"] if "first" in state.parts else self.start.expand(state.batch_size(), -1)
             return self.decoder.step(enc, state, start, self.decoder.word_input(start))
         emb = self.tgt_emb(prev_tokens)
         return self.decoder.step(enc, state, emb, self._word_input(prev_tokens, emb))
@@ -227,7 +310,8 @@ def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> N
 
 # The model keys that name a registered component ("" for encoder_cell: the same as cell).
 NAMED_COMPONENTS = (("encoder", ENCODERS), ("decoder", DECODERS), ("cell", CELLS), ("encoder_cell", CELLS),
-                    ("target_context", TARGET_CONTEXTS), ("output", OUTPUTS), ("doc_aux", DOC_INPUTS))
+                    ("target_context", TARGET_CONTEXTS), ("output", OUTPUTS), ("doc_aux", DOC_INPUTS),
+                    ("context", CONTEXTS))
 
 
 def check_names(cfg: ModelConfig) -> None:

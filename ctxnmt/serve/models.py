@@ -8,7 +8,7 @@ import torch
 
 from ctxnmt.config import ModelConfig, load_config
 from ctxnmt.models.capabilities import Capabilities
-from ctxnmt.models.document import context_sentences
+from ctxnmt.models.context import context_sentences
 from ctxnmt.utils.checkpoint import default_checkpoint
 from ctxnmt.serve.signals import Signals
 

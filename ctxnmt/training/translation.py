@@ -15,8 +15,9 @@ from ctxnmt.config import Config
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
 from ctxnmt.data.documents import RandomContextSize
 from ctxnmt.data.prepare import Prepared, prepare
+from ctxnmt.data.vocab import UNK
 from ctxnmt.errors import ConfigError
-from ctxnmt.models.document import context_sentences
+from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.nmt import NMTModel, build_model, check_names, count_parameters
 from ctxnmt.training.distributed import World, collective
 from ctxnmt.training.graphs import GraphedSteps
@@ -38,6 +39,15 @@ class _Loss(torch.nn.Module):
 
     def forward(self, batch, label_smoothing: float):
         return self.model.loss(batch.src, batch.src_mask, batch.tgt, batch.tgt_mask, label_smoothing, batch.context)
+
+
+def coword_dropout(src: torch.Tensor, src_mask: torch.Tensor, p: float, key: tuple[int, ...]) -> torch.Tensor:
+    """CoWord dropout (Fernandes et al. 2021): each word of the current source sentence becomes
+    the unknown word with probability p, drawn from `key` (seed, update, rank) alone, so that a
+    resumed run masks what the uninterrupted one did.  The context sentences stay whole."""
+    gen = torch.Generator().manual_seed(hash(key) & 0x7FFF_FFFF_FFFF_FFFF)
+    drop = (torch.rand(src.shape, generator=gen) < p) & src_mask.bool().cpu()
+    return src.masked_fill(drop.to(src.device), UNK)
 
 
 class TranslationTask(Task):
@@ -66,6 +76,7 @@ class TranslationTask(Task):
         self.src_lens, self.tgt_lens = self.data.train.src.lens, self.data.train.tgt.lens
         self.train_context = document_context(self.data.train, config, "train", t.document_context)
         self.context_sents = context_sentences(config.model)  # K, read by every batch
+        self.target_context = reads_target_context(config.model)  # 2-to-2: the references' previous sentences too
         self.random_context = (RandomContextSize(self.train_context, self.context_sents, t.seed)
                                if t.context_size == "random" else None)
         document_context(self.data.dev, config, "dev")  # validation needs dev context too: fail early
@@ -118,7 +129,10 @@ class TranslationTask(Task):
         share, weight = self.world.share(index)
         train = self.data.train
         context = self.random_context.at(update) if self.random_context else self.train_context
-        batch = make_batch(share, train.src, train.tgt, context, self.context_sents)
+        batch = make_batch(share, train.src, train.tgt, context, self.context_sents, self.target_context)
+        if self.training.coword_dropout:
+            batch.src = coword_dropout(batch.src, batch.src_mask, self.training.coword_dropout,
+                                       (self.training.seed, update, self.world.rank))
         if self.graphs is not None:  # one device: the batch is the whole update, taken from the host
             self.graphs.zero_grad()
             return float(self.graphs.forward_backward(batch, 1.0 / len(index))), int(batch.tgt_mask.sum())

@@ -16,7 +16,7 @@ from ctxnmt.decoding.length import length_control, uses_ratios
 from ctxnmt.decoding.translator import translate_ids
 from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import bleu
-from ctxnmt.models.document import context_sentences
+from ctxnmt.models.context import context_sentences, reads_target_context
 
 
 def document_context(split, config: Config, name: str, whose: str = "own"):
@@ -47,7 +47,8 @@ def document_context(split, config: Config, name: str, whose: str = "own"):
 
 @torch.no_grad()
 def dev_perplexity(model, src: list[list[int]], tgt: list[list[int]], batch_tokens: int, batch_sents: int,
-                   device, context: list[list[int]] | None = None, k: int = 0) -> float:
+                   device, context: list[list[int]] | None = None, k: int = 0,
+                   target_context: bool = False) -> float:
     """Perplexity over the dev pairs with a non-empty source: an empty source is all padding,
     with no attention distribution and so no conditional to score (it translates as empty)."""
     model.eval()
@@ -58,7 +59,7 @@ def dev_perplexity(model, src: list[list[int]], tgt: list[list[int]], batch_toke
         index = [i for i in index if src.lens[i]]
         if not index:
             continue
-        b = make_batch(index, src, tgt, context, k).to(device)
+        b = make_batch(index, src, tgt, context, k, target_context).to(device)
         nll, n = model.loss(b.src, b.src_mask, b.tgt, b.tgt_mask, context=b.context)
         total, tokens = total + float(nll), tokens + n
     return math.exp(min(total / max(tokens, 1), 50.0))
@@ -80,12 +81,15 @@ def validate(model, data, config: Config, device) -> dict[str, float]:
     k = context_sentences(config.model)
     context = document_context(dev, config, "dev")
     context = context[:n] if context is not None else None  # context lies before a sentence: still in dev[:n]
+    target = reads_target_context(config.model)  # perplexity: the references'; BLEU: its own translations
     result = {"ppl": dev_perplexity(model, dev.src[:n], dev.tgt[:n], t.batch_tokens, t.batch_sents, device,
-                                    context, k)}
+                                    context, k, target)}
     if t.valid_bleu:
         sentences = None if context is None else [[dev.src[j] for j in c] for c in context]
+        target_of = [[[j] for j in c] for c in context] if target else None
         hyps = translate_ids(model, dev.src[:n], data.preprocessor, data.tgt_vocab, config.decoding,
-                             beam=t.valid_beam, device=device, context=sentences, length=_length(config, data))
+                             beam=t.valid_beam, device=device, context=sentences, length=_length(config, data),
+                             target_of=target_of)
         result["bleu"] = bleu([h.text for h in hyps], dev.raw_tgt[:n]).value
     model.train()
     return result

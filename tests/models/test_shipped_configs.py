@@ -15,7 +15,7 @@ from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.decoding.beam import _Search
 from ctxnmt.data.words import WordBoundaries
 from ctxnmt.decoding.length import length_control
-from ctxnmt.models.document import context_sentences
+from ctxnmt.models.context import context_sentences
 from ctxnmt.training.optim import build_optimizer
 
 CONFIGS = sorted([*(Path(__file__).parent.parent.parent / "configs").glob("*.yaml"),

@@ -14,7 +14,7 @@ from ctxnmt.data.batching import epoch_batches, make_batch
 from ctxnmt.data.documents import other_document_sentences, previous_sentences
 from ctxnmt.data.prepare import Split
 from ctxnmt.data.vocab import EOS
-from ctxnmt.models.document import context_sentences
+from ctxnmt.models.context import context_sentences
 from ctxnmt.models.nmt import build_model
 from ctxnmt.training.validate import dev_perplexity, validate
 

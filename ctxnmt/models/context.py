@@ -1,0 +1,194 @@
+"""Document context inputs: how a model reads the sentences before the current one.
+
+Each entry of CONTEXTS (the config key `model.context`) is one way, with its settings
+dataclass, and says what the data side must bring every batch (ctxnmt.data.batching.Context):
+the K previous source sentences, and for some the previous target sentences too.  The
+training task, validation, `translate`, forced scoring and `serve` ask only this module.
+
+  none          a sentence-level model
+  hierarchical  Wang et al.'s summary D of the previous source sentences (ctxnmt.models.document;
+                its doc_* keys, which also select it where `context` is left at none)
+  concat        concatenation (Tiedemann & Scherrer 2017): the K previous source sentences, a
+                break, then the sentence (2-to-1); with concat_target the previous target
+                sentences and a break as a forced decoder prefix too (2-to-2)
+
+The break is not a word of the vocabulary: it is a learned embedding of its own on each
+side, placed by the model between the sentences it joins, so no tokenizer or subword model
+can split it or read it from text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ctxnmt.config import CUDA_GRAPHS_NEED, ComponentSection, ComponentSettings, check_ranges
+from ctxnmt.data.vocab import EOS, PAD
+from ctxnmt.errors import ConfigError
+from ctxnmt.models.document import DocumentSettings, document_settings
+from ctxnmt.models.registry import CONTEXTS
+
+
+@dataclass(frozen=True)
+class ContextInput:
+    """What a context input asks of the data: K previous sentences, and whether their target sides."""
+
+    sentences: int = 0
+    reads_target: bool = False
+
+
+@CONTEXTS.register("none")
+class NoContext:
+    @staticmethod
+    def needs(cfg: ComponentSection) -> ContextInput:
+        return ContextInput()
+
+
+@CONTEXTS.register("hierarchical", settings=DocumentSettings)
+class Hierarchical:
+    @staticmethod
+    def needs(cfg: ComponentSection) -> ContextInput:
+        return ContextInput(document_settings(cfg).sentences)
+
+
+@dataclass(frozen=True)
+class ConcatenationSettings(ComponentSettings):
+    concat_sents: int = 1  # K previous sentences joined before the current one (Tiedemann & Scherrer: 1)
+    # 2-to-2: the previous target sentences and a break as a forced decoder prefix (the reference in
+    # training, the model's own translations at translation)
+    concat_target: bool = False
+    # current: the loss on the current sentence's words only (contextual-mt's default); all: on the
+    # prefix too, where the end of each earlier sentence is learned as </s>
+    concat_loss: str = "current"
+
+    def check(self, config) -> None:
+        check_ranges(self, "model", {"concat_sents": ">=1"})
+        if self.concat_loss not in ("current", "all"):
+            raise ConfigError(f"model.concat_loss must be 'current' or 'all', got '{self.concat_loss}'",
+                              key="model.concat_loss")
+        m, t = config.model, config.training
+        if document_settings(m).reads_document:
+            raise ConfigError("model.context: concat reads no hierarchical summary; set model.doc_aux: none and "
+                              "model.doc_init_enc/doc_init_dec: false", key="model.context")
+        if self.concat_target and (m.decoder != "cgru" or m.target_context not in STEADY_TARGET_CONTEXTS):
+            raise ConfigError("model.concat_target needs a decoder state that keeps its size while the prefix is "
+                              f"forced: decoder cgru with target_context {' or '.join(STEADY_TARGET_CONTEXTS)}",
+                              key="model.concat_target")
+        if self.concat_loss == "all" and not self.concat_target:
+            raise ConfigError("model.concat_loss: all needs model.concat_target: true (a target prefix to learn)",
+                              key="model.concat_loss")
+        if t.cuda_graphs:
+            raise ConfigError(CUDA_GRAPHS_NEED.format(device=t.device, precision=t.precision))
+
+
+# Target contexts whose search state is a fixed set of per-row tensors (a running sum, not a
+# growing memory), so that rows whose prefix is shorter can wait with their state held.
+STEADY_TARGET_CONTEXTS = ("previous", "mean", "mean-with-start", "self-attentive")
+
+
+@CONTEXTS.register("concat", settings=ConcatenationSettings)
+class Concatenation(nn.Module):
+    """Joins the previous sentences to the current one, each followed by a break.
+
+    Source side: the encoder reads [c_1 … <brk> c_2 … <brk> x_1 … x_S] as one sequence; its
+    annotations are then laid out current sentence first (positions 0 … S − 1, as a sentence
+    model's) and the context's after them, so that α_t[:S] is the attention on the current
+    sentence, length control and coverage read the current sentence, and attention (which
+    weighs a set of annotations, whatever their order) computes what it would on the joined
+    order.  Target side (2-to-2): the decoder is forced through [c'_1 … <brk> …] before the
+    current sentence's first word."""
+
+    def __init__(self, emb_dim: int, target: bool, loss: str):
+        super().__init__()
+        self.source_break = nn.Embedding(1, emb_dim)
+        self.target_break = nn.Embedding(1, emb_dim) if target else None
+        self.loss_on_all = loss == "all"
+
+    @staticmethod
+    def needs(cfg: ComponentSection) -> ContextInput:
+        s = cfg.settings(ConcatenationSettings)
+        return ContextInput(s.concat_sents, s.concat_target)
+
+    @classmethod
+    def from_config(cls, cfg: ComponentSection) -> Concatenation:
+        s = cfg.settings(ConcatenationSettings)
+        return cls(cfg.emb_dim, s.concat_target, s.concat_loss)
+
+    @property
+    def reads_target(self) -> bool:
+        return self.target_break is not None
+
+    def embed(self, table: nn.Embedding, ids: torch.Tensor, side: str = "source") -> torch.Tensor:
+        """Embeddings of ids in which BREAK (one past the vocabulary) stands for the break."""
+        brk = ids == table.num_embeddings
+        emb = table(ids.masked_fill(brk, PAD))
+        if not bool(brk.any()):
+            return emb
+        vector = (self.source_break if side == "source" else self.target_break).weight[0]
+        return torch.where(brk.unsqueeze(-1), vector.to(emb.dtype), emb)
+
+    @staticmethod
+    def join(block_ids: torch.Tensor, block_mask: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor,
+             brk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[each present context sentence's words, <brk>] then the sentence, left-aligned:
+        ids (B, W), mask (B, W), and the context's length with its breaks (B,).  block_*:
+        (B, K, L) context sentences (a target sentence's </s> becomes its break)."""
+        B, K, L = block_ids.shape
+        words = block_mask.bool() & (block_ids != EOS)
+        present = block_mask.amax(-1, keepdim=True) > 0
+        block = torch.cat([block_ids, torch.full_like(block_ids[..., :1], brk)], -1).view(B, K * (L + 1))
+        keep_block = torch.cat([words, present], -1).view(B, K * (L + 1))
+        joined, joined_mask = _pack(torch.cat([block, ids], 1), torch.cat([keep_block, mask.bool()], 1))
+        return joined, joined_mask, keep_block.sum(1)
+
+    @staticmethod
+    def current_first(annotations: torch.Tensor, context_len: torch.Tensor,
+                      src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Annotations of the joined sequence (B, W, ·) laid out as the current sentence's S
+        positions, then the context's C = max context length: (B, S + C, ·) and its mask."""
+        B, S = src_mask.shape
+        C = int(context_len.max()) if context_len.numel() else 0
+        own = context_len.unsqueeze(1) + torch.arange(S, device=src_mask.device)
+        before = torch.arange(C, device=src_mask.device).expand(B, C)
+        index = torch.cat([own, before], 1).clamp(max=annotations.size(1) - 1)
+        memory = annotations.gather(1, index.unsqueeze(-1).expand(-1, -1, annotations.size(-1)))
+        mask = torch.cat([src_mask, (before < context_len.unsqueeze(1)).to(src_mask.dtype)], 1)
+        return memory * mask.unsqueeze(-1).to(memory.dtype), mask
+
+
+def _pack(ids: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kept ids of each row moved to its front, in order, PAD after them."""
+    lens = keep.sum(1)
+    width = int(lens.max()) if lens.numel() else 0
+    where = torch.where(keep, keep.long().cumsum(1) - 1, torch.full_like(ids, width))
+    out = torch.full((ids.size(0), width + 1), PAD, dtype=ids.dtype, device=ids.device)
+    out.scatter_(1, where, ids)
+    mask = (torch.arange(width, device=ids.device) < lens.unsqueeze(1)).float()
+    return out[:, :width], mask
+
+
+def context_name(cfg: ComponentSection) -> str:
+    """The entry `cfg` selects: `model.context`, or hierarchical where the doc_* keys ask for a
+    document summary (every config written before the key existed)."""
+    if cfg.context == "none" and document_settings(cfg).reads_document:
+        return "hierarchical"
+    return cfg.context
+
+
+def context_input(cfg: ComponentSection) -> ContextInput:
+    return CONTEXTS.get(context_name(cfg), key="model.context").needs(cfg)
+
+
+def context_sentences(cfg: ComponentSection) -> int:
+    """K, the previous sentences a model of `cfg` reads; 0 for a sentence-level model."""
+    return context_input(cfg).sentences
+
+
+def reads_target_context(cfg: ComponentSection) -> bool:
+    """Whether a model of `cfg` reads the previous target sentences (in translation: its own)."""
+    return context_input(cfg).reads_target
+
+
+def concatenation_from_config(cfg: ComponentSection) -> Concatenation | None:
+    return Concatenation.from_config(cfg) if context_name(cfg) == "concat" else None
