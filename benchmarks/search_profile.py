@@ -56,6 +56,9 @@ class TimedSteps:
     def init_state(self, enc, beam: int = 1):
         return self.model.init_state(enc, beam)
 
+    def memory_lengths(self, enc):
+        return self.model.memory_lengths(enc)
+
     def step(self, enc, state, prev_tokens):
         return self.model.step(enc, state, prev_tokens)
 

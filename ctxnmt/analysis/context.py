@@ -36,22 +36,26 @@ class ContextInput:
     lines: list[str]
     doc_ids: list[str]
     keep: list[int]
+    sources: list[int]  # the test line each line is (a lent context line: the other document's)
 
 
 def no_context(src: list[str]) -> ContextInput:
-    return ContextInput(list(src), [f"line{i}" for i in range(len(src))], list(range(len(src))))
+    return ContextInput(list(src), [f"line{i}" for i in range(len(src))], list(range(len(src))),
+                        list(range(len(src))))
 
 
 def other_context(src: list[str], doc_ids: list[str], k: int, seed: int) -> ContextInput:
     """Each line after min(k, its position in its document) consecutive lines of another document."""
-    lines, ids, keep = [], [], []
+    lines, ids, keep, sources = [], [], [], []
     for i, lent in enumerate(other_document_sentences(doc_ids, k, seed)):
         lines += [src[j] for j in lent]
+        sources += lent
         ids += [f"other{i}"] * len(lent)
         keep.append(len(lines))
         lines.append(src[i])
+        sources.append(i)
         ids.append(f"other{i}")
-    return ContextInput(lines, ids, keep)
+    return ContextInput(lines, ids, keep, sources)
 
 
 CONDITIONS = ("own", "none", "other")
@@ -63,7 +67,7 @@ def context_conditions(src: list[str], doc_ids: list[str], k: int, seed: int,
     unknown = [name for name in names if name not in CONDITIONS]
     if unknown:
         raise DataError(f"unknown context condition '{unknown[0]}' (they are {', '.join(CONDITIONS)})")
-    make = {"own": lambda: ContextInput(list(src), list(doc_ids), list(range(len(src)))),
+    make = {"own": lambda: ContextInput(list(src), list(doc_ids), list(range(len(src))), list(range(len(src)))),
             "none": lambda: no_context(src),
             "other": lambda: other_context(src, doc_ids, k, seed)}
     return {name: make[name]() for name in names}

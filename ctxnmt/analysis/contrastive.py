@@ -34,6 +34,7 @@ from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.significance import mcnemar, wilson
 from ctxnmt.utils.arguments import add_model_dirs, add_output
 from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.messages import to_stderr
 
 CONDITIONS = ("own", "none", "other")
 TSV_COLUMNS = ("document", "tag", "context", "source", "correct", "contrastive")
@@ -271,6 +272,8 @@ def cmd_contrastive(args) -> int:
     examples = read_examples(args.file)
     translator = Translator.load(args.model_dirs if len(args.model_dirs) > 1 else args.model_dirs[0],
                                  ensemble_mode=args.ensemble_mode)
+    if translator.reads_target:
+        to_stderr("target-side context: the model's own translations of each example's context sentences")
     report = contrastive_report(translator, examples, from_config, args.seed)
     if args.output:
         with atomic_write(args.output, "w") as fh:

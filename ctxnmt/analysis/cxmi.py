@@ -33,16 +33,19 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.utils.arguments import add_output, check_at_least
 from ctxnmt.utils.io import atomic_write, make_directory
+from ctxnmt.utils.messages import to_stderr
 
 BOOTSTRAP_SAMPLES = 1000
 
 
 def scored_condition(translator, given: ContextInput, refs: list[str]) -> list[ForcedScore]:
-    """The references' token log-probabilities with the context `given` lends each sentence."""
+    """The references' token log-probabilities with the context `given` lends each sentence (a
+    model that reads previous target sentences reads those lines' references)."""
     targets: list[str | None] = [None] * len(given.lines)
     for ref, at in zip(refs, given.keep):
         targets[at] = ref
-    scores = translator.score(given.lines, targets, given.doc_ids)
+    scores = translator.score(given.lines, targets, given.doc_ids,
+                              context_targets=[refs[j] for j in given.sources])
     return [scores[at] for at in given.keep]
 
 
@@ -182,6 +185,8 @@ def cmd_cxmi(args) -> int:
         raise ConfigError(f"--contexts: a comma-separated choice of none and other, not '{args.contexts}'")
     src, doc_ids, refs = read_aligned(args)
     translator = Translator.load(args.model_dir)
+    if translator.reads_target:
+        to_stderr("target-side context: the references (-r) of the previous lines, in every condition")
     report = cxmi_report(translator, src, doc_ids, refs, against, args.seed, not args.no_pos, args.min_count)
     if args.out_dir:
         write_outputs(args.out_dir, report, doc_ids)

@@ -73,8 +73,8 @@ class _Part:
     att_history: torch.Tensor | None = None  # (n·K, L, S)
     prev: torch.Tensor | None = None  # the words just chosen; None before the first step
     coverage: torch.Tensor | None = None  # (n·K, S): Σ_t α_t of each row; only for a coverage penalty
-    # each sentence's attended positions where its model reads more than its source (a
-    # concatenation model's context, after its own positions); None: the source lengths
+    # where each sentence's memory ends when its model attends to more than its source (a
+    # concatenation model's context, after the source positions); None: the source lengths
     memory_lens: list[int] | None = None
 
     def attended(self) -> list[int]:

@@ -71,7 +71,7 @@ class Ensemble(nn.Module):
         return pack([m.encode(src, src_mask, context, beam) for m in self.members])
 
     def memory_lengths(self, enc) -> list[int] | None:
-        """The longest any member reads (a concatenation member reads its context too)."""
+        """The furthest any member's memory reaches (a concatenation member's holds its context too)."""
         found = [lens for m, e in zip(self.members, unpack(enc, len(self.members)))
                  for lens in [m.memory_lengths(e)] if lens is not None]
         return [max(column) for column in zip(*found)] if found else None

@@ -30,17 +30,19 @@ class ForcedScore:
 @torch.no_grad()
 def forced_log_probs(model: Searchable, src_ids: list[list[int]], tgt_ids: list[list[int]],
                      context: list[list[list[int]]] | None = None, batch_size: int = 64,
-                     device="cpu") -> list[np.ndarray]:
+                     device="cpu", target_context: list[list[list[int]]] | None = None) -> list[np.ndarray]:
     """log p(y_t | y_<t, x, C) for every token of every target (ids ending in EOS), batched
     by source length.  `context[i]`: sentence i's previous source sentences (id lists, oldest
-    first), for a document-context model.  The model is in evaluation mode (no dropout)."""
+    first), for a document-context model, and `target_context[i]` their target sides, for one that
+    reads them.  The model is in evaluation mode (no dropout)."""
     out: list[np.ndarray] = [np.zeros(0)] * len(src_ids)
     order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]), reverse=True)
     for start in range(0, len(order), batch_size):
         index = order[start: start + batch_size]
         src, mask = (t.to(device) for t in pad([src_ids[i] for i in index]))
         tgt, tgt_mask = pad([tgt_ids[i] for i in index])
-        ctx = None if context is None else pad_context([context[i] for i in index]).to(device)
+        targets = None if target_context is None else [target_context[i] for i in index]
+        ctx = None if context is None else pad_context([context[i] for i in index], targets=targets).to(device)
         scores = _step_through(model, src, mask, ctx, tgt.to(device)).cpu().double().numpy()
         for row, i in enumerate(index):
             out[i] = scores[row, : len(tgt_ids[i])]

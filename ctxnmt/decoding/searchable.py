@@ -30,8 +30,9 @@ class Searchable(Protocol):
         given); a model without document context ignores it."""
 
     def memory_lengths(self, enc: State) -> list[int] | None:
-        """How many positions each sentence's attention reads (its own source positions first,
-        then the context a concatenation model joined to it), or None where that is its source."""
+        """Where each sentence's memory ends: the positions up to its last annotation (its own
+        source positions, padded to the batch's, then the context a concatenation model joined to
+        it); None where the memory is the source.  Search never trims the encoder side below it."""
 
     def init_state(self, enc: State, beam: int = 1) -> State:
         """The decoder state before the first step, B·beam rows."""

@@ -32,7 +32,7 @@ from ctxnmt.decoding.length import LengthControl, length_control, needs_word_rat
 from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
-from ctxnmt.models.context import context_sentences
+from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.nmt import build_model
 from ctxnmt.models.migrations import load_model_checkpoint
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_model_state
@@ -105,8 +105,9 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     cast = torch.autocast("cuda", dtype=torch.bfloat16) if searches_in_bf16(dec, device) else nullcontext()
     with cast:
         for wave in _waves(todo, target_of):
-            found.update(search_batches(model, batches(wave), beam, nbest, length,
-                                        return_attention=return_attention, refill_below=refill))
+            searched = search_batches(model, batches(wave), beam, nbest, length, return_attention=return_attention,
+                                      refill_below=refill)
+            found = found | searched if found else searched
     return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
 
 
@@ -150,7 +151,8 @@ def _to_translation(hyps: list[Hypothesis], preprocessor, tgt_vocab: Vocab, src_
 class Translator:
     def __init__(self, config: Config, model: TranslationModel, preprocessor, src_vocab: Vocab, tgt_vocab: Vocab,
                  device="cpu", document_sents: int | None = None, prep_dir: Path | None = None,
-                 members: list[TranslationModel] | None = None, ensemble_mode: str | None = None):
+                 members: list[TranslationModel] | None = None, ensemble_mode: str | None = None,
+                 reads_target: bool | None = None):
         self.config, self.model = config, model
         # the models it translates with: the one model, or an ensemble's members and how it combines them
         self.members, self.ensemble_mode = members or [model], ensemble_mode
@@ -159,6 +161,9 @@ class Translator:
         # K previous sentences a document-context model reads (0: the model reads none); an
         # ensemble's is its document-context members' (they must agree).
         self.document_sents = context_sentences(config.model) if document_sents is None else document_sents
+        # whether the model (an ensemble: a member) reads its own previous translations (2-to-2):
+        # documents then advance together, a sentence after its previous ones
+        self.reads_target = reads_target_context(config.model) if reads_target is None else reads_target
         self.preprocessor, self.src_vocab, self.tgt_vocab = preprocessor, src_vocab, tgt_vocab
         self.device = device
         self.warn: Log = warn  # where warnings go (a server sends them to its log)
@@ -202,7 +207,8 @@ class Translator:
         model = Ensemble([m.model for m in members], mode).to(device).eval()
         return cls(first.config, model, first.preprocessor, first.src_vocab, first.tgt_vocab, device,
                    document_sents=document_sents([Path(d) for d in model_dirs], members), prep_dir=first.prep_dir,
-                   members=[m.model for m in members], ensemble_mode=mode)
+                   members=[m.model for m in members], ensemble_mode=mode,
+                   reads_target=any(m.reads_target for m in members))
 
     def translate(self, lines: list[str], beam: int | None = None, nbest: int = 1, batch_size: int | None = None,
                   return_attention: bool = False, doc_ids: list[str] | None = None,
@@ -216,12 +222,14 @@ class Translator:
         control = self.length_control(length)
         pieces, owners, src_tokens = self._segment(lines)
         ids = [self.src_vocab.encode(p, add_eos=False) for p in pieces]
-        context = self._document_context(lines, doc_ids, owners, src_tokens)
+        context, previous = self._document_context(lines, doc_ids, owners, src_tokens)
+        target_of = [[owners.get(j, []) for j in lines_before] for lines_before in previous] \
+            if self.reads_target and previous is not None else None
         if dec.precision != "fp32" and not searches_in_bf16(dec, self.device):
             self._warn_once(f"decoding.precision {dec.precision} applies on CUDA only; searching in float32 "
                             f"on {self.device}")
         hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention,
-                          context, control)
+                          context, control, target_of)
         per_piece = [_to_translation(h, self.preprocessor, self.tgt_vocab, p) for h, p in zip(hyps, pieces)]
         out = [Translation("") for _ in lines]
         for line_no in range(len(lines)):
@@ -236,11 +244,14 @@ class Translator:
         return out
 
     def score(self, lines: list[str], targets: list[str | None], doc_ids: list[str] | None = None,
-              batch_size: int | None = None) -> list[ForcedScore | None]:
+              batch_size: int | None = None,
+              context_targets: list[str | None] | None = None) -> list[ForcedScore | None]:
         """The log-probability of each token of `targets[i]` as the translation of `lines[i]`
         (None: line i is only context for the lines after it), through the model's own
         preprocessing.  `doc_ids`: as for `translate`; a document-context model reads each
-        line's previous lines of its document.  A source is scored whole, however long."""
+        line's previous lines of its document.  A source is scored whole, however long.
+        A model that reads previous target sentences (2-to-2) reads `context_targets[j]` as line
+        j's, where given, else its own translation of line j."""
         if len(targets) != len(lines):
             raise DataError(f"{len(targets)} targets for {len(lines)} source lines")
         src_tokens = {n: tokens for n, line in enumerate(lines) if line.strip()
@@ -249,14 +260,42 @@ class Translator:
         for n in todo:
             if n not in src_tokens:
                 raise DataError(f"line {n + 1}: an empty source sentence cannot be scored")
-        context = self._document_context(lines, doc_ids, {n: [p] for p, n in enumerate(todo)}, src_tokens)
+        context, previous = self._document_context(lines, doc_ids, {n: [p] for p, n in enumerate(todo)},
+                                                   src_tokens)
         src_ids = [self.src_vocab.encode(src_tokens[n], add_eos=False) for n in todo]
         tgt_tokens = [self.preprocessor.encode(targets[n], "tgt") for n in todo]
+        target_context = None
+        if self.reads_target and previous is not None:
+            given = context_targets or [None] * len(lines)
+            own = self._own_translations(lines, doc_ids, sorted({j for b in previous for j in b if given[j] is None}))
+            text = {j: given[j] if given[j] is not None else own[j] for b in previous for j in b}
+            ids = {j: self.tgt_vocab.encode(self.preprocessor.encode(t, "tgt")) for j, t in text.items()}
+            target_context = [[ids[j] for j in b] for b in previous]
         scores = forced_log_probs(self.model, src_ids, [self.tgt_vocab.encode(t) for t in tgt_tokens], context,
-                                  batch_size or self.config.decoding.batch_size, self.device)
+                                  batch_size or self.config.decoding.batch_size, self.device, target_context)
         out: list[ForcedScore | None] = [None] * len(lines)
         for n, tokens, logp in zip(todo, tgt_tokens, scores):
             out[n] = ForcedScore([*tokens, "</s>"], logp)
+        return out
+
+    def _own_translations(self, lines: list[str], doc_ids: list[str], needed: list[int]) -> dict[int, str]:
+        """The model's own translations of the lines `needed`, each document's in order after its
+        earlier needed lines; a run of lines repeated in several documents (a contrastive set's
+        context, once per candidate) is translated once."""
+        runs: dict[str, list[int]] = {}
+        for j in needed:
+            runs.setdefault(doc_ids[j], []).append(j)
+        unique: dict[tuple[str, ...], list[list[int]]] = {}
+        for run in runs.values():
+            unique.setdefault(tuple(lines[j] for j in run), []).append(run)
+        batch_lines = [line for key in unique for line in key]
+        batch_docs = [f"run{r}" for r, key in enumerate(unique) for _ in key]
+        translated = iter(t.text for t in self.translate(batch_lines, doc_ids=batch_docs))
+        out: dict[int, str] = {}
+        for key, copies in unique.items():
+            texts = [next(translated) for _ in key]
+            for run in copies:
+                out.update(zip(run, texts))
         return out
 
     def use_cuda_graphs(self) -> None:
@@ -296,26 +335,29 @@ class Translator:
             self._ratios[words] = load_length_ratios(self.prep_dir, words) if self.prep_dir is not None else None
         return self._ratios[words]
 
-    def _document_context(self, lines, doc_ids, owners, src_tokens) -> list[list[list[int]]] | None:
+    def _document_context(self, lines, doc_ids, owners, src_tokens):
         """Each piece's previous source sentences: its line's previous non-empty lines in the same
-        document (every piece of an over-long line gets its line's context)."""
+        document (every piece of an over-long line gets its line's context), and those lines'
+        numbers; (None, None) for a model without document context or lines without ids."""
         if not self.document_sents:
             if doc_ids is not None:
                 self._warn_once("this model uses no document context; the document ids are ignored")
-            return None
+            return None, None
         if doc_ids is None:
             self._warn_once("this model uses document context but no document ids were given (--doc-ids): "
                             "every sentence is translated with empty context")
-            return None
+            return None, None
         check_document_ids(doc_ids, "doc_ids", len(lines))
         limit = self.config.decoding.max_src_len
         line_ids = {n: self.src_vocab.encode(t[:limit], add_eos=False) for n, t in src_tokens.items()}
         previous = previous_sentences(doc_ids, self.document_sents, [n in line_ids for n in range(len(lines))])
         context: list[list[list[int]]] = [[] for _ in range(sum(len(o) for o in owners.values()))]
+        before: list[list[int]] = [[] for _ in context]
         for line_no, piece_nos in owners.items():
             for p in piece_nos:
                 context[p] = [line_ids[j] for j in previous[line_no]]
-        return context
+                before[p] = previous[line_no]
+        return context, before
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:

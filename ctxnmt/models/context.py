@@ -26,30 +26,23 @@ from torch import nn
 from ctxnmt.config import CUDA_GRAPHS_NEED, ComponentSection, ComponentSettings, check_ranges
 from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.errors import ConfigError
-from ctxnmt.models.document import DocumentSettings, document_settings
+from ctxnmt.models.document import document_settings
+from ctxnmt.models.interfaces import ContextNeeds, ContextReader
 from ctxnmt.models.registry import CONTEXTS
-
-
-@dataclass(frozen=True)
-class ContextInput:
-    """What a context input asks of the data: K previous sentences, and whether their target sides."""
-
-    sentences: int = 0
-    reads_target: bool = False
+from ctxnmt.models.state import State
 
 
 @CONTEXTS.register("none")
-class NoContext:
-    @staticmethod
-    def needs(cfg: ComponentSection) -> ContextInput:
-        return ContextInput()
+class SentenceLevel(ContextReader):
+    """No document context: the model reads the sentence alone."""
 
+    @classmethod
+    def needs(cls, cfg: ComponentSection) -> ContextNeeds:
+        return ContextNeeds()
 
-@CONTEXTS.register("hierarchical", settings=DocumentSettings)
-class Hierarchical:
-    @staticmethod
-    def needs(cfg: ComponentSection) -> ContextInput:
-        return ContextInput(document_settings(cfg).sentences)
+    @classmethod
+    def from_config(cls, cfg, encoder_state_dim, src_vocab_size) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -88,7 +81,7 @@ STEADY_TARGET_CONTEXTS = ("previous", "mean", "mean-with-start", "self-attentive
 
 
 @CONTEXTS.register("concat", settings=ConcatenationSettings)
-class Concatenation(nn.Module):
+class Concatenation(ContextReader):
     """Joins the previous sentences to the current one, each followed by a break.
 
     Source side: the encoder reads [c_1 … <brk> c_2 … <brk> x_1 … x_S] as one sequence; its
@@ -99,25 +92,58 @@ class Concatenation(nn.Module):
     order.  Target side (2-to-2): the decoder is forced through [c'_1 … <brk> …] before the
     current sentence's first word."""
 
+    attribute = "concat"
+
     def __init__(self, emb_dim: int, target: bool, loss: str):
         super().__init__()
         self.source_break = nn.Embedding(1, emb_dim)
         self.target_break = nn.Embedding(1, emb_dim) if target else None
         self.loss_on_all = loss == "all"
 
-    @staticmethod
-    def needs(cfg: ComponentSection) -> ContextInput:
+    @classmethod
+    def needs(cls, cfg: ComponentSection) -> ContextNeeds:
         s = cfg.settings(ConcatenationSettings)
-        return ContextInput(s.concat_sents, s.concat_target)
+        return ContextNeeds(s.concat_sents, s.concat_target)
 
     @classmethod
-    def from_config(cls, cfg: ComponentSection) -> Concatenation:
+    def from_config(cls, cfg: ComponentSection, encoder_state_dim: int = 0, src_vocab_size: int = 0) -> Concatenation:
         s = cfg.settings(ConcatenationSettings)
         return cls(cfg.emb_dim, s.concat_target, s.concat_loss)
 
     @property
     def reads_target(self) -> bool:
         return self.target_break is not None
+
+    def encode(self, model, src, src_mask, context, beam: int = 1) -> State:
+        """The encoder reads the previous sentences, each followed by the break, then the
+        sentence; the decoder's memory holds the sentence's annotations first."""
+        if context is None:
+            ids, mask, before = src, src_mask, torch.zeros(src.size(0), dtype=torch.long, device=src.device)
+        else:
+            ids, mask, before = self.join(context.ids, context.mask, src, src_mask, model.src_emb.num_embeddings)
+        emb = model.dropout_emb(self.embed(model.src_emb, ids))
+        annotations = model.dropout_hidden(model.encoder(emb, mask, None))
+        memory, memory_mask = self.current_first(annotations, before, src_mask)
+        # each row's memory ends after its context, which starts after the batch's S positions
+        return model.decoder.prepare(memory, memory_mask, None, beam).rows(memory_len=before + src.size(1))
+
+    def target_prefix(self, model, context):
+        """The previous target sentences, each followed by the break (2-to-2)."""
+        if not self.reads_target or context is None or context.tgt_ids is None:
+            return None
+        empty = context.tgt_ids.new_zeros(context.tgt_ids.size(0), 0)
+        ids, mask, _ = self.join(context.tgt_ids, context.tgt_mask, empty, empty.float(),
+                                 model.tgt_emb.num_embeddings)
+        return (ids, mask) if ids.size(1) else None
+
+    def memory_lengths(self, enc: State) -> list[int]:
+        return enc["memory_len"].tolist()
+
+    def embed_target(self, table: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed(table, ids, "target")
+
+    def loss_on_prefix(self) -> bool:
+        return self.loss_on_all
 
     def embed(self, table: nn.Embedding, ids: torch.Tensor, side: str = "source") -> torch.Tensor:
         """Embeddings of ids in which BREAK (one past the vocabulary) stands for the break."""
@@ -157,6 +183,14 @@ class Concatenation(nn.Module):
         return memory * mask.unsqueeze(-1).to(memory.dtype), mask
 
 
+def after_prefix(prefix: torch.Tensor, prefix_mask: torch.Tensor, ids: torch.Tensor,
+                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each row's prefix words then its own, left-aligned: ids and mask (B, W), and the prefix
+    lengths (B,)."""
+    joined, joined_mask = _pack(torch.cat([prefix, ids], 1), torch.cat([prefix_mask, mask], 1).bool())
+    return joined, joined_mask, prefix_mask.sum(1).long()
+
+
 def _pack(ids: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The kept ids of each row moved to its front, in order, PAD after them."""
     lens = keep.sum(1)
@@ -176,7 +210,7 @@ def context_name(cfg: ComponentSection) -> str:
     return cfg.context
 
 
-def context_input(cfg: ComponentSection) -> ContextInput:
+def context_input(cfg: ComponentSection) -> ContextNeeds:
     return CONTEXTS.get(context_name(cfg), key="model.context").needs(cfg)
 
 
@@ -190,5 +224,6 @@ def reads_target_context(cfg: ComponentSection) -> bool:
     return context_input(cfg).reads_target
 
 
-def concatenation_from_config(cfg: ComponentSection) -> Concatenation | None:
-    return Concatenation.from_config(cfg) if context_name(cfg) == "concat" else None
+def reader_from_config(cfg: ComponentSection, encoder_state_dim: int, src_vocab_size: int) -> ContextReader | None:
+    """The model's context input (None for a sentence-level model)."""
+    return CONTEXTS.get(context_name(cfg), key="model.context").from_config(cfg, encoder_state_dim, src_vocab_size)

@@ -30,7 +30,8 @@ from ctxnmt.data.vocab import PAD, UNK
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.cells import final_state
 from ctxnmt.models.functional import mix
-from ctxnmt.models.registry import CELLS, DOC_INPUTS
+from ctxnmt.models.interfaces import ContextNeeds, ContextReader
+from ctxnmt.models.registry import CELLS, CONTEXTS, DOC_INPUTS
 from ctxnmt.models.state import State
 
 
@@ -53,6 +54,10 @@ class DocumentSettings(ComponentSettings):
     # format: a one-word pseudo-sentence NULL, read as the unknown word); the paper is silent, and
     # its configs follow the released code
     doc_start: str = "zero"
+    # s-hier-to-2 (Bawden et al. 2018): a second summary, of the previous target sentences (the
+    # references in training, the model's own translations in translation), with RNNs of its own
+    # over the target embeddings; D is the two summaries side by side.  Ours on this model.
+    doc_target: bool = False
     hidden_dim: int = 512  # ModelConfig's: the size of doc_dim 0
 
     @property
@@ -68,12 +73,20 @@ class DocumentSettings(ComponentSettings):
     def dim(self) -> int:
         return self.doc_dim or self.hidden_dim
 
+    @property
+    def summary_dim(self) -> int:
+        """The width of D: the source summary's, beside the target summary's with doc_target."""
+        return self.dim * (2 if self.doc_target else 1)
+
     def check(self, config) -> None:
         check_ranges(self, "model", {"doc_sents": ">=0", "doc_dim": ">=0"})
         if self.doc_start not in ("zero", "null-sentence"):
             raise ConfigError(f"model.doc_start must be 'zero' or 'null-sentence', got '{self.doc_start}'")
         if self.doc_embeddings not in ("shared", "separate"):
             raise ConfigError(f"model.doc_embeddings must be 'shared' or 'separate', got '{self.doc_embeddings}'")
+        if self.doc_target and not self.reads_document:
+            raise ConfigError("model.doc_target needs a hierarchical document model (model.doc_aux or doc_init_*)",
+                              key="model.doc_target")
         if self.reads_document and self.doc_sents < 1:
             raise ConfigError(f"model.doc_sents must be at least 1 for a document-context model, got {self.doc_sents}")
         t = config.training
@@ -93,20 +106,10 @@ def document_settings(cfg: ComponentSection) -> DocumentSettings:
     return cfg.settings(DocumentSettings)
 
 
-def summary_from_config(cfg: ComponentSection, encoder_state_dim: int, src_vocab_size: int) -> HierarchicalSummary | None:
-    """The hierarchical summary of a document-context model; None for a sentence-level one."""
-    s = document_settings(cfg)
-    if not s.reads_document:
-        return None
-    return HierarchicalSummary(cfg.emb_dim, s.dim, cfg.cell, init_enc_dim=encoder_state_dim if s.doc_init_enc else 0,
-                               history_vocab=src_vocab_size if s.doc_embeddings == "separate" else 0,
-                               null_start=s.doc_start == "null-sentence")
-
-
 def input_from_config(cfg: ComponentSection, hidden_dim: int, emb_dim: int, ctx_dim: int, blocks: int) -> DocumentInput:
     """How D enters the decoder ("none" without init-dec: not at all)."""
     s = document_settings(cfg)
-    return DOC_INPUTS.get(s.doc_aux)(doc_dim=s.dim, hidden_dim=hidden_dim, emb_dim=emb_dim, ctx_dim=ctx_dim,
+    return DOC_INPUTS.get(s.doc_aux)(doc_dim=s.summary_dim, hidden_dim=hidden_dim, emb_dim=emb_dim, ctx_dim=ctx_dim,
                                      init_dec=s.doc_init_dec, blocks=blocks, gate_bias=s.doc_gate_bias)
 
 
@@ -116,39 +119,83 @@ def per_row(rows: torch.Tensor, per_sentence: torch.Tensor) -> torch.Tensor:
     return per_sentence.unsqueeze(1).expand(N, rows.size(0) // N, F).reshape(-1, F)
 
 
-class HierarchicalSummary(nn.Module):
+@CONTEXTS.register("hierarchical", settings=DocumentSettings)
+class HierarchicalSummary(ContextReader):
     """D from a (B, K, L) block of context sentences: all B·K sentences go through the
     sentence RNN in one padded call, then the document RNN reads S_1 … S_K with empty
     slots masked (its state is held), so D is its state after the newest real sentence."""
 
+    attribute = "document"
+
+    @classmethod
+    def needs(cls, cfg: ComponentSection) -> ContextNeeds:
+        s = document_settings(cfg)
+        return ContextNeeds(s.sentences, s.doc_target)
+
+    @classmethod
+    def from_config(cls, cfg: ComponentSection, encoder_state_dim: int, src_vocab_size: int) -> HierarchicalSummary:
+        s = document_settings(cfg)
+        return cls(cfg.emb_dim, s.dim, cfg.cell, init_enc_dim=encoder_state_dim if s.doc_init_enc else 0,
+                   history_vocab=src_vocab_size if s.doc_embeddings == "separate" else 0,
+                   null_start=s.doc_start == "null-sentence", target=s.doc_target)
+
+    def encode(self, model, src, src_mask, context, beam: int = 1) -> State:
+        """D of each sentence's previous sentences (the empty context's where none are given)
+        initialises the encoder (init-enc) and reaches the decoder (ctxnmt.models.decoders)."""
+        emb = model.dropout_emb(model.src_emb(src))
+        if context is None:
+            doc = self.empty(src.size(0), emb, model.src_emb)
+        else:
+            doc = model.dropout_hidden(self(context.ids, context.mask, model.src_emb, model.dropout_emb))
+        if self.target_rnns is not None:
+            doc = torch.cat([doc, model.dropout_hidden(self.target_summary(context, model, emb))], 1)
+        annotations = model.dropout_hidden(model.encoder(emb, src_mask, self.encoder_state(doc)))
+        return model.decoder.prepare(annotations, src_mask, doc, beam)
+
+    def embeddings(self) -> list[nn.Embedding]:
+        return [self.history_emb] if self.history_emb is not None else []
+
     def __init__(self, emb_dim: int, doc_dim: int, cell: str = "gru", init_enc_dim: int = 0,
-                 history_vocab: int = 0, null_start: bool = False):
+                 history_vocab: int = 0, null_start: bool = False, target: bool = False):
         super().__init__()
         self.null_start = null_start  # a sentence without history reads the pseudo-sentence [UNK]
         cell_cls = CELLS.get(cell)
         self.doc_dim = doc_dim
         self.sentence_rnn = cell_cls(emb_dim, doc_dim)
         self.document_rnn = cell_cls(doc_dim, doc_dim)
+        # s-hier-to-2: the same two levels over the previous target sentences
+        self.target_rnns = nn.ModuleList([cell_cls(emb_dim, doc_dim), cell_cls(doc_dim, doc_dim)]) if target else None
+        out_dim = doc_dim * (2 if target else 1)
         # The released code's option: history sentences with their own embedding matrix.
         self.history_emb = nn.Embedding(history_vocab, emb_dim, padding_idx=PAD) if history_vocab else None
         # init-enc: D itself when the sizes agree (the released code); otherwise tanh(W D), bias-free so
         # that D = 0 still gives the zero state of a sentence-level encoder.
-        self.to_encoder = nn.Linear(doc_dim, init_enc_dim, bias=False) if init_enc_dim not in (0, doc_dim) else None
+        self.to_encoder = nn.Linear(out_dim, init_enc_dim, bias=False) if init_enc_dim not in (0, out_dim) else None
         self.init_enc = bool(init_enc_dim)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, shared_emb: nn.Embedding,
                 dropout: nn.Module | None = None) -> torch.Tensor:
         if self.null_start:
             ids, mask = _null_history(ids, mask)
+        return self._levels(self.sentence_rnn, self.document_rnn, ids, mask, self.history_emb or shared_emb, dropout)
+
+    def _levels(self, sentence_rnn, document_rnn, ids, mask, table: nn.Embedding, dropout) -> torch.Tensor:
         B, K, L = ids.shape
-        emb = (self.history_emb or shared_emb)(ids.view(B * K, L))
+        emb = table(ids.view(B * K, L))
         if dropout is not None:
             emb = dropout(emb)
         zeros = emb.new_zeros(B * K, self.doc_dim)
-        S = final_state(self.sentence_rnn, self.sentence_rnn.input_proj(emb), zeros, mask.view(B * K, L))
+        S = final_state(sentence_rnn, sentence_rnn.input_proj(emb), zeros, mask.view(B * K, L))
         present = mask.amax(-1)  # (B, K): an empty slot is no sentence
-        xp = self.document_rnn.input_proj(S.view(B, K, self.doc_dim))
-        return final_state(self.document_rnn, xp, zeros[:B], present)
+        xp = document_rnn.input_proj(S.view(B, K, self.doc_dim))
+        return final_state(document_rnn, xp, zeros[:B], present)
+
+    def target_summary(self, context, model, like: torch.Tensor) -> torch.Tensor:
+        """D' of the previous target sentences; zero (the document RNN's initial state) where none
+        are given."""
+        if context is None or context.tgt_ids is None:
+            return like.new_zeros(like.size(0), self.doc_dim)
+        return self._levels(*self.target_rnns, context.tgt_ids, context.tgt_mask, model.tgt_emb, model.dropout_emb)
 
     def empty(self, batch: int, like: torch.Tensor, shared_emb: nn.Embedding) -> torch.Tensor:
         """D without any previous sentence: the same for every sentence, so summarised once."""

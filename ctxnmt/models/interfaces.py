@@ -12,6 +12,7 @@ with its registry entry (`register(name, settings=…)`, docs/new-variant.md).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -128,3 +129,57 @@ class Decoder(nn.Module):
         """The adaptive output's weights α (3, B, T, out_dim) of s_t, d_t and c_t under teacher
         forcing.  Only where `has_adaptive_output`."""
         raise ConfigError(f"the {type(self).__name__} decoder has no adaptive output")
+
+
+@dataclass(frozen=True)
+class ContextNeeds:
+    """What a document-context input asks of the data each batch (ctxnmt.data.batching.Context):
+    the K previous source sentences, and whether their target sides too."""
+
+    sentences: int = 0
+    reads_target: bool = False
+
+
+class ContextReader(nn.Module):
+    """A document-context input: how the model reads the sentences before the current one.
+    Each registers in CONTEXTS (`model.context`, ctxnmt.models.context) with its settings;
+    the model holds it as its attribute `attribute` (its parameters' checkpoint prefix) and
+    hands it the encoder side.  Shapes as above; the context is a (B, K, L) block."""
+
+    attribute = "context_input"
+
+    @classmethod
+    def needs(cls, cfg: ModelConfig) -> ContextNeeds:
+        """What a model of `cfg` reads: the data side builds every batch's context from it."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, encoder_state_dim: int, src_vocab_size: int) -> ContextReader | None:
+        """This input as the model config asks for it; None where it adds nothing to the model."""
+        raise NotImplementedError
+
+    def encode(self, model, src: torch.Tensor, src_mask: torch.Tensor, context, beam: int = 1) -> State:
+        """The encoder side (model.decoder.prepare's) of the sentences `src` read with `context`
+        (None: no previous sentence), from the model's embeddings, encoder and decoder."""
+        raise NotImplementedError
+
+    def target_prefix(self, model, context) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Target words the decoder is forced through before the sentence's own (B, P) with their
+        mask, left-aligned, ending in the break id; None (the default) for an input without."""
+        return None
+
+    def memory_lengths(self, enc: State) -> list[int] | None:
+        """Positions each sentence's attention reads where that is more than its source."""
+        return None
+
+    def embed_target(self, table: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+        """Embeddings of target ids, those of a `target_prefix` included."""
+        return table(ids)
+
+    def loss_on_prefix(self) -> bool:
+        """Whether training scores the target prefix's words too (else the sentence's alone)."""
+        return False
+
+    def embeddings(self) -> list[nn.Embedding]:
+        """Word embedding tables of its own (their padding rows are zeroed at initialisation)."""
+        return []

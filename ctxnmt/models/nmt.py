@@ -13,8 +13,8 @@ from ctxnmt.data.batching import Context
 from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.models.capabilities import Capabilities, hyper_gated
 from ctxnmt.models.cells import RecurrentCell
-from ctxnmt.models.context import Concatenation, concatenation_from_config
-from ctxnmt.models.document import summary_from_config
+from ctxnmt.models.context import after_prefix, reader_from_config
+from ctxnmt.models.interfaces import ContextReader
 from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
 from ctxnmt.models.interfaces import Recurrence
 from ctxnmt.models.registry import CELLS, CONTEXTS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
@@ -37,9 +37,11 @@ class NMTModel(nn.Module):
         self.encoder = ENCODERS.get(cfg.encoder).from_config(cfg)
         self.decoder = DECODERS.get(cfg.decoder).from_config(cfg, self.encoder.out_dim)
         # Cross-sentence context: the hierarchical summary D of the previous source sentences.
-        self.document = summary_from_config(cfg, self.encoder.state_dim, src_vocab_size)
-        # Concatenation: the previous sentences joined to the current one, each after a break.
-        self.concat = concatenation_from_config(cfg)
+        # The document context input (ctxnmt.models.context), under its own attribute name.
+        reader = reader_from_config(cfg, self.encoder.state_dim, src_vocab_size)
+        self._reader = reader.attribute if reader is not None else None
+        if reader is not None:
+            self.add_module(reader.attribute, reader)
         self.generator = nn.Linear(self.decoder.out_dim, tgt_vocab_size)
         if cfg.tie_embeddings:
             self.generator.weight = self.tgt_emb.weight
@@ -56,7 +58,12 @@ class NMTModel(nn.Module):
                             encoder_hyper_gates=hyper_gated(encoder), decoder_hyper_gates=hyper_gated(decoder),
                             target_attention=self.decoder.has_target_attention(),
                             adaptive_output=self.decoder.has_adaptive_output(),
-                            document_context=self.document is not None or self.concat is not None)
+                            document_context=self.context_reader is not None)
+
+    @property
+    def context_reader(self) -> ContextReader | None:
+        """How it reads the previous sentences (None: a sentence-level model)."""
+        return self._modules[self._reader] if self._reader is not None else None
 
     @property
     def device(self) -> torch.device:
@@ -69,58 +76,29 @@ class NMTModel(nn.Module):
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor,
                context: Context | None = None, beam: int = 1) -> State:
-        """`context`: each sentence's previous source sentences; a document-context model
-        given none uses the empty context (D = 0), a sentence-level model ignores it.
-        `beam`: the hypotheses that will read each sentence (Decoder.prepare)."""
-        if self.concat is not None:
-            return self._encode_joined(src, src_mask, context, beam)
-        emb = self.dropout_emb(self.src_emb(src))
-        doc = self.summarise_document(context, src.size(0), emb)
-        h0 = self.document.encoder_state(doc) if doc is not None else None
-        annotations = self.dropout_hidden(self.encoder(emb, src_mask, h0))
-        return self.decoder.prepare(annotations, src_mask, doc, beam)
-
-    def _encode_joined(self, src, src_mask, context: Context | None, beam: int) -> State:
-        """The encoder side of a concatenation model: the encoder reads the previous sentences,
-        each followed by the break, then the sentence; its memory holds the current sentence's
-        annotations first (ctxnmt.models.context.Concatenation)."""
-        if context is None:
-            ids, mask, before = src, src_mask, torch.zeros(src.size(0), dtype=torch.long, device=src.device)
+        """`context`: each sentence's previous sentences; a document-context model given none
+        reads the empty context, a sentence-level model ignores it.  `beam`: the hypotheses
+        that will read each sentence (Decoder.prepare)."""
+        reader = self.context_reader
+        if reader is not None:
+            enc = reader.encode(self, src, src_mask, context, beam)
         else:
-            ids, mask, before = Concatenation.join(context.ids, context.mask, src, src_mask,
-                                                   self.src_emb.num_embeddings)
-        emb = self.dropout_emb(self.concat.embed(self.src_emb, ids))
-        annotations = self.dropout_hidden(self.encoder(emb, mask, None))
-        memory, memory_mask = Concatenation.current_first(annotations, before, src_mask)
-        enc = self.decoder.prepare(memory, memory_mask, None, beam)
-        enc.rows(memory_len=memory_mask.sum(1).long())
+            annotations = self.dropout_hidden(self.encoder(self.dropout_emb(self.src_emb(src)), src_mask))
+            enc = self.decoder.prepare(annotations, src_mask, None, beam)
         prefix = self._target_prefix(context)
         if prefix is not None:
             enc.with_part("prefix", State().rows(ids=prefix[0], mask=prefix[1]))
         return enc
 
     def _target_prefix(self, context: Context | None):
-        """The previous target sentences, each followed by the break, left-aligned (B, P), and their
-        mask; None for a model or a batch without them."""
-        if self.concat is None or not self.concat.reads_target or context is None or context.tgt_ids is None:
-            return None
-        empty = context.tgt_ids.new_zeros(context.tgt_ids.size(0), 0)
-        ids, mask, _ = Concatenation.join(context.tgt_ids, context.tgt_mask, empty, empty.float(),
-                                          self.tgt_emb.num_embeddings)
-        return (ids, mask) if ids.size(1) else None
+        reader = self.context_reader
+        return reader.target_prefix(self, context) if reader is not None else None
 
     def memory_lengths(self, enc: State) -> list[int] | None:
-        """How many annotations each sentence's attention reads, where that is more than its own
-        source positions (a concatenation model's context); None otherwise."""
-        return enc["memory_len"].tolist() if self.concat is not None else None
-
-    def summarise_document(self, context: Context | None, batch: int, like: torch.Tensor) -> torch.Tensor | None:
-        """D (B, doc_dim), or None for a sentence-level model."""
-        if self.document is None:
-            return None
-        if context is None:
-            return self.document.empty(batch, like, self.src_emb)
-        return self.dropout_hidden(self.document(context.ids, context.mask, self.src_emb, self.dropout_emb))
+        """Where each sentence's memory ends, where it holds more than the source (a concatenation
+        model's context, after the batch's source positions); None otherwise."""
+        reader = self.context_reader
+        return reader.memory_lengths(enc) if reader is not None else None
 
     # -- teacher forcing ---------------------------------------------------------
     def previous_embeddings(self, tgt: torch.Tensor) -> torch.Tensor:
@@ -138,12 +116,12 @@ class NMTModel(nn.Module):
         """`forward`'s readouts and attention on the current sentence, and for a model with a
         target prefix (2-to-2) the whole forced sequence's (readouts, labels, mask) as well."""
         enc = self.encode(src, src_mask, context)
-        prefix = self._target_prefix(context)
+        prefix = (enc.part("prefix")["ids"], enc.part("prefix")["mask"]) if "prefix" in enc.parts else None
         if prefix is None:
             readout, attention = self.decoder(enc, self.previous_embeddings(tgt), tgt_mask)
             return readout, attention[..., :src.size(1)], None
         V = self.tgt_emb.num_embeddings
-        full, full_mask, before = Concatenation.join(context.tgt_ids, context.tgt_mask, tgt, tgt_mask, V)
+        full, full_mask, before = after_prefix(*prefix, tgt, tgt_mask)
         readout, attention = self.decoder(enc, self.previous_embeddings(full), full_mask)
         at = (before.unsqueeze(1) + torch.arange(tgt.size(1), device=tgt.device)).clamp(max=full.size(1) - 1)
         current = readout.gather(1, at.unsqueeze(-1).expand(-1, -1, readout.size(-1)))
@@ -151,15 +129,15 @@ class NMTModel(nn.Module):
         return current, attention, (readout, full.masked_fill(full == V, EOS), full_mask)
 
     def _embed_target(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.tgt_emb(ids) if self.concat is None else self.concat.embed(self.tgt_emb, ids, "target")
+        """E y, the break of a target prefix (one past the vocabulary) included."""
+        reader = self.context_reader
+        return reader.embed_target(self.tgt_emb, ids) if reader is not None else self.tgt_emb(ids)
 
     def embeddings(self) -> list[nn.Embedding]:
         """Every word embedding table: source, target (the same one where shared) and the
         document context's own, where it has one."""
-        tables = [self.src_emb, self.tgt_emb]
-        if self.document is not None and self.document.history_emb is not None:
-            tables.append(self.document.history_emb)
-        return tables
+        reader = self.context_reader
+        return [self.src_emb, self.tgt_emb, *(reader.embeddings() if reader is not None else [])]
 
     @property
     def vocab_size(self) -> int:
@@ -177,7 +155,7 @@ class NMTModel(nn.Module):
         """
         readout, _, whole = self._forced(src, src_mask, tgt, tgt_mask, context)
         keep = tgt_mask.bool()
-        if whole is not None and self.concat.loss_on_all:
+        if whole is not None and self.context_reader.loss_on_prefix():
             readout, tgt, keep = whole[0], whole[1], whole[2].bool()
         nll = linear_cross_entropy(self.dropout_out(readout[keep]), self.generator.weight, self.generator.bias,
                                    tgt[keep], label_smoothing)

@@ -17,7 +17,7 @@ from ctxnmt.data.documents import RandomContextSize
 from ctxnmt.data.prepare import Prepared, prepare
 from ctxnmt.data.vocab import UNK
 from ctxnmt.errors import ConfigError
-from ctxnmt.models.context import context_sentences, reads_target_context
+from ctxnmt.models.context import context_name, context_sentences, reads_target_context
 from ctxnmt.models.nmt import NMTModel, build_model, check_names, count_parameters
 from ctxnmt.training.distributed import World, collective
 from ctxnmt.training.graphs import GraphedSteps
@@ -109,8 +109,10 @@ class TranslationTask(Task):
 
     def describe(self) -> str:
         m = self.config.model
+        document = context_name(m)
         return (f"model: {count_parameters(self.model):,} parameters "
-                f"({m.encoder} encoder, {m.decoder} decoder, {m.cell} cell, {m.target_context} target context)")
+                f"({m.encoder} encoder, {m.decoder} decoder, {m.cell} cell, {m.target_context} target context"
+                f"{'' if document == 'none' else f', {document} document context'})")
 
     # -- training ------------------------------------------------------------------------
     def epoch_units(self, epoch: int, starting: bool) -> list[list[int]]:

@@ -224,6 +224,9 @@ class _LongSourcesEndFirst(torch.nn.Module):
     def init_state(self, enc, beam=1):
         return self.model.init_state(enc, beam)
 
+    def memory_lengths(self, enc):
+        return self.model.memory_lengths(enc)
+
     def step_candidates(self, enc, state, prev, k):
         logp, state, alpha = self.model.step(enc, state, prev)
         lengths = enc["src_mask"].sum(1).repeat_interleave(logp.size(0) // enc["src_mask"].size(0))

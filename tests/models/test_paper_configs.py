@@ -109,8 +109,8 @@ def test_target_context_and_encoder_configs_compute_their_papers_equations(name)
         torch.testing.assert_close(logp[b, : len(t)], expected, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("doc-*.yaml")))
-def test_cross_sentence_configs_compute_eqs_1_to_6(name):
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("doc-*.yaml") if "-target" not in p.name))
+def test_cross_sentence_configs_compute_eqs_1_to_6(name):  # doc-*-target: ours, docs/document-models.md
     """Every cross-sentence config against the literal reference of Wang et al.'s hierarchical
     summary (eqs. 1–2) and its integration (init: the released code's, the paper being silent;
     aux: eq. 4; gated aux: eqs. 5–6).  Eq. 5, z_t = σ(U_z s_{t-1} + W_z y_{t-1} + C_z c_t), has

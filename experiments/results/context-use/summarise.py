@@ -51,6 +51,16 @@ def earlier_only() -> np.ndarray:
     return np.array([e.antecedent == "earlier sentences" for e in read_examples(str(EXAMPLES))])
 
 
+FEMININE, MASCULINE = ("she", "her"), ("he", "his", "him")
+
+
+@cache
+def gender(pronouns: tuple[str, ...]) -> np.ndarray:
+    """Which examples' right pronoun is one of `pronouns` (feminine or masculine: the choices
+    that only an antecedent can settle, where the verb's number cannot)."""
+    return np.array([e["ref pronoun"].lower() in pronouns for e in json.loads(EXAMPLES.read_text())])
+
+
 def accuracies(outcome_runs: list[dict[str, np.ndarray]], rows: np.ndarray | slice = slice(None)) -> str:
     """Accuracy under own / none / other, pooled over the runs' answers on `rows`."""
     return " / ".join(f"{np.mean([o[c][rows] for o in outcome_runs]):.3f}" for c in CONDITIONS)
@@ -111,16 +121,18 @@ def _cx(c: dict | None, condition: str) -> str:
 
 def per_run_table(systems: list[Path]) -> list[str]:
     lines = ["| system | seed | test BLEU | CXMI own − other (95% interval) | CXMI own − none | pronouns own / none / other "
-             "| earlier-verse antecedents own / none / other | pronoun P-CXMI " + " / ".join(PRONOUNS) + " |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| earlier-verse antecedents own / none / other | feminine own / none / other | masculine own / none / other "
+             "| pronoun P-CXMI " + " / ".join(PRONOUNS) + " |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for system in systems:
         for run in runs(system):
             acc, ea = accuracies([outcomes(run)]), accuracies([outcomes(run)], earlier_only())
+            fem, masc = (accuracies([outcomes(run)], gender(g)) for g in (FEMININE, MASCULINE))
             p = pronoun_pcxmi(run)
             pc = " / ".join(f"{p[w]:+.2f}" for w in PRONOUNS) if p else "0 by construction"
             c = cxmi(run)
             lines.append(f"| {system.name} | {run.name[4:]} | {bleu(run):.2f} | {_cx(c, 'other')} | {_cx(c, 'none')} "
-                         f"| {acc} | {ea} | {pc} |")
+                         f"| {acc} | {ea} | {fem} | {masc} | {pc} |")
     return lines
 
 
@@ -139,12 +151,14 @@ def _mean_sd(values: list[float], fmt: str, interval: bool = False) -> str:
 
 def over_seeds_table(systems: list[Path]) -> list[str]:
     lines = ["| system | seeds | test BLEU | CXMI own − other | seeds whose interval is above 0 | CXMI own − none "
-             "| pronouns own / none / other (pooled) | earlier-verse antecedents (pooled) | p: own vs none, own vs other | own vs the baseline (same seeds) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| pronouns own / none / other (pooled) | earlier-verse antecedents (pooled) | feminine (pooled) | masculine (pooled) "
+             "| p: own vs none, own vs other | own vs the baseline (same seeds) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for system in systems:
         seeds = runs(system)
         ok = [outcomes(r) for r in seeds]
         pooled, pooled_earlier = accuracies(ok), accuracies(ok, earlier_only())
+        fem, masc = (accuracies(ok, gender(g)) for g in (FEMININE, MASCULINE))
         cx = [cxmi(r) for r in seeds]
         if all(c is not None for c in cx):
             other = _mean_sd([c["other"]["cxmi"] for c in cx], "+.4f", interval=True)
@@ -159,6 +173,7 @@ def over_seeds_table(systems: list[Path]) -> list[str]:
         versus = f"{against[0]:.3f} against {against[1]:.3f}, p = {against[2]:.3f}" if against else ""
         lines.append(f"| {system.name} | {', '.join(r.name[4:] for r in seeds)} "
                      f"| {_mean_sd([bleu(r) for r in seeds], '.2f')} | {other} | {above} | {none} | {pooled} | {pooled_earlier} "
+                     f"| {fem} | {masc} "
                      f"| {tests} | {versus} |")
     return lines
 
