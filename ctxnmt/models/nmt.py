@@ -14,9 +14,8 @@ from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.models.capabilities import Capabilities, hyper_gated
 from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.context import after_prefix, reader_from_config
-from ctxnmt.models.interfaces import ContextReader
 from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
-from ctxnmt.models.interfaces import Recurrence
+from ctxnmt.models.interfaces import ContextReader, Recurrence
 from ctxnmt.models.registry import CELLS, CONTEXTS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
 from ctxnmt.models.state import State
 
@@ -36,8 +35,8 @@ class NMTModel(nn.Module):
         self.start = nn.Parameter(torch.zeros(cfg.emb_dim), requires_grad=cfg.learned_start)
         self.encoder = ENCODERS.get(cfg.encoder).from_config(cfg)
         self.decoder = DECODERS.get(cfg.decoder).from_config(cfg, self.encoder.out_dim)
-        # Cross-sentence context: the hierarchical summary D of the previous source sentences.
-        # The document context input (ctxnmt.models.context), under its own attribute name.
+        # The document context input (ctxnmt.models.context) under its own attribute name, which
+        # prefixes its parameters' names in checkpoints (the hierarchical summary's: `document`).
         reader = reader_from_config(cfg, self.encoder.state_dim, src_vocab_size)
         self._reader = reader.attribute if reader is not None else None
         if reader is not None:

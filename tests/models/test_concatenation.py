@@ -173,3 +173,23 @@ def test_length_limits_and_the_coverage_penalty_read_the_sentence_not_its_contex
     length = LengthControl(max_len_a=1.0, max_len_b=0, beta=0.2)  # at most |x| words, the context's not counted
     for b, found in enumerate(beam_search(m, src, src_mask, beam=3, context=ctx, length=length)):
         assert all(len(h.tokens) <= len(SRC[b]) for h in found)
+
+
+def test_documents_advance_together_and_each_sentence_reads_its_own_previous_translation():
+    from ctxnmt.config import DecodingConfig
+    from ctxnmt.decoding.translator import _waves, search_ids
+
+    assert _waves([0, 1, 2, 3, 4], [[], [[0]], [[0], [1]], [], [[3]]]) == [[0, 3], [1, 4], [2]]
+    m = model(concat_target=True)
+    src = [[5, 6, 7], [8, 9], [10, 11, 12], [13, 14]]  # documents: 0, 1, 2 and 3
+    context = [[], [[5, 6, 7]], [[5, 6, 7], [8, 9]], []]
+    target_of = [[], [[0]], [[0], [1]], []]
+    found = search_ids(m, src, DecodingConfig(), beam=3, context=context, target_of=target_of)
+    for i in (1, 2):
+        own = [found[j][0].tokens + [EOS] for group in target_of[i] for j in group]
+        s, s_mask = pad([src[i]])
+        alone = beam_search(m, s, s_mask, beam=3, context=pad_context([context[i]], 2, targets=[own]))
+        assert alone[0][0].tokens == found[i][0].tokens
+    other = search_ids(m, src, DecodingConfig(), beam=3, context=context,
+                       target_of=[[], [[3]], [[3], [3]], []])  # another document's translation instead
+    assert [h[0].score for h in other][1:3] != pytest.approx([h[0].score for h in found][1:3])
