@@ -1,4 +1,5 @@
 """Model components. Importing the package registers every cell, encoder,
 decoder, target-context summary, output layer and document-context input under its
 config name."""
-from ctxnmt.models import cells, context, decoders, document, encoders, output, target_context  # noqa: F401  (registration)
+# registration
+from ctxnmt.models import cells, context, decoders, document, encoders, output, target_context  # noqa: F401

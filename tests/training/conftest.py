@@ -45,3 +45,36 @@ def tiny_corpus(tmp_path_factory) -> Path:
 def tiny_config(path: Path, data: Path, model_dir: Path, dropout: float = 0.0) -> Path:
     path.write_text(TINY_CONFIG.format(data=data, model_dir=model_dir, dropout=dropout), encoding="utf-8")
     return path
+
+
+def train_updates(model, src, tgt, context, k: int, updates: int, target_context: bool = False) -> None:
+    """`updates` Adam steps (lr 0.01) on the trainer's path: shuffled, length-bucketed batches
+    (400 target tokens, 64 sentences) with each sentence's context taken by its position."""
+    import torch
+
+    from ctxnmt.data.batching import epoch_batches, make_batch
+
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    step, epoch = 0, 0
+    while step < updates:
+        for index in epoch_batches([len(s) for s in src], [len(t) for t in tgt], 400, 64, seed=0, epoch=epoch):
+            b = make_batch(index, src, tgt, context, k, target_context)
+            opt.zero_grad()
+            nll, _ = model.loss(b.src, b.src_mask, b.tgt, b.tgt_mask, context=b.context)
+            (nll / b.n_sents).backward()
+            opt.step()
+            step += 1
+            if step == updates:
+                return
+        epoch += 1
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models train several times faster without thread hand-offs (and on a shared machine)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -17,6 +17,7 @@ from ctxnmt.data.vocab import EOS
 from ctxnmt.models.context import context_sentences
 from ctxnmt.models.nmt import build_model
 from ctxnmt.training.validate import dev_perplexity, validate
+from tests.training.conftest import train_updates
 
 LABEL_SRC, LABEL_TGT = [4, 5, 6, 7], [8, 9, 10, 11]
 CONTENT = list(range(12, 24))  # translated as word + 12
@@ -45,15 +46,6 @@ def label_documents(n_docs: int, seed: int):
     return src, tgt, docs
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models train several times faster without thread hand-offs (and on a shared machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny_model(**switches):
     torch.manual_seed(0)
     return build_model(ModelConfig.of(emb_dim=16, hidden_dim=32, att_dim=16, dropout_out=0.0, **switches), VOCAB, VOCAB)
@@ -65,19 +57,7 @@ def train_and_score_label(switches: dict, updates: int = 150, whose: str = "own"
     src, tgt, docs = label_documents(300, seed=1)
     context = previous_sentences(docs, 3) if whose == "own" else other_document_sentences(docs, 3, seed=1)
     model = tiny_model(**switches)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    step, epoch = 0, 0
-    while step < updates:  # the trainer's path: shuffled, length-bucketed batches with context by position
-        for index in epoch_batches([len(s) for s in src], [len(t) for t in tgt], 400, 64, seed=0, epoch=epoch):
-            b = make_batch(index, src, tgt, context, 3)
-            opt.zero_grad()
-            nll, _ = model.loss(b.src, b.src_mask, b.tgt, b.tgt_mask, context=b.context)
-            (nll / b.n_sents).backward()
-            opt.step()
-            step += 1
-            if step == updates:
-                break
-        epoch += 1
+    train_updates(model, src, tgt, context, 3, updates)
     src, tgt, docs = label_documents(100, seed=2)  # held-out documents
     second = list(range(1, len(src), 2))
     model.eval()

@@ -10,13 +10,13 @@ import random
 import pytest
 import torch
 
-from ctxnmt.data.batching import epoch_batches, make_batch
 from ctxnmt.data.documents import other_document_sentences, previous_sentences
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding.forced import forced_log_probs
-from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.config import ModelConfig
+from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.nmt import build_model
+from tests.training.conftest import train_updates
 
 MAN_SRC, WOMAN_SRC, PERSON_SRC = 4, 5, 6  # "el hombre", "la mujer", and a word that says neither
 MAN, WOMAN = 7, 8
@@ -52,19 +52,7 @@ def trained(switches: dict, shown_by: str, updates: int = 200):
     k, target = context_sentences(cfg), reads_target_context(cfg)
     src, tgt, docs = pronoun_documents(400, 1, shown_by)
     context = previous_sentences(docs, max(k, 1))
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    step, epoch = 0, 0
-    while step < updates:  # the trainer's path: shuffled, length-bucketed batches with context by position
-        for index in epoch_batches([len(s) for s in src], [len(t) for t in tgt], 400, 64, seed=0, epoch=epoch):
-            b = make_batch(index, src, tgt, context if k else None, k, target)
-            opt.zero_grad()
-            nll, _ = model.loss(b.src, b.src_mask, b.tgt, b.tgt_mask, context=b.context)
-            (nll / b.n_sents).backward()
-            opt.step()
-            step += 1
-            if step == updates:
-                break
-        epoch += 1
+    train_updates(model, src, tgt, context if k else None, k, updates, target)
     return model.eval(), target
 
 
@@ -81,14 +69,6 @@ def accuracy(model, target: bool, shown_by: str, whose: str) -> float:
                              target_context=targets)
     wrong = forced_log_probs(model, [src[i] for i in second], flipped, context, target_context=targets)
     return sum(a.sum() > b.sum() for a, b in zip(right, wrong)) / len(second)
-
-
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 HIERARCHICAL = dict(doc_init_enc=True, doc_init_dec=True, doc_aux="gated-aux", doc_sents=1)
