@@ -30,7 +30,7 @@ def document_context(split, config: Config, name: str, whose: str = "own"):
         return None
     path = split_paths(config.data, name)[2]
     if split.docs is None:
-        raise DataError(f"{path}: no such file; a document-context model (model.doc_*) needs document ids "
+        raise DataError(f"{path}: no such file; a document-context model (model.context) needs document ids "
                         f"for the {name} split")
     if isinstance(split, TokenArrays):
         if split.doc_problem:
