@@ -106,6 +106,12 @@ class Concatenation(ContextReader):
         return ContextNeeds(s.concat_sents, s.concat_target)
 
     @classmethod
+    def describe(cls, cfg: ComponentSection) -> str:
+        s = cfg.settings(ConcatenationSettings)
+        words = f"reads the {s.concat_sents} previous source sentences of the document joined before the sentence"
+        return words + (", and its own translations of them as the start of its output" if s.concat_target else "")
+
+    @classmethod
     def from_config(cls, cfg: ComponentSection, encoder_state_dim: int = 0, src_vocab_size: int = 0) -> Concatenation:
         s = cfg.settings(ConcatenationSettings)
         return cls(cfg.emb_dim, s.concat_target, s.concat_loss)
@@ -222,6 +228,11 @@ def context_sentences(cfg: ComponentSection) -> int:
 def reads_target_context(cfg: ComponentSection) -> bool:
     """Whether a model of `cfg` reads the previous target sentences (in translation: its own)."""
     return context_input(cfg).reads_target
+
+
+def context_description(cfg: ComponentSection) -> str:
+    """How a model of `cfg` reads its document, in plain words ('' for a sentence-level model)."""
+    return CONTEXTS.get(context_name(cfg), key="model.context").describe(cfg)
 
 
 def reader_from_config(cfg: ComponentSection, encoder_state_dim: int, src_vocab_size: int) -> ContextReader | None:

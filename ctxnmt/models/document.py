@@ -133,6 +133,12 @@ class HierarchicalSummary(ContextReader):
         return ContextNeeds(s.sentences, s.doc_target)
 
     @classmethod
+    def describe(cls, cfg: ComponentSection) -> str:
+        s = document_settings(cfg)
+        words = f"reads the {s.sentences} previous source sentences of the document as context"
+        return words + (", and its own translations of them" if s.doc_target else "")
+
+    @classmethod
     def from_config(cls, cfg: ComponentSection, encoder_state_dim: int, src_vocab_size: int) -> HierarchicalSummary:
         s = document_settings(cfg)
         return cls(cfg.emb_dim, s.dim, cfg.cell, init_enc_dim=encoder_state_dim if s.doc_init_enc else 0,

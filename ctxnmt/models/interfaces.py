@@ -154,6 +154,11 @@ class ContextReader(nn.Module):
         raise NotImplementedError
 
     @classmethod
+    def describe(cls, cfg: ModelConfig) -> str:
+        """What a model of `cfg` reads, in plain words for the server's model list ('' for none)."""
+        return ""
+
+    @classmethod
     def from_config(cls, cfg: ModelConfig, encoder_state_dim: int, src_vocab_size: int) -> ContextReader | None:
         """This input as the model config asks for it; None where it adds nothing to the model."""
         raise NotImplementedError

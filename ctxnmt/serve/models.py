@@ -8,7 +8,7 @@ import torch
 
 from ctxnmt.config import ModelConfig, load_config
 from ctxnmt.models.capabilities import Capabilities
-from ctxnmt.models.context import context_sentences
+from ctxnmt.models.context import context_description
 from ctxnmt.utils.checkpoint import default_checkpoint
 from ctxnmt.serve.signals import Signals
 
@@ -48,9 +48,9 @@ def describe(model: ModelConfig, capabilities: Capabilities) -> str:
     if capabilities.adaptive_output:
         parts.append("adaptive output weights")
     text = "RNNsearch: " + ", ".join(p for p in parts if p)
-    document_sents = context_sentences(model)
-    if document_sents:
-        text += f"; reads the {document_sents} previous source sentences of the document as context"
+    document = context_description(model)
+    if document:
+        text += f"; {document}"
     return text
 
 

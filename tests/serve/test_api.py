@@ -352,3 +352,25 @@ def test_a_component_without_plain_words_is_named_by_its_registry_name():
     assert describe(model, Capabilities(decoder_hyper_gates=("gru1",))) == (
         "RNNsearch: stacked bidirectional GRU encoder (3 layers), toy-decoder decoder, the mean of the previous target "
         "words as target context, hyper-gated (adaptive) GRUs in the decoder")
+
+
+def test_each_document_context_is_described_by_its_reader():
+    """The model list had said 'reads the 1 previous source sentences … as context' of a 2-to-2
+    concatenation model too, hiding that it also reads its own earlier translations."""
+    from ctxnmt.config import ModelConfig
+    from ctxnmt.models.capabilities import Capabilities
+    from ctxnmt.serve.models import describe
+
+    base = "RNNsearch: bidirectional GRU encoder, conditional GRU decoder"
+    cases = {
+        "concat 2-to-1": (dict(context="concat"), "; reads the 1 previous source sentences of the document joined "
+                          "before the sentence"),
+        "concat 2-to-2": (dict(context="concat", concat_sents=2, concat_target=True),
+                          "; reads the 2 previous source sentences of the document joined before the sentence, and "
+                          "its own translations of them as the start of its output"),
+        "s-hier-to-2": (dict(doc_init_enc=True, doc_target=True), "; reads the 3 previous source sentences of the "
+                        "document as context, and its own translations of them"),
+        "sentence": (dict(), ""),
+    }
+    for name, (keys, words) in cases.items():
+        assert describe(ModelConfig.of(**keys), Capabilities()) == base + words, name
