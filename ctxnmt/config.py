@@ -223,6 +223,9 @@ class TrainingConfig:
     # graph, one per padded batch shape (ctxnmt/training/graphs.py, docs/speed.md).
     cuda_graphs: bool = False
     checkpoint_every: int = 0  # updates between writes of last.pt, independent of validation; 0 = at validation only
+    # the weights at each of the last N writes of last.pt before the end (checkpoints/update-U.pt),
+    # for `ctxnmt average`; 0 = none
+    keep_checkpoints: int = 0
     # Whose previous sentences a document model trains on: its own document's, or (a control
     # that keeps the amount of context and removes its information) another document's,
     # drawn once with the seed.  Validation and translation always read the own document.
@@ -575,7 +578,7 @@ FIELD_RANGES = {
 # What every training loop and its plateau schedule read, in the NMT and the LM config alike.
 LOOP_RANGES = {"lr": ">0", "clip_norm": ">=0", "max_updates": ">=0", "max_epochs": ">=0", "max_minutes": ">=0",
                "valid_every": ">=1", "patience": ">=0", "lr_decay": "(0,1]", "lr_patience": ">=0", "min_lr": ">=0",
-               "log_every": ">=1"}
+               "log_every": ">=1", "keep_checkpoints": ">=0"}
 
 
 def check_ranges(section: Any, name: str, ranges: dict[str, str]) -> None:

@@ -69,6 +69,7 @@ class LMTrainingConfig:
     threads: int = 0  # 0 = all cores
     log_every: int = 100
     checkpoint_every: int = 0  # updates between writes of last.pt, independent of validation; 0 = at validation only
+    keep_checkpoints: int = 0  # the weights at each of the last N writes of last.pt (`ctxnmt average`); 0 = none
     device: str = "cpu"
 
 

@@ -10,7 +10,8 @@ the dev scores.  The order in which things happen is decided here, once:
         count it; the progress bar, and a log line every `log_every` updates
         a signal: stop, and leave a validation due here to the resumed run
         every `valid_every` updates, or where a budget is reached: validate, keep best.pt,
-            perhaps stop early; else every `checkpoint_every` updates: save last.pt
+            perhaps stop early; else every `checkpoint_every` updates: save last.pt (both
+            also keep the weights as update-U.pt where `keep_checkpoints` asks: averaging.py)
     at an epoch's end: a budget reached is validated and stops the run
     last.pt, whatever stopped the run
 
@@ -40,6 +41,7 @@ import torch
 from ctxnmt.config import config_dict, save_config
 from ctxnmt.errors import CheckpointError, DataError
 from ctxnmt.models.migrations import DEFINITIONS, load_model_checkpoint, save_model_checkpoint
+from ctxnmt.training.averaging import kept_name, prune_kept, weights_only
 from ctxnmt.training.budget import budget_reached
 from ctxnmt.training.distributed import (LAUNCHER_PID, PeerFailure, World, device_for, init_world, rank_seed,
                                          rng_state, set_rng_state)
@@ -220,7 +222,7 @@ class Trainer:
         if self._validation_scheduled() or stop is not None:
             return self._validate_and_save(scheduled=self._validation_scheduled()) or stop
         if self.checkpoint_every and self.progress.update % self.checkpoint_every == 0:
-            self.save("last.pt")
+            self.save("last.pt", keep=True)
         return None
 
     def _step(self, unit, signals: StopSignals) -> tuple[Update, str, int]:
@@ -294,7 +296,7 @@ class Trainer:
             self.schedule.load_state_dict(verdict["schedule"])
             if verdict["best_scores"] is not None:
                 self._keep_best(verdict["best_scores"])
-        self.save(*(["best.pt"] if verdict["best"] else []), "last.pt")
+        self.save(*(["best.pt"] if verdict["best"] else []), "last.pt", keep=True)
         return stop_for(verdict["stop"])
 
     def _validate(self, scheduled: bool) -> dict:
@@ -334,12 +336,17 @@ class Trainer:
             **self.task.state(),
         }
 
-    def save(self, *names: str) -> None:
-        """Write the checkpoint(s) `names` (best.pt, last.pt) on rank 0; collective: every rank calls it."""
+    def save(self, *names: str, keep: bool = False) -> None:
+        """Write the checkpoint(s) `names` (best.pt, last.pt) on rank 0, and with `keep` the
+        weights as a kept checkpoint (training.keep_checkpoints); collective: every rank calls it."""
         payload = self._payload()
-        if self.world.is_main:
-            for name in names:
-                save_model_checkpoint(self.ckpt_dir / name, payload)
+        if not self.world.is_main:
+            return
+        for name in names:
+            save_model_checkpoint(self.ckpt_dir / name, payload)
+        if keep and self.training.keep_checkpoints:
+            save_model_checkpoint(self.ckpt_dir / kept_name(self.progress.update), weights_only(payload))
+            prune_kept(self.ckpt_dir, self.training.keep_checkpoints)
 
     def _restore(self, path: Path) -> None:
         payload = load_model_checkpoint(path)
