@@ -4,13 +4,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import torch
-
 from ctxnmt.config import ModelConfig, load_config
 from ctxnmt.models.capabilities import Capabilities
 from ctxnmt.models.context import context_description
-from ctxnmt.utils.checkpoint import default_checkpoint
 from ctxnmt.serve.signals import Signals
+from ctxnmt.utils.checkpoint import checkpoint_record, default_checkpoint
 
 
 # Plain words for the registered components, for a reader who does not know the config's
@@ -57,8 +55,7 @@ def describe(model: ModelConfig, capabilities: Capabilities) -> str:
 def member_info(model_dir: Path, model, translator) -> dict:
     config = load_config(model_dir / "config.yaml")
     path = default_checkpoint(model_dir)
-    # mmap: read the progress record, not the weights and optimiser moments into memory again
-    progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("progress") or {}
+    progress = checkpoint_record(path).get("progress") or {}
     return {
         "model_dir": str(model_dir),
         "name": config.name,

@@ -18,10 +18,9 @@ import torch
 
 from ctxnmt.errors import CheckpointError
 from ctxnmt.models.migrations import load_model_checkpoint, save_model_checkpoint
+from ctxnmt.utils.checkpoint import weights_only
 
 KEPT = re.compile(r"update-(\d+)\.pt")
-# What resuming needs and translating does not: left out of kept and averaged checkpoints.
-TRAINING_STATE = ("optimizer", "schedule", "rng", "rng_ranks", "precision", "window", "stream_state")
 # What must be the same in every averaged checkpoint: the mean of two models of other vocabularies
 # or architectures is no model.
 SAME_MODEL = ("src_vocab", "tgt_vocab", "vocab", "model_config")
@@ -29,10 +28,6 @@ SAME_MODEL = ("src_vocab", "tgt_vocab", "vocab", "model_config")
 
 def kept_name(update: int) -> str:
     return f"update-{update}.pt"
-
-
-def weights_only(payload: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in payload.items() if key not in TRAINING_STATE}
 
 
 def kept_checkpoints(ckpt_dir: Path) -> list[Path]:

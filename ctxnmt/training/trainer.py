@@ -41,7 +41,7 @@ import torch
 from ctxnmt.config import config_dict, save_config
 from ctxnmt.errors import CheckpointError, DataError
 from ctxnmt.models.migrations import DEFINITIONS, load_model_checkpoint, save_model_checkpoint
-from ctxnmt.training.averaging import kept_name, prune_kept, weights_only
+from ctxnmt.training.averaging import kept_name, prune_kept
 from ctxnmt.training.budget import budget_reached
 from ctxnmt.training.distributed import (LAUNCHER_PID, PeerFailure, World, device_for, init_world, rank_seed,
                                          rng_state, set_rng_state)
@@ -50,7 +50,7 @@ from ctxnmt.training.optim import build_optimizer, plateau_stop, set_lr
 from ctxnmt.training.precision import Precision
 from ctxnmt.training.progress import progress
 from ctxnmt.training.task import Progress, Task, Window
-from ctxnmt.utils.checkpoint import load_model_state
+from ctxnmt.utils.checkpoint import load_model_state, weights_only
 from ctxnmt.utils.io import atomic_write, make_directory
 from ctxnmt.utils.lock import TrainingLock
 from ctxnmt.utils.preemption import Preempted, StopSignals, agreed_stop, stop_votes
