@@ -1,43 +1,53 @@
 """The `ctxnmt` console script.
 
-Each command family lives next to the code it drives and exposes
-``register(subparsers)`` (and, in EXTENDING_MODULES, ``extend(commands)``); this
-module only assembles them and turns user errors into one-line messages with a
-non-zero exit status.
+Each command family lives next to the code it drives and exposes ``register(subparsers)``
+(and, where it adds a kind to another family's command, ``extend(commands)``); this module
+lists the commands, imports a family only once one of its commands is chosen, and turns
+user errors into one-line messages with a non-zero exit status.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import importlib
 import importlib.metadata
 import sys
+from types import ModuleType
+from typing import NoReturn
 
 from ctxnmt.errors import CtxnmtError
 from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
 
-# Modules that contribute sub-commands, in the order they appear in --help.
-COMMAND_MODULES = (
-    "ctxnmt.data.commands",
-    "ctxnmt.training.commands",
-    "ctxnmt.decoding.commands",
-    "ctxnmt.evaluation.commands",
-    "ctxnmt.lm.commands",
-    "ctxnmt.analysis.commands",
-    "ctxnmt.experiments.commands",
-    "ctxnmt.serve.commands",
-    "ctxnmt.judge.commands",
-)
+# Each command, in the order of --help: the module that registers it and its line in --help.
+# The line is here, not in the module, because the module (and torch with it) is imported only
+# when its command is chosen: `ctxnmt --help` and `--version` load none of them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "data": ("ctxnmt.data.commands", "prepare corpora"),
+    "prepare": ("ctxnmt.training.commands",
+                "tokenise, truecase, learn BPE and vocabularies into the model directory"),
+    "train": ("ctxnmt.training.commands", "train a model (prepares the data first if needed)"),
+    "translate": ("ctxnmt.decoding.commands", "translate raw text with a trained model directory"),
+    "score": ("ctxnmt.evaluation.commands", "score translations (BLEU, chrF, TER) and test significance"),
+    "lm": ("ctxnmt.lm.commands", "the residual LSTM language model: train, score"),
+    "analyze": ("ctxnmt.analysis.commands",
+                "analyse a trained model (attention, trees, gates, alignment, document context, CXMI)"),
+    "experiment": ("ctxnmt.experiments.commands",
+                   "train and compare several systems under one budget; write a report"),
+    "serve": ("ctxnmt.serve.commands",
+              "serve model(s) over HTTP: a JSON API with dynamic batching and a web page"),
+    "judge": ("ctxnmt.judge.commands", "blind pairwise human ranking of system outputs (create, serve, report)"),
+}
 
 # Families that add a kind to a command of a lower layer's family, through `extend(commands)`
-# once every command is registered: `score contrastive` needs a model, which `score` does not.
-EXTENDING_MODULES = ("ctxnmt.analysis.commands",)
+# once that command is registered: `score contrastive` needs a model, which `score` does not.
+EXTENSIONS: dict[str, tuple[str, ...]] = {"score": ("ctxnmt.analysis.commands",)}
 
 
 class CommandImportError(CtxnmtError):
-    """A command family's module failed to import: every command is refused, naming it,
-    rather than one of them missing from --help without a word."""
+    """A command family's module failed to import: its commands are refused, naming it,
+    rather than missing from --help without a word."""
 
 
 def version() -> str:
@@ -48,30 +58,105 @@ def version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _import(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        raise CommandImportError(f"cannot load the commands of {name}: {err}") from err
+
+
+class Commands(argparse._SubParsersAction):
+    """The sub-commands of COMMANDS: each is a stand-in with its line in --help until it is
+    chosen, when its module registers its real parser in the stand-in's place."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for name, (_, line) in COMMANDS.items():
+            super().add_parser(name, help=line, add_help=False)
+        self.families: set[str] = set()  # the modules that registered their commands
+        self.extended: set[str] = set()  # the commands their EXTENSIONS extended
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        """A family's parser for one of its commands (argparse's signature, less `help`)."""
+        if name not in COMMANDS:
+            raise CommandImportError(f"command '{name}' is not in COMMANDS of {__name__}, which gives its line "
+                                     "in --help")
+        if "help" in kwargs:
+            raise CommandImportError(f"command '{name}': its line in --help is in COMMANDS of {__name__} alone")
+        parser = self._parser_class(prog=f"{self._prog_prefix} {name}", **kwargs)
+        self._name_parser_map[name] = parser
+        return parser
+
+    def load(self, name: str) -> None:
+        """Register the command `name` (with the rest of its family) and its extensions."""
+        module = COMMANDS[name][0]
+        if module not in self.families:
+            _import(module).register(self)
+            self.families.add(module)
+        if name not in self.extended:
+            for extending in EXTENSIONS.get(name, ()):
+                _import(extending).extend(self._name_parser_map)
+            self.extended.add(name)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        self.load(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
+def build_parser(every_command: bool = True) -> argparse.ArgumentParser:
+    """The command line; with every_command False, a command's family is loaded only once the
+    command is chosen (as `main` does)."""
     parser = argparse.ArgumentParser(prog="ctxnmt", description="Context-aware recurrent NMT toolkit.",
                                      epilog="`ctxnmt COMMAND --help` describes a command and its options.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     # not required: a bare `ctxnmt` prints this help and exits 0 (main)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError as err:
-            raise CommandImportError(f"cannot load the commands of {name}: {err}") from err
-        module.register(sub)
-    for name in EXTENDING_MODULES:
-        importlib.import_module(name).extend(sub.choices)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", action=Commands)
+    if every_command:
+        for name in COMMANDS:
+            commands.load(name)
     return parser
 
 
+def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the deepest command or sub-command that the parsed arguments name."""
+    while True:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(args, sub.dest, None) if sub else None
+        if name is None:
+            return parser
+        parser = sub.choices[name]
+
+
+def refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str]) -> NoReturn:
+    """argparse's error for arguments no parser took, but in the usage of the command that was
+    given them, and with the closest option to the first unknown one."""
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    flag = next((arg.partition("=")[0] for arg in unknown if arg.startswith("-")), None)
+    close = closest_option(flag, [o for action in parser._actions for o in action.option_strings]) if flag else None
+    if close:
+        message += f"; did you mean {close}?"
+    parser.error(message)
+
+
+def closest_option(flag: str, options: list[str]) -> str | None:
+    """The option most like `flag`: the longest that it starts with (--beam for --beam-size, which
+    difflib finds nearer --batch-size), else difflib's closest, else None."""
+    starts = [option for option in options if option.startswith("--") and flag.startswith(option + "-")]
+    if starts:
+        return max(starts, key=len)
+    close = difflib.get_close_matches(flag, options, n=1)
+    return close[0] if close else None
+
+
 def main(argv: list[str] | None = None) -> int:
+    parser = build_parser(every_command=False)
     try:
-        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
     except CommandImportError as err:
         to_stderr(f"ctxnmt: error: {err}")
         return 2
-    args = parser.parse_args(argv)
+    if unknown:
+        refuse_unknown(chosen_parser(parser, args), unknown)
     if args.command is None:
         parser.print_help()
         return 0

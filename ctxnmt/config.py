@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import importlib
 import json
 import re
 import typing
@@ -96,6 +97,7 @@ class ComponentSection:
 
     def in_use(self) -> list[Any]:
         """The settings of the components this section names."""
+        _load_components()
         declared = [_DECLARED.get((kind, getattr(self, key))) for kind, key in self.NAMES.items()]
         return [self.settings(cls) for cls in dict.fromkeys(declared) if cls is not None]
 
@@ -158,6 +160,15 @@ S = TypeVar("S", bound=ComponentSection)
 _COMPONENT_KEYS: dict[str, tuple[type, Any, set[str]]] = {}
 # (kind, registered name) -> its settings dataclass
 _DECLARED: dict[tuple[str, str], type] = {}
+# The package whose import registers every component (and so declares their settings).
+COMPONENTS = "ctxnmt.models"
+
+
+def _load_components() -> None:
+    """Import the components, once, before their settings are looked up.  By name: they import
+    this module to declare their settings, and `import ctxnmt` leaves them (and torch) out so
+    that `ctxnmt --help` is quick; reading a config is what needs them."""
+    importlib.import_module(COMPONENTS)
 
 
 def _own_keys(cls: type = ModelConfig) -> dict[str, Any]:
@@ -168,6 +179,7 @@ def _own_keys(cls: type = ModelConfig) -> dict[str, Any]:
 
 def _component_keys(cls: type) -> dict[str, Any]:
     """The declared settings keys a section takes (of the kinds of component it names), with their types."""
+    _load_components()
     return {key: typ for key, (typ, _, kinds) in _COMPONENT_KEYS.items() if kinds & cls.NAMES.keys()}
 
 

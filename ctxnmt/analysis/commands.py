@@ -11,7 +11,7 @@ ANALYSES = (target_attention, gates, curves, alignment, context, cxmi)  # in the
 
 
 def register(sub) -> None:
-    p = sub.add_parser("analyze", help="analyse a trained model (attention, trees, gates, alignment, document context, CXMI)",
+    p = sub.add_parser("analyze",
                        description="Analyses of trained models: what the target-side attention attends to and the "
                                    "trees it induces, the adaptive gates, attention as word alignment, the use of "
                                    "document context, and learning curves (docs/analysis.md).")

@@ -9,7 +9,7 @@ from ctxnmt.utils.messages import to_stderr
 
 def register(subparsers) -> None:
     """Add ``data`` and its sub-commands to the top-level CLI parser."""
-    data = subparsers.add_parser("data", help="prepare corpora", description="Prepare corpora.")
+    data = subparsers.add_parser("data", description="Prepare corpora.")
     commands = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
     bible = commands.add_parser(
         "bible",

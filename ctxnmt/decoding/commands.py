@@ -15,7 +15,7 @@ from ctxnmt.utils.io import atomic_write, check_writable
 
 
 def register(sub) -> None:
-    p = sub.add_parser("translate", help="translate raw text with a trained model directory",
+    p = sub.add_parser("translate",
                        description="Translate raw (untokenised) text, one sentence a line, with a trained model or "
                                    "an ensemble of several: the output is detokenised text, one line per input line.")
     add_model_dirs(p, "an ensemble, decoded together (same preprocessing and vocabularies)")

@@ -31,7 +31,7 @@ from ctxnmt.utils.messages import warn
 def register(subparsers) -> None:
     """Add the ``score`` sub-command."""
     parser = subparsers.add_parser(
-        "score", help="score translations (BLEU, chrF, TER) and test significance",
+        "score",
         description="Score one or more systems against a reference: sacreBLEU, tokenised BLEU (Moses-tokenised "
                     "in the output's language, --lang), chrF and TER. With several --hyp files and --significance, "
                     "every system is compared with the first one (the baseline).")

@@ -12,7 +12,7 @@ from ctxnmt.experiments.spec import load_experiment
 
 
 def register(sub) -> None:
-    p = sub.add_parser("experiment", help="train and compare several systems under one budget; write a report",
+    p = sub.add_parser("experiment",
                        description="Train every system of an experiment file under the same budget and seeds, "
                                    "translate the test set, score it, test each system against the baseline and "
                                    "write report.md/.csv/.json (language models: test perplexity, report.md/.json). "

@@ -12,7 +12,7 @@ from ctxnmt.utils.io import atomic_write
 
 
 def register(sub) -> None:
-    p = sub.add_parser("judge", help="blind pairwise human ranking of system outputs (create, serve, report)",
+    p = sub.add_parser("judge",
                        description="A blind pairwise ranking study of system outputs by human judges, from the "
                                    "sample to the table (docs/human-evaluation.md).")
     inner = p.add_subparsers(dest="judge_command", required=True, metavar="ACTION")

@@ -15,7 +15,7 @@ from ctxnmt.utils.preemption import Preempted
 
 
 def register(sub) -> None:
-    p = sub.add_parser("lm", help="the residual LSTM language model: train, score",
+    p = sub.add_parser("lm",
                        description="The residual LSTM language model (docs/lm.md): train one, score a text's "
                                    "perplexity. ctxnmt experiment compares LM configs over seeds.")
     inner = p.add_subparsers(dest="lm_command", required=True, metavar="LM_COMMAND")

@@ -14,7 +14,7 @@ from ctxnmt.utils.arguments import add_model_dirs
 
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="serve model(s) over HTTP: a JSON API with dynamic batching and a web page",
+    p = sub.add_parser("serve",
                        description="Serve a trained model, or an ensemble of several, over HTTP: a JSON API "
                                    "(/v1/translate, /v1/models, /health) whose requests are batched together, and "
                                    "a web page that shows what the model attends to (docs/serve.md).")

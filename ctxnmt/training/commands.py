@@ -37,7 +37,7 @@ def _workers(text: str) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("prepare", help="tokenise, truecase, learn BPE and vocabularies into the model directory",
+    p = sub.add_parser("prepare",
                        description="Prepare the config's corpus for training into MODEL_DIR/prep: tokenise, truecase, "
                                    "learn BPE and the vocabularies.  `ctxnmt train` does it first when it is not done; "
                                    "an up-to-date prep directory is kept.")
@@ -48,7 +48,7 @@ def register(sub) -> None:
                         "for any N")
     p.set_defaults(func=cmd_prepare)
 
-    p = sub.add_parser("train", help="train a model (prepares the data first if needed)",
+    p = sub.add_parser("train",
                        description="Train the model a config describes into its model_dir: prepare the data if "
                                    "needed, validate every training.valid_every updates, keep checkpoints/best.pt "
                                    "and last.pt, stop at a budget or by early stopping.  --resume continues exactly.")
