@@ -7,6 +7,7 @@ empty or over a limit) gets its own one-line error naming the field, with a 4xx 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from typing import Any, Literal
 
@@ -92,6 +93,9 @@ def length_options(request: TranslateRequest, server: dict[str, Any], dec) -> di
 
 def _first_error(err: ValidationError) -> RequestError:
     errors = err.errors()
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    if unknown:  # before all else: a misspelt field ("txt") leaves its own ("text") missing too
+        return _unknown_field(str(unknown[0]["loc"][0]))
     if errors[0]["loc"][0] == "text" and errors[0]["type"] != "missing":
         # both branches of str | list[str] failed: name the list item, else both branches
         items = [e["loc"][2] for e in errors if len(e["loc"]) == 3]
@@ -100,12 +104,16 @@ def _first_error(err: ValidationError) -> RequestError:
         return RequestError(422, "text", "should be a string or a list of strings")
     first = errors[0]
     field = ".".join(str(part) for part in first["loc"])
-    if first["type"] == "extra_forbidden":
-        allowed = ", ".join(TranslateRequest.model_fields)
-        return RequestError(422, field, f"unknown field (the fields are {allowed})")
     if first["type"] == "missing":
         return RequestError(422, field, "missing (a required field)")
     return RequestError(422, field or "body", first["msg"])
+
+
+def _unknown_field(field: str) -> RequestError:
+    fields = list(TranslateRequest.model_fields)
+    close = difflib.get_close_matches(field, fields, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return RequestError(422, field, f"unknown field '{field}' ({hint}the fields are {', '.join(fields)})")
 
 
 def _check_text(request: TranslateRequest, limits: Limits) -> None:

@@ -189,7 +189,9 @@ BAD = [  # (body bytes, status, field, words the error must contain)
     (b'{"text": "el gato", "beam": "5"}', 422, "beam", "integer"),
     (b'{"text": "el gato", "beam": 0}', 422, "beam", "greater than or equal to 1"),
     (b'{"text": "el gato", "attention": "yes"}', 422, "attention", "boolean"),
-    (b'{"text": "el gato", "colour": "red"}', 422, "colour", "unknown field"),
+    (b'{"text": "el gato", "colour": "red"}', 422, "colour", "unknown field 'colour' (the fields are text, beam,"),
+    # it said "text: missing (a required field)"
+    (b'{"txt": "el gato"}', 422, "txt", "unknown field 'txt' (did you mean 'text'? the fields are text, beam,"),
     (b'{"beam": 2}', 422, "text", "missing"),
     (b'{"text": ""}', 422, "text", "empty"),
     (b'{"text": ["", "  "]}', 422, "text", "empty"),
