@@ -244,8 +244,10 @@ def markdown(report: dict) -> str:
 
 
 def register(score) -> None:
-    """`contrastive` as a kind of the `score` command's parser."""
-    kinds = score.add_subparsers(dest="score_kind", metavar="KIND",
+    """`contrastive` as a kind of the `score` command's parser, with its line in score's usage."""
+    score.usage += "\n       %(prog)s contrastive MODEL_DIR [MODEL_DIR ...] FILE [options]"
+    # prog: argparse would make the kinds' prog of score's usage, which is more than its name
+    kinds = score.add_subparsers(dest="score_kind", metavar="KIND", prog=score.prog,
                                  help="contrastive: score a model's preference for correct over contrastive "
                                       "translations (ctxnmt score contrastive --help)")
     p = kinds.add_parser("contrastive", help="contrastive evaluation: accuracy of a model's preference for the "

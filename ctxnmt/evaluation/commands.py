@@ -25,16 +25,21 @@ from ctxnmt.evaluation.replicates import seed_t_test, stratified_ar
 from ctxnmt.evaluation.significance import TESTS, compare
 from ctxnmt.utils.arguments import add_input, add_ref
 from ctxnmt.utils.io import atomic_write, check_writable
-from ctxnmt.utils.messages import warn
+from ctxnmt.utils.messages import to_stderr, warn
+
+
+# argparse's own would end in the kinds of score a higher layer adds (`KIND ...`), as if one
+# were required; each kind adds its own line (`score contrastive`).
+USAGE = "%(prog)s --hyp FILE [--hyp FILE ...] -r FILE [--lang L] [options]"
 
 
 def register(subparsers) -> None:
     """Add the ``score`` sub-command."""
     parser = subparsers.add_parser(
-        "score",
-        description="Score one or more systems against a reference: sacreBLEU, tokenised BLEU (Moses-tokenised "
-                    "in the output's language, --lang), chrF and TER. With several --hyp files and --significance, "
-                    "every system is compared with the first one (the baseline).")
+        "score", usage=USAGE,
+        description="Score one or more systems against a reference: sacreBLEU, chrF and TER, and with --lang "
+                    "tokenised BLEU (Moses-tokenised in the output's language). With several --hyp files and "
+                    "--significance, every system is compared with the first one (the baseline).")
     # --hyp and --ref are checked in _validate, not by argparse: `score contrastive` needs neither
     parser.add_argument("--hyp", action="append", metavar="FILE",
                         help="detokenised system output; repeat for several systems (required)")
@@ -51,8 +56,8 @@ def register(subparsers) -> None:
                         help="bootstrap resamples / AR trials (default 1000 / 10000)")
     parser.add_argument("--seed", type=int, default=12345, help="RNG seed for resampling tests")
     parser.add_argument("--lang",
-                        help="the output's language (en, es, …), in which tokenised BLEU Moses-tokenises --hyp and "
-                             "--ref: needed with the metric bleu, unless --tokenised")
+                        help="the output's language (en, es, …): adds tokenised BLEU to the metric bleu, which "
+                             "Moses-tokenises --hyp and --ref in it (not with --tokenised)")
     add_input(parser, "source text, needed for --length-buckets and --buckets", "--src", dest="src")
     parser.add_argument("--length-buckets", action="store_true",
                         help="print BLEU and average output length by source length ([0,10), [10,20), ...)")
@@ -104,7 +109,7 @@ def _validate(args) -> tuple[str, ...]:
         raise CtxnmtError(f"--samples must be positive, not {args.samples}")
     if args.lowercase and not args.tokenised:
         raise CtxnmtError("--lowercase applies to --tokenised scoring only")
-    _check_lang(args, metrics)
+    _check_lang(args)
     if args.tokenised:
         if metrics != ("bleu",):
             raise CtxnmtError("--tokenised scores BLEU only: use --metrics bleu")
@@ -115,15 +120,13 @@ def _validate(args) -> tuple[str, ...]:
     return metrics
 
 
-def _check_lang(args, metrics: tuple[str, ...]) -> None:
+def _check_lang(args) -> None:
     """Tokenised BLEU Moses-tokenises detokenised files in the output's language, which score
-    cannot know: English rules on Spanish output split and join other tokens."""
+    cannot know (English rules on Spanish output split and join other tokens): --lang gives it,
+    and --tokenised files are not tokenised again."""
     if args.tokenised and args.lang:
         raise CtxnmtError("--lang is the language in which detokenised files are Moses-tokenised; --tokenised "
                           "files are scored as they are: leave out --lang")
-    if "bleu" in metrics and not args.tokenised and not args.lang:
-        raise CtxnmtError("tokenised BLEU (with the metric bleu) Moses-tokenises the output in its language: "
-                          "give it with --lang (e.g. --lang en), or leave bleu out of --metrics")
 
 
 def run_score(args: argparse.Namespace) -> int:
@@ -133,6 +136,8 @@ def run_score(args: argparse.Namespace) -> int:
     changed = reference_warning(args.ref)  # a rebuilt reference would make the scores look comparable
     if changed:
         warn(changed)
+    if "bleu" in metrics and not args.tokenised and not args.lang:
+        to_stderr("tokenised BLEU left out: --lang L (the output's language, e.g. --lang en) adds it")
     if args.tokenised:
         scores = [{"bleu": tokenized_bleu(hyps, refs, args.lowercase)} for hyps in systems]
     else:

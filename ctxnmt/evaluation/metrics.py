@@ -157,16 +157,16 @@ _CORPUS_FUNCS = {"bleu": bleu, "chrf": chrf, "ter": ter}
 
 
 def score_all(hyps: Sequence[str], refs: Sequence[str],
-              metrics: Sequence[str] = METRICS, lang: str = "en") -> dict[str, Score]:
+              metrics: Sequence[str] = METRICS, lang: str | None = "en") -> dict[str, Score]:
     """Every requested metric, keyed by name.
 
-    Requesting ``"bleu"`` also adds ``"bleu_tok"``: tokenised BLEU computed
-    after Moses-tokenising both sides in ``lang``.
+    Requesting ``"bleu"`` with a ``lang`` also adds ``"bleu_tok"``: tokenised BLEU
+    computed after Moses-tokenising both sides in ``lang``.
     """
     names = check_metrics(metrics)
     check_pair(hyps, refs)
     scores = {name: _CORPUS_FUNCS[name](hyps, refs) for name in names}
-    if "bleu" in names:
+    if "bleu" in names and lang is not None:
         tok = tokenized_bleu(moses_tokenize(hyps, lang), moses_tokenize(refs, lang))
         tok.extra["pretok"] = f"sacremoses-{lang}"
         scores[TOKENISED_BLEU_KEY] = tok

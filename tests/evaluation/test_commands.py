@@ -186,16 +186,17 @@ def test_a_bucket_width_below_one_is_a_one_line_error(files, capsys):
 
 
 def test_tokenised_bleu_needs_the_outputs_language_and_tokenises_in_it(tmp_path, capsys):
-    """--lang was 'en' unless given: Spanish output was Moses-tokenised by English rules."""
+    """--lang was 'en' unless given: Spanish output was Moses-tokenised by English rules.  Then
+    a score without --lang was refused; now it gives what needs no language, and says so."""
     hyp, ref = tmp_path / "hyp.es", tmp_path / "ref.es"
     hyp.write_text("Dijo: «sí».\n", encoding="utf-8")
     ref.write_text("Dijo: «sí».\n", encoding="utf-8")
-    assert main(["score", "--hyp", str(hyp), "--ref", str(ref)]) == 2
-    err = capsys.readouterr().err
-    assert err == ("ctxnmt score: error: tokenised BLEU (with the metric bleu) Moses-tokenises the output in its "
-                   "language: give it with --lang (e.g. --lang en), or leave bleu out of --metrics\n")
+    assert main(["score", "--hyp", str(hyp), "--ref", str(ref), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert list(json.loads(out)["systems"][0]["scores"]) == ["bleu", "chrf", "ter"]
+    assert err == "tokenised BLEU left out: --lang L (the output's language, e.g. --lang en) adds it\n"
     assert main(["score", "--hyp", str(hyp), "--ref", str(ref), "--metrics", "chrf"]) == 0  # no tokenisation
-    capsys.readouterr()
+    assert capsys.readouterr().err == ""
     assert main(["score", "--hyp", str(hyp), "-r", str(ref), "--lang", "es", "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)["systems"][0]["scores"]
     assert scores["bleu_tok"]["pretok"] == "sacremoses-es"
@@ -210,3 +211,15 @@ def test_the_source_is_given_as_for_every_other_command(files, capsys):
     for flag in ("-i", "--input", "--src"):
         assert main([*argv, flag, files["src"]]) == 0
         assert "by source length" in capsys.readouterr().out
+
+
+def test_the_usage_shows_what_score_needs_and_its_kinds(capsys):
+    """It ended in `KIND ...`, as if a kind were required."""
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage == ("usage: ctxnmt score --hyp FILE [--hyp FILE ...] -r FILE [--lang L] [options]\n"
+                     "       ctxnmt score contrastive MODEL_DIR [MODEL_DIR ...] FILE [options]")
+    with pytest.raises(SystemExit):
+        main(["score", "contrastive", "--help"])
+    assert capsys.readouterr().out.startswith("usage: ctxnmt score contrastive [-h] ")
