@@ -167,6 +167,43 @@ def test_corrupt_and_foreign_checkpoints(tmp_path, capsys):
     assert code == 2 and not out.exists()
 
 
+def test_checkpoint_is_best_last_or_a_file(tmp_path, capsys, monkeypatch):
+    """translate took a file and lm score a name; every --checkpoint takes either now, and one
+    that is neither is refused by name."""
+    data = small_corpus(tmp_path)
+    cfg = write_config(tmp_path / "c.yaml", data, tmp_path / "m")
+    assert run(["train", cfg, "--quiet", "--set", "training.max_updates=2", "--set", "training.valid_bleu=false"],
+               capsys)[0] == 0
+    checkpoints = tmp_path / "m" / "checkpoints"
+    (checkpoints / "best.pt").write_bytes(b"not a checkpoint")  # so that only last.pt translates
+    (tmp_path / "in.es").write_text("el gato 3 .\n")
+    monkeypatch.chdir(tmp_path)  # holds no file named best or last
+    translate = ["translate", tmp_path / "m", "-i", tmp_path / "in.es", "--checkpoint"]
+    code, by_name, _ = run([*translate, "last"], capsys)
+    assert code == 0 and by_name.count("\n") == 1
+    assert run([*translate, checkpoints / "last.pt"], capsys) == (0, by_name, "")
+    code, _, err = run([*translate, "best"], capsys)
+    assert code == 2 and "best.pt: corrupt, truncated or not a ctxnmt checkpoint" in err
+    (checkpoints / "best.pt").unlink()
+    for name, message in (("best", f"--checkpoint best: no {checkpoints / 'best.pt'} and no file 'best'"),
+                          ("nothing.pt", "--checkpoint nothing.pt: no such file")):
+        code, _, err = run([*translate, name], capsys)
+        assert code == 2 and err == f"ctxnmt translate: error: {message} (give best, last or a checkpoint file)\n"
+
+
+def test_every_checkpoint_option_is_the_shared_one():
+    """One meaning for --checkpoint (utils.arguments.add_checkpoint) wherever a command has one."""
+    parser = build_parser()
+    found = []
+    for path in command_paths(parser):
+        here = parser
+        for name in path:
+            here = next(a for a in here._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+        found += [(path, a.metavar) for a in here._actions if "--checkpoint" in a.option_strings]
+    assert (("lm", "score"), "best|last|FILE") in found and (("translate",), "best|last|FILE") in found
+    assert {metavar for _, metavar in found} == {"best|last|FILE"}, found
+
+
 def test_translate_missing_model_dir(tmp_path, capsys):
     code, _, err = run(["translate", tmp_path / "nothing"], capsys)
     assert code == 2 and "not a model directory" in err

@@ -48,7 +48,8 @@ from ctxnmt.data.corpus import check_same_length, read_lines, write_lines_atomic
 from ctxnmt.data.prepare import split_paths
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
-from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, add_ref
+from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir, add_output, add_ref
+from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write
 
 
@@ -128,7 +129,7 @@ def register(sub) -> None:
     p.add_argument("--write-silver", metavar="F", help="write the silver links (Pharaoh) here")
     p.add_argument("--write-links", metavar="F", help="write the attention's argmax links (Pharaoh) here")
     add_output(p, "JSON file with the scores (written atomically)")
-    p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
+    add_checkpoint(p)
     p.set_defaults(func=cmd_alignment)
 
 
@@ -138,7 +139,8 @@ def cmd_alignment(args) -> int:
     check_same_length(args.reference, ref, args.input, src)
     if args.silver and args.possible:
         raise DataError("--possible belongs to --gold; a silver alignment has sure links only")
-    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
+    checkpoint = args.checkpoint and checkpoint_file(args.model_dir, args.checkpoint)
+    translator = Translator.load(args.model_dir, checkpoint=checkpoint)
     check_without_context(translator.model, args.model_dir, "the alignment analysis")
     forced = forced_word_alignments(translator, src, ref)
     keep = [k for k, (s, t, _) in enumerate(forced) if s and t]  # empty lines have nothing to align

@@ -39,7 +39,8 @@ from ctxnmt.data.words import join_word, word_groups
 from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.models.cells import AdaptiveGRUCell
-from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, check_at_least
+from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir, add_output, check_at_least
+from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write
 
 OUTPUT_WEIGHTS = ("alpha_s", "alpha_y", "alpha_c")  # the order of AdaptiveOutput.weights
@@ -310,7 +311,7 @@ def register(sub) -> None:
     add_output(p, "CSV file (written atomically); default: the table only")
     p.add_argument("--beam", type=int, help="beam size for the translations whose α are reported")
     p.add_argument("--top", type=int, default=20, help="items per section in the printed table")
-    p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
+    add_checkpoint(p)
     p.set_defaults(func=cmd_gates)
 
 
@@ -318,7 +319,8 @@ def cmd_gates(args) -> int:
     check_at_least(1, beam=args.beam, top=args.top)
     lines = read_lines(args.input, allow_empty=True)
     tags = read_lines(args.tags, allow_empty=True) if args.tags else None
-    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
+    checkpoint = args.checkpoint and checkpoint_file(args.model_dir, args.checkpoint)
+    translator = Translator.load(args.model_dir, checkpoint=checkpoint)
     check_without_context(translator.model, args.model_dir, "the gate analysis")
     output_tagger = None
     if args.tagger:

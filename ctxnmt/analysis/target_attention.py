@@ -27,7 +27,8 @@ from ctxnmt.analysis.trees import ParsEval, attention_tree, brackets, parse_ptb,
 from ctxnmt.data.corpus import check_same_length, read_lines, write_lines_atomic
 from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, add_ref, check_at_least
+from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir, add_output, add_ref, check_at_least
+from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write, make_directory
 
 START = "<s>"
@@ -91,7 +92,7 @@ def plot_histogram(hist: list[tuple[float, float, int]], path: Path) -> None:
 # -- shared by the commands ---------------------------------------------------------------
 
 def load_analysed(model_dir: str, checkpoint: str | None):
-    translator = Translator.load(model_dir, checkpoint=checkpoint)
+    translator = Translator.load(model_dir, checkpoint=checkpoint and checkpoint_file(model_dir, checkpoint))
     check_without_context(translator.model, model_dir, "the target-side attention analysis")
     if not translator.model.capabilities.target_attention:
         cfg = translator.config.model
@@ -214,7 +215,7 @@ def register(sub) -> None:
     p.add_argument("--bins", type=int, default=10, help="bins of the relative position (default: %(default)s)")
     p.add_argument("--max-plots", type=int, default=50, help="heatmaps for the first N sentences only")
     p.add_argument("--beam", type=int, help="beam size of the translations (default: the config's)")
-    p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
+    add_checkpoint(p)
     p.set_defaults(func=cmd_target_attention)
 
     p = sub.add_parser("trees", help="trees from target attention (Algorithm 1) scored with ParsEval",
@@ -227,5 +228,5 @@ def register(sub) -> None:
     p.add_argument("--trees", required=True, help="reference trees in Penn Treebank bracket format")
     add_output(p, "write the induced bracketings here (default: stdout)")
     p.add_argument("--include-root", action="store_true", help="count the whole-sentence span as a constituent")
-    p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
+    add_checkpoint(p)
     p.set_defaults(func=cmd_trees)

@@ -10,7 +10,8 @@ from ctxnmt.data.corpus import decode_lines, read_lines
 from ctxnmt.data.documents import blank_line_documents, check_document_ids
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
-from ctxnmt.utils.arguments import add_input, add_model_dirs, add_output, check_at_least
+from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dirs, add_output, check_at_least
+from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write, check_writable
 
 
@@ -26,7 +27,7 @@ def register(sub) -> None:
     p.add_argument("--beam", type=int, help="beam size (default: the config's; 1 = greedy)")
     p.add_argument("--nbest", type=int, default=1, help="print the N best as 'i ||| text ||| score'")
     p.add_argument("--batch-size", type=int, help="sentences decoded together")
-    p.add_argument("--checkpoint", help="checkpoint file (default: best.pt, else last.pt)")
+    add_checkpoint(p)
     p.add_argument("--device", default="cpu", help="where to decode: cpu (default) or cuda")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="replay each search step from a CUDA graph (decoding.cuda_graphs, ours; needs --device cuda)")
@@ -62,7 +63,10 @@ def cmd_translate(args) -> int:
             check_writable(output)
     options = length.from_arguments(args)
     model_dirs = args.model_dirs
-    translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0], checkpoint=args.checkpoint,
+    checkpoint = args.checkpoint
+    if checkpoint and len(model_dirs) == 1:  # an ensemble's is refused by Translator.load
+        checkpoint = checkpoint_file(model_dirs[0], checkpoint)
+    translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0], checkpoint=checkpoint,
                                  device=args.device, ensemble_mode=args.ensemble_mode)
     if args.cuda_graphs:
         translator.use_cuda_graphs()

@@ -9,7 +9,7 @@ from ctxnmt.lm.config import load_lm_config
 from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import score_file
 from ctxnmt.training.budget import add_budget_arguments, budget_overrides
-from ctxnmt.utils.arguments import add_input, add_model_dir
+from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir
 from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
 
@@ -44,8 +44,7 @@ def register(sub) -> None:
     add_input(s, "text file, one sentence a line (raw, untokenised)", required=True)
     s.add_argument("--per-line", action="store_true",
                    help="print each line's natural log-probability and token count (words + </s>) first")
-    s.add_argument("--checkpoint", choices=("best", "last"), default="best",
-                   help="which checkpoint to score with (default: best)")
+    add_checkpoint(s)
     s.set_defaults(func=cmd_score)
 
 

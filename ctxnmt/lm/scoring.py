@@ -15,7 +15,7 @@ from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig, load_lm_config
 from ctxnmt.lm.model import ResidualLM
 from ctxnmt.models.migrations import load_model_checkpoint
-from ctxnmt.utils.checkpoint import load_model_state
+from ctxnmt.utils.checkpoint import checkpoint_file, default_checkpoint, load_model_state
 from ctxnmt.utils.threads import setup_threads
 
 LINE_SCORES = "test.logprobs"  # a finished run's per-line test log-probabilities (an experiment's significance tests read them)
@@ -63,7 +63,7 @@ def check_trained_as(payload: dict, path: Path, config: LMConfig, vocab: Vocab, 
                               f"{lookup(wanted, key)!r} in {where}")
 
 
-def load_lm(model_dir: str | Path, checkpoint: str = "best") -> tuple[LMConfig, Vocab, ResidualLM]:
+def load_lm(model_dir: str | Path, checkpoint: str | None = None) -> tuple[LMConfig, Vocab, ResidualLM]:
     model_dir = Path(model_dir)
     if not (model_dir / "config.yaml").is_file():
         raise CheckpointError(f"{model_dir}: not an LM model directory (no config.yaml; made by ctxnmt lm train?)")
@@ -75,7 +75,7 @@ def load_lm(model_dir: str | Path, checkpoint: str = "best") -> tuple[LMConfig, 
                                   "not a language model's") from None
         raise
     vocab = Vocab.load(model_dir / "vocab.txt")
-    path = model_dir / "checkpoints" / f"{checkpoint}.pt"
+    path = checkpoint_file(model_dir, checkpoint) if checkpoint else default_checkpoint(model_dir)
     payload = load_model_checkpoint(path)
     check_trained_as(payload, path, config, vocab, model_dir / "config.yaml")
     model = ResidualLM(config.model, len(vocab))
@@ -92,7 +92,7 @@ def score_lines(config: LMConfig, vocab: Vocab, model: ResidualLM, lines: list[s
     return TextScore(per_line, counts, math.exp(-float(logp.mean())))
 
 
-def score_file(model_dir: str | Path, path: str | Path, checkpoint: str = "best") -> TextScore:
+def score_file(model_dir: str | Path, path: str | Path, checkpoint: str | None = None) -> TextScore:
     config, vocab, model = load_lm(model_dir, checkpoint)
     setup_threads(config.training.threads)
     return score_lines(config, vocab, model, read_lines(path))

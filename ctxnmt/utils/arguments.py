@@ -30,6 +30,13 @@ def add_model_dirs(parser, several: str) -> None:
     parser.add_argument("model_dirs", nargs="+", metavar="MODEL_DIR", help=f"{MODEL_DIR_HELP}; several: {several}")
 
 
+def add_checkpoint(parser) -> None:
+    """--checkpoint, one meaning everywhere: utils.checkpoint.checkpoint_file."""
+    parser.add_argument("--checkpoint", metavar="best|last|FILE",
+                        help="the model directory's best or last checkpoint, or a checkpoint file "
+                             "(default: best, else last; an exported model: its weights)")
+
+
 def add_input(parser, help: str, *aliases: str, **options) -> None:
     parser.add_argument("-i", "--input", *aliases, metavar="FILE", help=help, **options)
 

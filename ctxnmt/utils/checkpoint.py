@@ -113,6 +113,18 @@ def load_model_state(model: torch.nn.Module, payload: dict[str, Any], path: str 
         raise CheckpointError(f"{path}: parameters do not fit this model ({first[:160]})") from None
 
 
+def checkpoint_file(model_dir: str | Path, given: str) -> Path:
+    """What `--checkpoint` names, for every command alike: best or last, that checkpoint of the
+    model directory; anything else (those two too, where the directory has none) a file."""
+    named = Path(model_dir) / "checkpoints" / f"{given}.pt"
+    if given in ("best", "last") and named.is_file():
+        return named
+    if Path(given).is_file():
+        return Path(given)
+    what = f"no {named} and no file '{given}'" if given in ("best", "last") else "no such file"
+    raise CheckpointError(f"--checkpoint {given}: {what} (give best, last or a checkpoint file)")
+
+
 def default_checkpoint(model_dir: Path) -> Path:
     """The checkpoint a model directory is translated with unless one is named: best.pt, else
     last.pt, else (an exported model's directory) its weights file."""

@@ -142,6 +142,21 @@ def test_tiny_lm_overfits_repeated_text_end_to_end(summary, tiny_corpus, tmp_pat
     assert [int(line.split("\t")[1]) for line in lines[:-1]] == [8] * 6  # 7 words and </s>
 
 
+def test_lm_score_takes_a_checkpoint_by_name_or_as_a_file(tiny_corpus, tmp_path, capsys):
+    """It took best or last only; translate took a file only."""
+    cfg = write_config(tmp_path, tiny_corpus, "mean")
+    assert run(["lm", "train", cfg, "--quiet", "--max-updates", "4"], capsys)[0] == 0
+    score = ["lm", "score", tmp_path / "model", "-i", tiny_corpus / "dev.en", "--checkpoint"]
+    code, by_name, _ = run([*score, "last"], capsys)
+    assert code == 0 and by_name.startswith("perplexity ")
+    last = tmp_path / "model" / "checkpoints" / "last.pt"
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(last.read_bytes())
+    assert run([*score, copy], capsys) == (0, by_name, "")
+    code, _, err = run([*score, tmp_path / "none.pt"], capsys)
+    assert code == 2 and f"--checkpoint {tmp_path / 'none.pt'}: no such file" in err
+
+
 def test_bad_input_gives_one_line_errors(tiny_corpus, tmp_path, capsys):
     cfg = write_config(tmp_path, tiny_corpus, "mean")
     for args, message in (
