@@ -117,7 +117,29 @@ def test_mismatched_parallel_files(tmp_path, capsys):
     assert code == 2
     assert re.search(r"train\.es has 12 lines but .*train\.en has 11", err)
     assert len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "m" / "prep" / "fingerprint.json").exists()
+    assert not (tmp_path / "m").exists()  # it left an empty model directory
+
+
+def test_a_document_model_without_document_ids_is_refused_before_anything_is_made(tmp_path, capsys, monkeypatch):
+    """The refusal came from training, after the data was prepared; now it comes first, from
+    prepare and train alike, and names model.context and the missing file."""
+    from ctxnmt.training import commands
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("prepared")
+
+    monkeypatch.setattr(commands, "prepare", no_work)
+    data = small_corpus(tmp_path)
+    cfg = write_config(tmp_path / "c.yaml", data, tmp_path / "m")
+    for doc_model in ("model.context=concat", "model.doc_init_dec=true"):
+        for command in ("prepare", "train"):
+            code, _, err = run([command, cfg, "--set", doc_model], capsys)
+            assert code == 2 and err == (f"ctxnmt {command}: error: {data / 'train.doc'}: no such file; a document-"
+                                         "context model (model.context) needs document ids for the train split\n")
+            assert not (tmp_path / "m").exists()
+    (data / "train.doc").write_text("".join(f"d{i // 4}\n" for i in range(12)))
+    code, _, err = run(["prepare", cfg, "--set", "model.context=concat"], capsys)
+    assert code == 2 and f"{data / 'dev.doc'}: no such file" in err
 
 
 def test_invalid_utf8_names_file_and_line(tmp_path, capsys):

@@ -7,6 +7,7 @@ section of the config and the training and dev files it was made from.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -170,7 +171,8 @@ def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: boo
     training, which must go on with the data it was trained on): a prepared directory known to
     differ is a DataError naming the key or file, and is left as it is.  `workers`: processes
     that prepare the training pairs (0: one per core).  A new prep/ is built beside the old one
-    and takes its place only once complete, so a failed or killed preparation leaves the old."""
+    and takes its place only once complete, so a failed or killed preparation leaves the old (and
+    a failed first one no empty model directory)."""
     prep_dir = Path(config.model_dir) / "prep"
     stamp = prep_dir / "fingerprint.json"
     stale = None if force else _out_of_date(stamp, config.data)
@@ -185,6 +187,7 @@ def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: boo
     corpus = {role: _file_record(path) for role, path in corpus_files(config.data).items() if path.is_file()}
     partial = Path(config.model_dir) / "prep.partial"
     shutil.rmtree(partial, ignore_errors=True)
+    made = _new_directories(partial.parent)
     partial.mkdir(parents=True)
     try:
         _prepare_into(partial, config.data, log, workers)
@@ -193,9 +196,22 @@ def prepare(config: Config, log: Log = to_stderr, force: bool = False, keep: boo
                        "corpus": corpus}, fh, indent=1)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
+        for directory in made:  # a failed first preparation leaves no empty model directory
+            with contextlib.suppress(OSError):  # not empty: something else has written there since
+                directory.rmdir()
         raise
     _put_in_place(partial, prep_dir)
     return load_prepared(prep_dir, log)
+
+
+def _new_directories(path: Path) -> list[Path]:
+    """`path` and those of its parents that do not exist yet, innermost first: what
+    mkdir(parents=True) will make."""
+    new = []
+    while not path.exists() and path != path.parent:
+        new.append(path)
+        path = path.parent
+    return new
 
 
 def _put_in_place(partial: Path, prep_dir: Path) -> None:

@@ -16,6 +16,7 @@ from ctxnmt.training.launch import launch
 from ctxnmt.training.log import score_text
 from ctxnmt.training.trainer import Trainer, check_fresh_start, held_training
 from ctxnmt.training.translation import TranslationTask
+from ctxnmt.training.validate import check_document_files
 from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
 
@@ -64,6 +65,7 @@ def register(sub) -> None:
 
 def cmd_prepare(args) -> int:
     config = load_config(args.config, args.overrides)
+    check_document_files(config)
     held = held_training(Path(config.model_dir))
     if held and args.force:
         raise DataError(f"{config.model_dir}: holds a training ({', '.join(held)}), which must go on with the data "
@@ -76,6 +78,7 @@ def cmd_prepare(args) -> int:
 
 def cmd_train(args) -> int:
     config = load_config(args.config, [*args.overrides, *budget_overrides(args)])
+    check_document_files(config)  # before the model directory, its log and the data are made
     if args.nproc != 1:
         return _launch(args, config)
     trainer = Trainer(TranslationTask(config), resume=args.resume, quiet=args.quiet)

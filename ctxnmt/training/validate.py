@@ -30,8 +30,7 @@ def document_context(split, config: Config, name: str, whose: str = "own"):
         return None
     path = split_paths(config.data, name)[2]
     if split.docs is None:
-        raise DataError(f"{path}: no such file; a document-context model (model.context) needs document ids "
-                        f"for the {name} split")
+        raise _no_document_ids(path, name)
     if isinstance(split, TokenArrays):
         if split.doc_problem:
             raise DataError(f"{path} (line numbers of kept pairs):{split.doc_problem}")
@@ -43,6 +42,23 @@ def document_context(split, config: Config, name: str, whose: str = "own"):
         return PreviousSentences(split.docs, k)
     check_document_ids(split.docs, str(path))
     return previous_sentences(split.docs, k)
+
+
+def check_document_files(config: Config) -> None:
+    """Refuse a document-context model whose training or dev split has text but no .doc file,
+    before anything is prepared (document_context would, once it was).  A split without its
+    text is left to prepare: the Bible corpus is built there, .doc files and all."""
+    if not context_sentences(config.model):
+        return
+    for name in ("train", "dev"):
+        src, tgt, doc = split_paths(config.data, name)
+        if src.is_file() and tgt.is_file() and not doc.is_file():
+            raise _no_document_ids(doc, name)
+
+
+def _no_document_ids(path, name: str) -> DataError:
+    return DataError(f"{path}: no such file; a document-context model (model.context) needs document ids "
+                     f"for the {name} split")
 
 
 @torch.no_grad()
