@@ -6,8 +6,10 @@
   directory, on a tiny made-up `data/bible` and with a tiny budget and model (the only changes it
   makes to the config), and checks every printed line against the transcript with its numbers
   left open.
+  Its document model and its Python example run as written too, on the same corpus.
 - Its quick-start example prints the demo's recorded translation of a test verse.
 - Its verdict table says what docs/results.md's table (the committed reports) says.
+- Every `ctxnmt …` command it shows names a command and options that exist.
 """
 from __future__ import annotations
 
@@ -18,23 +20,30 @@ import subprocess
 import sys
 from pathlib import Path
 
+import argparse
+
+import pytest
 import yaml
 
+from ctxnmt.cli import build_parser
 from ctxnmt.experiments import summary
 from tests.conftest import needs_diatheke
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 WALKTHROUGH = "## Your own data"
+DOCUMENT_MODEL = "### A document model"
+PYTHON = "### From Python"
 TINY = {"model": {"emb_dim": 8, "hidden_dim": 16, "att_dim": 16},
         "training": {"max_updates": 4, "max_minutes": 0, "valid_every": 2, "log_every": 2, "valid_beam": 2},
         "decoding": {"beam": 2}}
 
 
 def section(title: str) -> str:
+    """From the heading `title` to the next heading of level 2 or 3."""
     start = README.index(title + "\n")
-    end = README.find("\n## ", start + 1)
-    return README[start:end if end > 0 else len(README)]
+    ends = [end for end in (README.find("\n## ", start + 1), README.find("\n### ", start + 1)) if end > 0]
+    return README[start:min(ends, default=len(README))]
 
 
 def blocks(text: str) -> dict[str, str]:
@@ -73,6 +82,7 @@ def made_up_bible(directory: Path) -> None:
         for side, lang in ((0, "es"), (1, "en")):
             text = "\n".join(" ".join(w[side] for w in sentence) + " ." for sentence in pairs) + "\n"
             (directory / f"{split}.{lang}").write_text(text, encoding="utf-8")
+        (directory / f"{split}.doc").write_text("".join(f"{split}{i // 3}\n" for i in range(n)), encoding="utf-8")
 
 
 def merge(base: dict, changes: dict) -> dict:
@@ -97,11 +107,13 @@ def test_the_walkthrough_config_is_complete():
     assert config["training"].get("max_updates") or config["training"].get("max_minutes"), "a budget"
 
 
-def test_the_walkthrough_runs_as_written(tmp_path):
+@pytest.fixture(scope="module")
+def walked(tmp_path_factory) -> Path:
+    """A scratch directory where the walkthrough ran as written (its config made tiny)."""
+    here = tmp_path_factory.mktemp("walkthrough")
     parts = blocks(section(WALKTHROUGH))
-    made_up_bible(tmp_path / "data" / "bible")
-    cut = subprocess.run(["bash", "-euo", "pipefail", "-c", parts["sh"]], cwd=tmp_path, capture_output=True,
-                         text=True)
+    made_up_bible(here / "data" / "bible")
+    cut = subprocess.run(["bash", "-euo", "pipefail", "-c", parts["sh"]], cwd=here, capture_output=True, text=True)
     assert cut.returncode == 0, cut.stderr
 
     steps = transcript(parts["text"])
@@ -109,9 +121,18 @@ def test_the_walkthrough_runs_as_written(tmp_path):
     config_file = shlex.split(steps[1][0])[2]
     config = yaml.safe_load(parts["yaml"])
     config["base"] = str(ROOT / config["base"])
-    (tmp_path / config_file).write_text(yaml.safe_dump(merge(config, TINY)), encoding="utf-8")
+    (here / config_file).write_text(yaml.safe_dump(merge(config, TINY)), encoding="utf-8")
+    run_transcript(steps[1:], here)
+    return here
 
-    for command, printed in steps[1:]:
+
+def test_the_walkthrough_runs_as_written(walked):
+    assert (walked / "runs" / "my-model" / "checkpoints" / "best.pt").is_file()
+
+
+def run_transcript(steps: list[tuple[str, list[str]]], tmp_path: Path) -> None:
+    """Run each command and find each line the transcript shows it print in what it printed."""
+    for command, printed in steps:
         done = ctxnmt(command, tmp_path)
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
         out = done.stdout.splitlines()
@@ -124,6 +145,86 @@ def test_the_walkthrough_runs_as_written(tmp_path):
             src, hyp = args[args.index("-i") + 1], args[args.index("-o") + 1]
             assert len((tmp_path / hyp).read_text(encoding="utf-8").splitlines()) == \
                 len((tmp_path / src).read_text(encoding="utf-8").splitlines())
+
+
+def test_the_document_model_trains_and_translates_as_written(walked):
+    """Its config (on the walkthrough's, made tiny there), then the transcript, as written."""
+    parts = blocks(section(DOCUMENT_MODEL))
+    steps = transcript(parts["text"])
+    config_file = shlex.split(steps[0][0])[2]
+    config = yaml.safe_load(parts["yaml"])
+    assert config["base"] == shlex.split(transcript(blocks(section(WALKTHROUGH))["text"])[1][0])[2]
+    assert config["model"]["context"] != "none"
+    (walked / config_file).write_text(yaml.safe_dump(config), encoding="utf-8")
+    run_transcript(steps, walked)
+    assert any("--doc-ids" in command for command, _ in steps)
+
+
+def test_the_python_example_translates_as_written(walked):
+    code = blocks(section(PYTHON))["python"]
+    done = subprocess.run([sys.executable, "-c", code], cwd=walked, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 1  # one translation for its one sentence
+
+
+def readme_commands() -> list[str]:
+    """Every `ctxnmt …` of the README: in its code blocks (after `$ `, `| ` or `.venv/bin/`) and in
+    its inline code (the commands table among it), with `\\|` between alternatives kept."""
+    found = []
+    for _, body in re.findall(r"^```(\w+)\n(.*?)^```", README, re.S | re.M):
+        found += re.findall(r"(?:^|\$ |\| |/)(ctxnmt [^\n|]+)", body, re.M)
+    text = re.sub(r"^```\w+\n.*?^```", "", README, flags=re.S | re.M)
+    found += [" ".join(span.split()) for span in re.findall(r"`(ctxnmt [^`]+)`", text)]
+    return found
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
+def alternatives(words: list[str]) -> tuple[list[str], list[str]]:
+    """`a | b | c rest…` → ([a, b, c], [rest…])."""
+    names, rest = words[:1], words[1:]
+    while len(rest) >= 2 and rest[0] == "|":
+        names.append(rest[1])
+        rest = rest[2:]
+    return names, rest
+
+
+def command_problems(command: str, parser: argparse.ArgumentParser) -> list[str]:
+    """What of `command` the parser lacks: a (sub-)command, or an option of the command it names.
+    `a \\| b` lists alternative sub-commands; the options after them must be one of theirs."""
+    words = command.replace("\\|", "|").split()[1:]
+    parsers = [parser]
+    while words and subparsers(parsers[0]) and not words[0].startswith("-"):
+        names, words = alternatives(words)
+        here = subparsers(parsers[0])
+        # a command that is gone keeps a parser that says so (`lm compare`): not one that exists
+        unknown = [name for name in names if name not in here or here[name].description.startswith("gone")]
+        if unknown:
+            return [f"{command}: no command {unknown[0]}"]
+        parsers = [subparsers(parsers[0])[name] for name in names]
+    options = [word.lstrip("[").split("=")[0].rstrip("]") for word in words if word.lstrip("[").startswith("-")]
+    known = {option for p in parsers for action in p._actions for option in action.option_strings}
+    return [f"{command}: no option {option}" for option in options if option not in known]
+
+
+def test_every_command_in_the_readme_exists():
+    """The commands table listed `ctxnmt lm … compare` after it was gone."""
+    commands = readme_commands()
+    assert len(commands) >= 20 and "ctxnmt score contrastive MODEL_DIR [MODEL_DIR …] FILE" in commands
+    parser = build_parser()
+    assert [problem for command in commands for problem in command_problems(command, parser)] == []
+
+
+def test_the_check_finds_a_missing_command_or_option():
+    parser = build_parser()
+    assert command_problems("ctxnmt lm train \\| compare …", parser) == [
+        "ctxnmt lm train \\| compare …: no command compare"]
+    assert command_problems("ctxnmt translate M [--beam-size 5]", parser) == [
+        "ctxnmt translate M [--beam-size 5]: no option --beam-size"]
+    assert command_problems("ctxnmt judge create \\| serve \\| report --port 1", parser) == []
+    assert command_problems("ctxnmt analyze target-attention \\| trees MODEL_DIR --trees T", parser) == []
 
 
 def quick_start_example() -> tuple[str, str]:
