@@ -56,6 +56,10 @@ class DataConfig:
     filter_ratio: float = 0.0  # drop pairs whose word counts differ by more than this factor (Moses clean-corpus-n: 9)
     filter_duplicates: bool = False  # drop a pair that occurred before
     filter_identical: bool = False  # drop a pair whose source and target are the same text
+    # Subword regularisation of the training pairs only (ctxnmt.data.sampling), 0 = off:
+    bpe_dropout: float = 0.0  # BPE-dropout (Provilkov et al. 2020): each merge skipped with this probability
+    sentencepiece_alpha: float = 0.0  # SentencePiece sampling (Kudo 2018): its alpha, all segmentations
+    subword_samples: int = 8  # sampled segmentations written at prepare; epoch e trains on sample e mod this
 
 
 class ComponentSettings:
@@ -579,7 +583,8 @@ RANGES = {
 # "every", "unlimited" or "as another size" where the field's comment says so.
 FIELD_RANGES = {
     "data": {"bpe_merges": ">=0", "vocab_size": ">=0", "max_len": ">=1", "filter_ratio": ">=0",
-             "sentencepiece_vocab": ">=1"},
+             "sentencepiece_vocab": ">=1", "bpe_dropout": "[0,1)", "sentencepiece_alpha": ">=0",
+             "subword_samples": ">=1"},
     "model": {"emb_dim": ">=1", "hidden_dim": ">=1", "att_dim": ">=1",
               "dropout_emb": "[0,1)", "dropout_hidden": "[0,1)", "dropout_out": "[0,1)"},
     "training": {"warmup_updates": ">=0", "label_smoothing": "[0,1)", "batch_tokens": ">=1", "batch_sents": ">=1",
@@ -645,6 +650,25 @@ def _validate_subwords(d: DataConfig) -> None:
     if d.sentencepiece_type not in ("unigram", "bpe"):
         raise ConfigError(f"data.sentencepiece_type must be 'unigram' or 'bpe', got '{d.sentencepiece_type}'",
                           key="data.sentencepiece_type")
+    _validate_sampling(d)
+
+
+def _validate_sampling(d: DataConfig) -> None:
+    """Each scheme's own regularisation: a probability set for the other scheme would be silently unused."""
+    if d.bpe_dropout and d.subwords != "bpe":
+        raise ConfigError(f"data.bpe_dropout is for subwords: bpe, not {d.subwords}; SentencePiece samples with "
+                          "data.sentencepiece_alpha", key="data.bpe_dropout")
+    if d.bpe_dropout and not d.bpe_merges:
+        raise ConfigError("data.bpe_dropout needs BPE merges to drop: data.bpe_merges is 0 (whole words)",
+                          key="data.bpe_dropout")
+    if d.sentencepiece_alpha and d.subwords != "sentencepiece":
+        raise ConfigError(f"data.sentencepiece_alpha is for subwords: sentencepiece, not {d.subwords}; BPE samples "
+                          "with data.bpe_dropout", key="data.sentencepiece_alpha")
+    if d.sentencepiece_alpha >= 1 and d.sentencepiece_type == "bpe":
+        # SentencePiece's BPE reads alpha as the probability of dropping a merge: 1 leaves characters alone
+        raise ConfigError("data.sentencepiece_alpha must be in [0, 1) with sentencepiece_type bpe (it is the "
+                          f"probability of dropping a merge), got {d.sentencepiece_alpha}",
+                          key="data.sentencepiece_alpha")
 
 
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")

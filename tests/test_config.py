@@ -264,6 +264,8 @@ def test_every_shipped_config_resolves_to_its_recorded_effective_config(path):
         expected["training"].setdefault("coword_dropout", 0.0)
         if "doc_start" in expected["model"]:
             expected["model"].setdefault("doc_target", False)
+        for key, default in (("bpe_dropout", 0.0), ("sentencepiece_alpha", 0.0), ("subword_samples", 8)):
+            expected["data"].setdefault(key, default)  # issue 65, subword regularisation: off
     expected["training"].setdefault("keep_checkpoints", 0)  # issue 65, both kinds of config
     assert now == expected
 
