@@ -14,6 +14,7 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import read_parallel
 from ctxnmt.data.indexed import META, TokenArrays
 from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor, make_options
+from ctxnmt.data.sampling import Sampling, TrainingSamples
 from ctxnmt.data.stream import Cleaning, check_aligned, prepare_training
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.data.words import count_words, goes_on, joins_back
@@ -53,6 +55,9 @@ class Prepared:
     train: TokenArrays
     dev: Split
     directory: Path | None = None
+    # the training pairs' sampled segmentations (ctxnmt.data.sampling), row for row `train`'s; none
+    # where the data section samples none
+    samples: Sequence[TokenArrays] = ()
 
     _ratios: dict[str, float] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -250,7 +255,8 @@ def _prepare_into(out: Path, d: DataConfig, log: Log, workers: int) -> None:
     subwords = "SentencePiece" if d.subwords == SENTENCEPIECE_SCHEME else "BPE"
     log(f"prepare: learning tokenisation, truecasing and {subwords} on {src} and {tgt}")
     result = prepare_training(options, (str(src), str(tgt), str(doc) if doc.is_file() else None), out / "train",
-                              out / "work", d.max_len, d.vocab_size, cleaning(d), workers, log)
+                              out / "work", d.max_len, d.vocab_size, cleaning(d), workers, log,
+                              sampling=Sampling.of(d))
     shutil.rmtree(out / "work", ignore_errors=True)
     c = result.counts
     if c.ratio or c.duplicates or c.identical:
@@ -343,8 +349,10 @@ def load_prepared(prep_dir: Path, log: Log = to_stderr) -> Prepared:
     """The prepared pipeline and splits; the training split memory-mapped, never read whole.  A
     directory prepared in the older form (prep/data.pt) is read as it is, into memory."""
     pre, src_vocab, tgt_vocab = load_pipeline(prep_dir)
+    samples = ()
     if (prep_dir / "train" / META).is_file():
         train = TokenArrays.open(prep_dir / "train")
+        samples = TrainingSamples(prep_dir / "train", train)
         dev = Split(**torch.load(prep_dir / DEV, weights_only=True))
     elif (prep_dir / OLD_DATA).is_file():
         log(f"prepare: {prep_dir / OLD_DATA} is the older form of prepared data, read into memory as it is "
@@ -355,4 +363,4 @@ def load_prepared(prep_dir: Path, log: Log = to_stderr) -> Prepared:
         dev = Split(**data["dev"])
     else:
         raise DataError(f"{prep_dir}: no prepared training pairs here; run 'ctxnmt prepare CONFIG' again")
-    return Prepared(pre, src_vocab, tgt_vocab, train, dev, Path(prep_dir))
+    return Prepared(pre, src_vocab, tgt_vocab, train, dev, Path(prep_dir), samples)

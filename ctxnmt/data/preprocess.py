@@ -92,6 +92,12 @@ class SentencePieceModel:
     def segment_tokens(self, words: list[str]) -> list[str]:
         return self.processor.encode(" ".join(words), out_type=str)
 
+    def sample_tokens(self, words: list[str], alpha: float) -> list[str]:
+        """One segmentation drawn from all of the model's (nbest_size -1) with smoothing `alpha`, from
+        SentencePiece's generator (sentencepiece.set_random_generator_seed)."""
+        return self.processor.encode(" ".join(words), out_type=str, enable_sampling=True, alpha=alpha,
+                                     nbest_size=-1)
+
 
 class SidePipeline:
     """The fitted pipeline of one side (source or target); `bpe` segments the words into

@@ -10,7 +10,9 @@ break as they would in one pass over the corpus).  The passes over the training 
 2. truecase the words (where asked) and count them, for BPE (SentencePiece learns from the
    words' files);
 3. segment into subwords, drop pairs by length, count the subwords and keep provisional ids;
-4. with the vocabulary known, write the final ids (ctxnmt.data.indexed).
+   where the training pairs are sampled (ctxnmt.data.sampling), also each sampled segmentation
+   of the pairs the deterministic one keeps, its subwords counted into the vocabulary too;
+4. with the vocabulary known, write the final ids (ctxnmt.data.indexed), and each sample's.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from sacremoses import MosesTruecaser
 from ctxnmt.data.indexed import ArrayWriter, DocumentRuns, id_dtype
 from ctxnmt.data.preprocess import (SIDES, PreprocessOptions, SidePipeline, learn_subwords, line_start_only,
                                     make_segmenter, truecase_tokens)
+from ctxnmt.data.sampling import Sampler, Sampling, sample_directory, seeded
 from ctxnmt.data.vocab import EOS, SPECIALS, UNK, Vocab
 from ctxnmt.errors import DataError
 
@@ -66,6 +69,7 @@ class Job:
     cleaning: Cleaning
     truecasers: dict[str, MosesTruecaser] | None = None
     codes: dict[str, str] = field(default_factory=dict)
+    sampling: Sampling | None = None
 
 
 _JOB: Job | None = None  # the job of the pass under way, inherited by the forked workers
@@ -241,22 +245,33 @@ def truecase_pass(block: int) -> dict[str, Counter]:
     return counts
 
 
-def subword_pass(block: int) -> tuple[list[str], dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """Pass 3 on one block: each side's subwords as ids into the block's own table of subwords."""
+Segmented = dict[str, tuple[np.ndarray, np.ndarray]]  # each side's ids and sentence lengths
+
+
+def subword_pass(block: int) -> tuple[list[str], Segmented, list[Segmented]]:
+    """Pass 3 on one block: each side's subwords as ids into the block's own table of subwords,
+    and the same of each sampled segmentation (none where the job samples none)."""
     table: dict[str, int] = {}
-    out = {}
-    for side in SIDES:
-        pipeline = _segmenter(side)
-        ids, lens = [], []
-        for line in _read_lines(_file(block, side)):
-            pieces = pipeline.subwords(line.split())
-            lens.append(len(pieces))
-            ids.extend(table.setdefault(p, len(table)) for p in pieces)
-        out[side] = np.asarray(ids, dtype=np.int32), np.asarray(lens, dtype=np.int64)
-    return list(table), out
+    words = {side: [line.split() for line in _read_lines(_file(block, side))] for side in SIDES}
+    out = {side: _table_ids(table, map(_segmenter(side).subwords, words[side])) for side in SIDES}
+    samples = []
+    for sample in range(_JOB.sampling.samples if _JOB.sampling else 0):
+        with seeded(block, sample):
+            samples.append({side: _table_ids(table, map(_sampler(side).segment, words[side])) for side in SIDES})
+    return list(table), out, samples
+
+
+def _table_ids(table: dict[str, int], sentences: Iterable[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """The sentences' subwords as ids into `table` (growing it), and their lengths."""
+    ids, lens = [], []
+    for pieces in sentences:
+        lens.append(len(pieces))
+        ids.extend(table.setdefault(p, len(table)) for p in pieces)
+    return np.asarray(ids, dtype=np.int32), np.asarray(lens, dtype=np.int64)
 
 
 _SEGMENTERS: dict[str, SidePipeline] = {}
+_SAMPLERS: dict[str, Sampler] = {}
 
 
 def _segmenter(side: str) -> SidePipeline:
@@ -266,6 +281,14 @@ def _segmenter(side: str) -> SidePipeline:
         _SEGMENTERS[side] = SidePipeline(_JOB.options.lang(side), False, None,
                                          make_segmenter(_JOB.options, codes.get("joint", codes.get(side))))
     return _SEGMENTERS[side]
+
+
+def _sampler(side: str) -> Sampler:
+    """The worker's sampler of a side, on a subword model of its own (see Sampler)."""
+    if side not in _SAMPLERS:
+        codes = _JOB.codes
+        _SAMPLERS[side] = Sampler(make_segmenter(_JOB.options, codes.get("joint", codes.get(side))), _JOB.sampling)
+    return _SAMPLERS[side]
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:
@@ -319,8 +342,10 @@ class StreamResult:
 
 def prepare_training(options: PreprocessOptions, paths: tuple[str, str, str | None], out: Path, work: Path,
                      max_len: int | None, vocab_size: int, cleaning: Cleaning, workers: int,
-                     log: Callable[[str], None], block_lines: int | None = None) -> StreamResult:
-    """Learn the pipeline on the training files and write their ids as arrays into `out`."""
+                     log: Callable[[str], None], block_lines: int | None = None,
+                     sampling: Sampling | None = None) -> StreamResult:
+    """Learn the pipeline on the training files and write their ids as arrays into `out`, and
+    where `sampling` asks, each sampled segmentation's beside it (sample_directory)."""
     global _JOB
     work.mkdir(parents=True, exist_ok=True)
     _JOB = Job(options, paths, work, cleaning)
@@ -337,18 +362,28 @@ def prepare_training(options: PreprocessOptions, paths: tuple[str, str, str | No
                 word_counts[side].update(block_counts[side])
         codes = learn_subwords(options, word_counts, lambda sides: _block_lines(work, blocks, sides))
         del word_counts
-        _JOB = Job(options, paths, work, cleaning, None, codes)
+        _JOB = Job(options, paths, work, cleaning, None, codes, sampling)
         _SEGMENTERS.clear()
-        provisional = _subword_pass(blocks, work, max_len, counts, workers)
+        _SAMPLERS.clear()
+        samples = sampling.samples if sampling else 0
+        if samples:
+            log(f"prepare: {samples} sampled segmentations of the training pairs "
+                f"({'BPE-dropout' if sampling.bpe_dropout else 'SentencePiece alpha'} "
+                f"{sampling.bpe_dropout or sampling.alpha:g})")
+        provisional = _subword_pass(blocks, work, max_len, counts, workers, samples)
         if not provisional.kept:
             raise DataError(f"{paths[0]}: no training pair left after length filtering")
         src_vocab, tgt_vocab, lookups = _vocabularies(provisional, options.joint_bpe, vocab_size)
-        kept = _write_arrays(work, out, lookups, id_dtype(max(len(src_vocab), len(tgt_vocab))), paths[2] is not None,
-                             provisional.doc_problem)
+        dtype, docs = id_dtype(max(len(src_vocab), len(tgt_vocab))), work / "docs" if paths[2] is not None else None
+        kept = _write_arrays(work, out, lookups, dtype, docs, provisional.doc_problem)
+        for sample in range(samples):  # the document numbers are the split's: not written again
+            _write_arrays(_sample_work(work, sample), sample_directory(out, sample), lookups, dtype, None, "",
+                          sample=sample, of=samples)
         return StreamResult(truecasers, codes, src_vocab, tgt_vocab, counts, read, kept)
     finally:
         _JOB = None
         _SEGMENTERS.clear()
+        _SAMPLERS.clear()
 
 
 def _run_words_pass(paths, keep, workers, block_lines):
@@ -400,34 +435,73 @@ class Provisional:
         self.counts[side] = grown + found
 
 
-def _subword_pass(blocks: int, work: Path, max_len: int | None, counts: Counts, workers: int) -> Provisional:
+class _KeptIds:
+    """The provisional ids and lengths of one segmentation's kept pairs, in a directory of the work
+    directory (`src.ids`, `tgt.ids`, `lens`), as pass 4 reads them."""
+
+    def __init__(self, directory: Path):
+        directory.mkdir(parents=True, exist_ok=True)
+        self.files = {name: open(directory / name, "wb") for name in ("src.ids", "tgt.ids", "lens")}
+
+    def add(self, sides: Segmented, keep: np.ndarray, lookup: np.ndarray, provisional: Provisional) -> None:
+        """The pairs `keep` marks, their subwords counted into the vocabulary."""
+        for side in SIDES:
+            ids, lens = sides[side]
+            kept_ids = lookup[ids[np.repeat(keep, lens)]]
+            provisional.count(side, kept_ids)
+            self.files[f"{side}.ids"].write(kept_ids.astype(np.int32).tobytes())
+        self.files["lens"].write(np.stack([sides["src"][1][keep], sides["tgt"][1][keep]], 1).astype(np.int32).tobytes())
+
+    def close(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+
+
+def _sample_work(work: Path, sample: int) -> Path:
+    return work / f"sample-{sample}"
+
+
+def _subword_pass(blocks: int, work: Path, max_len: int | None, counts: Counts, workers: int,
+                  samples: int = 0) -> Provisional:
     """Segment every block, drop pairs by length, count the kept subwords and keep their
-    provisional ids, lengths and document numbers in the work directory."""
+    provisional ids, lengths and document numbers in the work directory; the same of each
+    sampled segmentation, for the pairs the deterministic one keeps."""
     provisional, runs = Provisional(), DocumentRuns()
-    with open(work / "src.ids", "wb") as src_ids, open(work / "tgt.ids", "wb") as tgt_ids, \
-            open(work / "lens", "wb") as lens_out, open(work / "docs", "wb") as docs_out:
-        for block, (names, sides) in enumerate(ordered_map(subword_pass, range(blocks), workers)):
-            lookup = provisional.ids(names)
-            (s_ids, s_lens), (t_ids, t_lens) = sides["src"], sides["tgt"]
-            empty = (s_lens == 0) | (t_lens == 0)
-            too_long = ~empty & ((s_lens > max_len) | (t_lens > max_len)) if max_len else np.zeros_like(empty)
-            keep = ~(empty | too_long)
-            provisional.kept += int(keep.sum())
-            counts.empty += int(empty.sum())
-            counts.too_long += int(too_long.sum())
-            for side, ids, lens, out in (("src", s_ids, s_lens, src_ids), ("tgt", t_ids, t_lens, tgt_ids)):
-                kept_ids = lookup[ids[np.repeat(keep, lens)]]
-                provisional.count(side, kept_ids)
-                out.write(kept_ids.astype(np.int32).tobytes())
-            lens_out.write(np.stack([s_lens[keep], t_lens[keep]], 1).astype(np.int32).tobytes())
-            doc_path = work / f"{block:07d}.doc"
-            if doc_path.is_file():
-                docs = _read_lines(doc_path)
-                docs_out.write(runs.number([d for d, k in zip(docs, keep) if k]).tobytes())
-            for side in (*SIDES, "doc"):
-                (work / f"{block:07d}.{side}").unlink(missing_ok=True)
+    outputs = [_KeptIds(work)] + [_KeptIds(_sample_work(work, sample)) for sample in range(samples)]
+    try:
+        with open(work / "docs", "wb") as docs_out:
+            for block, (names, sides, sampled) in enumerate(ordered_map(subword_pass, range(blocks), workers)):
+                keep = _keep(sides, max_len, counts)
+                provisional.kept += int(keep.sum())
+                lookup = provisional.ids(names)
+                for output, segmented in zip(outputs, [sides, *sampled]):
+                    output.add(segmented, keep, lookup, provisional)
+                _number_documents(work, block, keep, runs, docs_out)
+    finally:
+        for output in outputs:
+            output.close()
     provisional.doc_problem = runs.problem
     return provisional
+
+
+def _keep(sides: Segmented, max_len: int | None, counts: Counts) -> np.ndarray:
+    """The pairs the length filter keeps (the rest counted, as empty or too long)."""
+    s_lens, t_lens = sides["src"][1], sides["tgt"][1]
+    empty = (s_lens == 0) | (t_lens == 0)
+    too_long = ~empty & ((s_lens > max_len) | (t_lens > max_len)) if max_len else np.zeros_like(empty)
+    counts.empty += int(empty.sum())
+    counts.too_long += int(too_long.sum())
+    return ~(empty | too_long)
+
+
+def _number_documents(work: Path, block: int, keep: np.ndarray, runs: DocumentRuns, docs_out) -> None:
+    """The kept pairs' document numbers, and the block's word files gone (their pass is done)."""
+    doc_path = work / f"{block:07d}.doc"
+    if doc_path.is_file():
+        docs = _read_lines(doc_path)
+        docs_out.write(runs.number([d for d, k in zip(docs, keep) if k]).tobytes())
+    for side in (*SIDES, "doc"):
+        (work / f"{block:07d}.{side}").unlink(missing_ok=True)
 
 
 def _vocabularies(provisional: Provisional, joint: bool, vocab_size: int):
@@ -457,15 +531,17 @@ def _vocabularies(provisional: Provisional, joint: bool, vocab_size: int):
 SENTENCES_PER_WRITE = 200_000
 
 
-def _write_arrays(work: Path, out: Path, lookups: dict[str, np.ndarray], dtype: np.dtype, docs: bool,
-                  doc_problem: str) -> int:
-    """Pass 4: the final ids (targets ending in EOS) as the arrays of ctxnmt.data.indexed."""
+def _write_arrays(work: Path, out: Path, lookups: dict[str, np.ndarray], dtype: np.dtype, docs: Path | None,
+                  doc_problem: str, **meta) -> int:
+    """Pass 4: the final ids (targets ending in EOS) of the provisional ids in `work` as the arrays
+    of ctxnmt.data.indexed, with the document numbers of the file `docs` where given; `meta`
+    goes into their meta.json."""
     lens = np.fromfile(work / "lens", dtype=np.int32).reshape(-1, 2).astype(np.int64)
     n = len(lens)
     src_ids = np.memmap(work / "src.ids", dtype=np.int32, mode="r") if lens[:, 0].sum() else np.zeros(0, np.int32)
     tgt_ids = np.memmap(work / "tgt.ids", dtype=np.int32, mode="r") if lens[:, 1].sum() else np.zeros(0, np.int32)
-    doc_numbers = np.fromfile(work / "docs", dtype=np.int32) if docs else None
-    writer = ArrayWriter(out, dtype, docs)
+    doc_numbers = np.fromfile(docs, dtype=np.int32) if docs else None
+    writer = ArrayWriter(out, dtype, docs is not None)
     try:
         at = np.zeros(2, dtype=np.int64)
         for start in range(0, n, SENTENCES_PER_WRITE):
@@ -476,7 +552,7 @@ def _write_arrays(work: Path, out: Path, lookups: dict[str, np.ndarray], dtype: 
             at += sizes
             writer.add(src, part[:, 0], tgt, part[:, 1] + 1,
                        doc_numbers[start:start + len(part)] if docs else None)
-        writer.close(doc_problem=doc_problem)
+        writer.close(doc_problem=doc_problem, **meta)
     except BaseException:
         writer.abort()
         raise
