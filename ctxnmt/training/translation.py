@@ -14,7 +14,9 @@ from torch.nn.parallel import DistributedDataParallel
 from ctxnmt.config import Config
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
 from ctxnmt.data.documents import RandomContextSize
+from ctxnmt.data.indexed import TokenArrays
 from ctxnmt.data.prepare import Prepared, prepare
+from ctxnmt.data.sampling import epoch_sample
 from ctxnmt.data.vocab import UNK
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.context import context_name, context_sentences, reads_target_context
@@ -73,7 +75,7 @@ class TranslationTask(Task):
         self.data: Prepared = prepare(config, log=log, keep=bool(held_training(self.model_dir)))
         if world.local_rank == 0:
             world.barrier()
-        self.src_lens, self.tgt_lens = self.data.train.src.lens, self.data.train.tgt.lens
+        self.train = self.data.train  # the epoch's segmentation of the pairs (epoch_units)
         self.train_context = document_context(self.data.train, config, "train", t.document_context)
         self.context_sents = context_sentences(config.model)  # K, read by every batch
         self.target_context = reads_target_context(config.model)  # 2-to-2: the references' previous sentences too
@@ -116,20 +118,32 @@ class TranslationTask(Task):
 
     # -- training ------------------------------------------------------------------------
     def epoch_units(self, epoch: int, starting: bool) -> list[list[int]]:
-        """The epoch's batches (sentence indices), a pure function of seed and epoch."""
+        """The epoch's batches (sentence indices), a pure function of seed and epoch; they index
+        the epoch's segmentation of the pairs, which `backward` reads from here on."""
         t = self.training
-        batches = epoch_batches(self.src_lens, self.tgt_lens, t.batch_tokens, t.batch_sents, t.seed, epoch)
+        self.train, sampled = self.epoch_split(epoch)
+        src_lens, tgt_lens = self.train.src.lens, self.train.tgt.lens
+        batches = epoch_batches(src_lens, tgt_lens, t.batch_tokens, t.batch_sents, t.seed, epoch)
         if starting:
-            ps, pt = padding_ratio(batches, self.src_lens, self.tgt_lens)
-            self.log(f"epoch {epoch + 1}: {len(batches)} batches, padding {ps:.1%} source / {pt:.1%} target")
+            ps, pt = padding_ratio(batches, src_lens, tgt_lens)
+            self.log(f"epoch {epoch + 1}: {len(batches)} batches, padding {ps:.1%} source / {pt:.1%} target{sampled}")
         return batches
+
+    def epoch_split(self, epoch: int) -> tuple[TokenArrays, str]:
+        """The training pairs as epoch `epoch` reads them: its sampled segmentation where the data
+        has them (ctxnmt.data.sampling), else the deterministic one; and the log line's words on it."""
+        samples = self.data.samples
+        if not samples:
+            return self.data.train, ""
+        sample = epoch_sample(epoch, len(samples))
+        return samples[sample], f", sampled segmentation {sample + 1} of {len(samples)}"
 
     def backward(self, index: list[int], update: int) -> tuple[float, int]:
         """This rank's share of the batch `index`.  dl4mt: cross-entropy summed over each sentence,
         averaged over the update's sentences; DDP averages the ranks' gradients, so each rank's
         share counts `size` times.  A rank left without a sentence computes a dummy share, weight 0."""
         share, weight = self.world.share(index)
-        train = self.data.train
+        train = self.train
         context = self.random_context.at(update) if self.random_context else self.train_context
         batch = make_batch(share, train.src, train.tgt, context, self.context_sents, self.target_context)
         if self.training.coword_dropout:
