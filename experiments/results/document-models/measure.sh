@@ -23,6 +23,7 @@ for file in config.yaml decode.json done.json scores.json test.hyp.en train.log;
   cp "$exported/$file" "$out/"
 done
 "$ctxnmt" analyze cxmi "$run" -i $test.es -r $test.en --doc-ids $test.doc -o "$out/cxmi" > "$out/cxmi.md"
+gzip -nf "$out/cxmi/tokens.tsv"  # each test token's log-probabilities: 2 MB as text
 "$ctxnmt" score contrastive "$run" experiments/pronouns/bible-test.json -o "$out/contrastive-test.json" \
   > "$out/contrastive-test.md"
 "$ctxnmt" analyze context "$run" -i $test.es -r $test.en --doc-ids $test.doc -o "$out/context" > "$out/context.md"
