@@ -357,7 +357,7 @@ def test_a_command_module_that_fails_to_import_is_an_error_not_a_missing_command
 
 
 @pytest.mark.parametrize("line, message", [
-    ('sub.add_parser("average")', "command 'average' is not in COMMANDS of ctxnmt.cli"),
+    ('sub.add_parser("compile")', "command 'compile' is not in COMMANDS of ctxnmt.cli"),
     ('sub.add_parser("score", help="score")', "command 'score': its line in --help is in COMMANDS"),
 ])
 def test_a_command_s_line_in_help_has_one_place(tmp_path, capsys, monkeypatch, line, message):

@@ -25,7 +25,8 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
 from ctxnmt.evaluation.metrics import score_all
 from ctxnmt.evaluation.significance import compare
-from ctxnmt.utils.arguments import add_input, add_model_dir, add_output, add_ref, check_at_least
+from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir, add_output, add_ref, check_at_least
+from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import make_directory
 
 
@@ -127,6 +128,7 @@ def register(sub) -> None:
     p.add_argument("--beam", type=int, help="beam size (default: the model's)")
     add_output(p, "write each condition's translation to this directory as {own,none,other}.txt", "--out-dir",
                dest="out_dir", metavar="DIR")
+    add_checkpoint(p)
     p.set_defaults(func=cmd_context)
 
 
@@ -141,7 +143,8 @@ def read_aligned(args) -> tuple[list[str], list[str], list[str]]:
 def cmd_context(args) -> int:
     check_at_least(1, beam=args.beam)
     src, doc_ids, refs = read_aligned(args)
-    translator = Translator.load(args.model_dir)
+    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint and checkpoint_file(args.model_dir,
+                                                                                                args.checkpoint))
     rows, outputs = context_table(src, doc_ids, refs, translator, args.lang or translator.config.data.tgt_lang,
                                   args.seed, args.beam)
     if args.out_dir:

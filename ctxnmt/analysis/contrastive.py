@@ -32,7 +32,8 @@ import numpy as np
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.significance import mcnemar, wilson
-from ctxnmt.utils.arguments import add_model_dirs, add_output
+from ctxnmt.utils.arguments import add_checkpoint, add_model_dirs, add_output
+from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.messages import to_stderr
 
@@ -264,6 +265,7 @@ def register(score) -> None:
     p.add_argument("--ensemble-mode", choices=("logprob", "prob"), default="logprob",
                    help="how an ensemble combines its members (default %(default)s)")
     add_output(p, "write the report with every example's candidate scores as JSON")
+    add_checkpoint(p)
     p.set_defaults(func=cmd_contrastive)
 
 
@@ -272,7 +274,8 @@ def cmd_contrastive(args) -> int:
     if not from_config or any(c not in CONDITIONS for c in from_config):
         raise ConfigError(f"--contexts: a comma-separated choice of {', '.join(CONDITIONS)}, not '{args.contexts}'")
     examples = read_examples(args.file)
-    translator = Translator.load(args.model_dirs if len(args.model_dirs) > 1 else args.model_dirs[0],
+    checkpoint = args.checkpoint and checkpoint_file(args.model_dirs[0], args.checkpoint)
+    translator = Translator.load(args.model_dirs if len(args.model_dirs) > 1 else args.model_dirs[0], checkpoint,
                                  ensemble_mode=args.ensemble_mode)
     if translator.reads_target:
         to_stderr("target-side context: the model's own translations of each example's context sentences")

@@ -31,7 +31,8 @@ from ctxnmt.data.words import join_word, word_groups
 from ctxnmt.decoding.forced import ForcedScore
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, DataError
-from ctxnmt.utils.arguments import add_output, check_at_least
+from ctxnmt.utils.arguments import add_checkpoint, add_output, check_at_least
+from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write, make_directory
 from ctxnmt.utils.messages import to_stderr
 
@@ -175,6 +176,7 @@ def register(sub) -> None:
     p.add_argument("--no-pos", action="store_true", help="no POS table (it needs Debian's apertium-eng-spa)")
     add_output(p, "write cxmi.json, sentences.tsv and tokens.tsv to this directory", "--out-dir",
                dest="out_dir", metavar="DIR")
+    add_checkpoint(p)
     p.set_defaults(func=cmd_cxmi)
 
 
@@ -184,7 +186,8 @@ def cmd_cxmi(args) -> int:
     if not against or "own" in against or any(c not in CONDITIONS for c in against):
         raise ConfigError(f"--contexts: a comma-separated choice of none and other, not '{args.contexts}'")
     src, doc_ids, refs = read_aligned(args)
-    translator = Translator.load(args.model_dir)
+    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint and checkpoint_file(args.model_dir,
+                                                                                                args.checkpoint))
     if translator.reads_target:
         to_stderr("target-side context: the references (-r) of the previous lines, in every condition")
     report = cxmi_report(translator, src, doc_ids, refs, against, args.seed, not args.no_pos, args.min_count)

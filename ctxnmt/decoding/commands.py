@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from ctxnmt import length_options as length
 from ctxnmt.config import SEARCH_PRECISIONS, check_device
 from ctxnmt.data.corpus import decode_lines, read_lines
 from ctxnmt.data.documents import blank_line_documents, check_document_ids
+from ctxnmt.decoding.export import export_model
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
 from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dirs, add_output, check_at_least
@@ -43,6 +45,25 @@ def register(sub) -> None:
                    help="the input's documents are separated by blank lines (kept as empty output lines)")
     length.add_arguments(p)
     p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("export",
+                       description="Write what translation needs of a model directory, and nothing of training, to "
+                                   "a new directory: config.yaml, prep/ (vocabularies, tokenisation, truecasing and "
+                                   "subword models, length ratios) and model.safetensors (the weights; they load "
+                                   "without unpickling).  translate, serve, score contrastive and analyze read it "
+                                   "as a model directory.")
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="the trained model directory")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="the new directory (must not exist, or be empty)")
+    add_checkpoint(p)
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args) -> int:
+    checkpoint = args.checkpoint and checkpoint_file(args.model_dir, args.checkpoint)
+    weights = export_model(Path(args.model_dir), Path(args.out_dir), checkpoint)
+    size = sum(p.stat().st_size for p in Path(args.out_dir).rglob("*") if p.is_file())
+    print(f"exported {args.model_dir} to {args.out_dir} ({size / 1e6:.1f} MB; weights: {weights})")
+    return 0
 
 
 def _read_input(path: str | None) -> list[str]:

@@ -34,9 +34,11 @@ def error(status: int, field_name: str, message: str) -> JSONResponse:
     return JSONResponse({"error": message, "field": field_name}, status_code=status)
 
 
-def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: Log = SERVER_LOG) -> FastAPI:
+def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: Log = SERVER_LOG,
+               checkpoint: Path | None = None) -> FastAPI:
+    """The server's app; `checkpoint`: the file a single model was loaded from where not its default."""
     batcher = DynamicBatcher(BatchDecoder(translator), settings.max_batch_sents, settings.max_wait_ms)
-    info = models_info(model_dirs, translator)
+    info = models_info(model_dirs, translator, checkpoint)
     info["server"] = {"beam": settings.beam, "max_batch_sents": settings.max_batch_sents,
                       "max_wait_ms": settings.max_wait_ms, **dataclasses.asdict(settings.limits),
                       "length": decoding_options(with_options(translator.config.decoding, settings.length))}

@@ -10,7 +10,8 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, CtxnmtError
 from ctxnmt.serve import settings
 from ctxnmt.serve.settings import Limits, ServeSettings
-from ctxnmt.utils.arguments import add_model_dirs
+from ctxnmt.utils.arguments import add_checkpoint, add_model_dirs
+from ctxnmt.utils.checkpoint import checkpoint_file
 
 
 def register(sub) -> None:
@@ -22,6 +23,7 @@ def register(sub) -> None:
     p.add_argument("--ensemble-mode", choices=("logprob", "prob"), default="logprob",
                    help="combine members by averaging log-probabilities (default) or probabilities")
     p.add_argument("--device", default="cpu", help="where to decode: cpu (default), cuda or cuda:N")
+    add_checkpoint(p)
     p.add_argument("--host", default=settings.HOST, help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=settings.PORT, help="port (default: %(default)s)")
     p.add_argument("--beam", type=int, help="beam size when a request gives none (default: the config's)")
@@ -63,7 +65,8 @@ def cmd_serve(args) -> int:
     log = SERVER_LOG
     start = time.perf_counter()
     model_dirs = args.model_dirs
-    translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0],
+    checkpoint = args.checkpoint and checkpoint_file(model_dirs[0], args.checkpoint)
+    translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0], checkpoint,
                                  device=args.device, ensemble_mode=args.ensemble_mode)
     translator.warn = log
     translator.length_control(options)  # a bad combination with the model's config: refused at start
@@ -72,7 +75,7 @@ def cmd_serve(args) -> int:
         raise ConfigError(f"--beam must be at most {settings.MAX_BEAM}, not {beam}")
     limits = Limits(args.max_request_sents, args.max_chars, args.max_line_words)
     app = create_app(translator, model_dirs, ServeSettings(beam, args.max_batch_sents, args.max_wait_ms, limits,
-                                                           options), log)
+                                                           options), log, checkpoint=checkpoint)
     log(f"{len(model_dirs)} model(s) loaded in {time.perf_counter() - start:.1f} s; serving on "
         f"http://{args.host}:{args.port}")
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, access_log=False,

@@ -52,9 +52,9 @@ def describe(model: ModelConfig, capabilities: Capabilities) -> str:
     return text
 
 
-def member_info(model_dir: Path, model, translator) -> dict:
+def member_info(model_dir: Path, model, translator, checkpoint: Path | None = None) -> dict:
     config = load_config(model_dir / "config.yaml")
-    path = default_checkpoint(model_dir)
+    path = checkpoint or default_checkpoint(model_dir)
     progress = checkpoint_record(path).get("progress") or {}
     return {
         "model_dir": str(model_dir),
@@ -70,12 +70,12 @@ def member_info(model_dir: Path, model, translator) -> dict:
     }
 
 
-def models_info(model_dirs: list[str], translator) -> dict:
+def models_info(model_dirs: list[str], translator, checkpoint: Path | None = None) -> dict:
     return {
         "ensemble": len(translator.members) > 1,
         "ensemble_mode": translator.ensemble_mode,
         "decoding": translator.config.to_dict()["decoding"],
         "signals": dataclasses.asdict(Signals.of(translator)),
         "document_sents": translator.document_sents,  # the translator's: an ensemble's, not its first member's
-        "models": [member_info(Path(d), m, translator) for d, m in zip(model_dirs, translator.members)],
+        "models": [member_info(Path(d), m, translator, checkpoint) for d, m in zip(model_dirs, translator.members)],
     }

@@ -10,6 +10,7 @@ import torch
 from ctxnmt.config import load_config
 from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
+from ctxnmt.training.averaging import last_kept, write_average
 from ctxnmt.training.budget import add_budget_arguments, budget_overrides
 from ctxnmt.training.distributed import LAUNCHER_PID
 from ctxnmt.training.launch import launch
@@ -62,6 +63,17 @@ def register(sub) -> None:
                    help="data-parallel training in N local processes (docs/distributed.md)")
     p.set_defaults(func=cmd_train)
 
+    p = sub.add_parser("average",
+                       description="Write the element-wise mean of a model directory's last N kept checkpoints "
+                                   "(training.keep_checkpoints) or of the given checkpoint files as one checkpoint, "
+                                   "which translate, serve, score contrastive and analyze take with --checkpoint.")
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="the trained model directory")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--last", type=int, metavar="N", help="its last N kept checkpoints (default 5)")
+    which.add_argument("--checkpoints", nargs="+", metavar="FILE", help="these checkpoint files instead")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the averaged checkpoint (written atomically)")
+    p.set_defaults(func=cmd_average)
+
 
 def cmd_prepare(args) -> int:
     config = load_config(args.config, args.overrides)
@@ -73,6 +85,17 @@ def cmd_prepare(args) -> int:
     data = prepare(config, log=to_stderr, force=args.force, keep=bool(held), workers=args.workers)
     print(f"prepared {len(data.train.src)} training and {len(data.dev.src)} dev pairs in {config.model_dir}/prep; "
           f"vocabulary {len(data.src_vocab)} source / {len(data.tgt_vocab)} target symbols")
+    return 0
+
+
+def cmd_average(args) -> int:
+    if args.last is not None and args.last < 1:
+        raise ConfigError(f"--last must be at least 1, not {args.last}")
+    paths = [Path(f) for f in args.checkpoints] if args.checkpoints else last_kept(Path(args.model_dir), args.last or 5)
+    averaged = write_average(paths, Path(args.output))
+    update = (averaged.get("progress") or {}).get("update")
+    print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) into {args.output}"
+          + (f"; the last at update {update}" if update is not None else ""))
     return 0
 
 

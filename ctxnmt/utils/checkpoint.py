@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save
 
 from ctxnmt.errors import CheckpointError
 from ctxnmt.utils.io import atomic_write
@@ -43,8 +45,6 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
 def save_weights(path: str | Path, payload: dict[str, Any]) -> None:
     """A checkpoint without training state as safetensors: the parameters as tensors (each its
     own contiguous copy: safetensors refuses tensors that share memory), the rest as JSON."""
-    from safetensors.torch import save
-
     tensors = {name: tensor.detach().clone().contiguous() for name, tensor in payload["model"].items()}
     header = {HEADER_KEY: json.dumps({k: v for k, v in payload.items() if k != "model"}, sort_keys=True)}
     with atomic_write(path, "wb") as fh:
@@ -52,8 +52,6 @@ def save_weights(path: str | Path, payload: dict[str, Any]) -> None:
 
 
 def _load_weights(path: Path) -> dict[str, Any]:
-    from safetensors import SafetensorError, safe_open
-
     try:
         with safe_open(path, framework="pt") as fh:
             rest = json.loads((fh.metadata() or {})[HEADER_KEY])

@@ -208,9 +208,9 @@ def test_a_preparation_stopped_half_way_leaves_nothing_a_training_would_read(tmp
     monkeypatch.setattr(stream, "_write_arrays", killed)
     with pytest.raises(KeyboardInterrupt):
         prepare(config, log=lambda line: None)
-    assert not (tmp_path / "m" / "prep").exists() and not (tmp_path / "m" / "prep.partial").exists()
+    assert not (tmp_path / "m").exists()  # a failed first preparation removes the model directory it made
     monkeypatch.undo()
-    (tmp_path / "m" / "prep.partial").mkdir()  # what a kill -9 would leave: no fingerprint, never read
+    (tmp_path / "m" / "prep.partial").mkdir(parents=True)  # what a kill -9 would leave: no fingerprint, never read
     (tmp_path / "m" / "prep.partial" / "junk").write_text("x")
     prepared = prepare(config, log=lambda line: None)
     assert len(prepared.train) == 121 and not (tmp_path / "m" / "prep.partial").exists()

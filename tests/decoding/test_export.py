@@ -63,3 +63,25 @@ def test_a_damaged_weights_file_is_refused_in_one_line(trained, tmp_path):
     weights.write_bytes(weights.read_bytes()[:200])
     with pytest.raises(CheckpointError, match=r"model\.safetensors: corrupt, truncated or not a ctxnmt weights file"):
         Translator.load(out)
+
+
+def test_average_then_export_then_translate_from_the_command_line(tiny_corpus, tmp_path, capsys):
+    """ctxnmt average, export and translate: the exported average translates as its model
+    directory does with --checkpoint naming the averaged file."""
+    from ctxnmt.cli import main
+
+    cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, tmp_path / "model")
+    sets = ["training.max_epochs=0", "training.max_updates=8", "training.valid_every=4", "training.keep_checkpoints=2"]
+    assert main(["train", str(cfg), "--quiet", *[a for s in sets for a in ("--set", s)]]) == 0
+    assert main(["average", str(tmp_path / "model"), "--last", "2", "-o", str(tmp_path / "avg.pt")]) == 0
+    assert "averaged 2 checkpoints (update-4.pt, update-8.pt)" in capsys.readouterr().out
+    assert main(["export", str(tmp_path / "model"), str(tmp_path / "out"), "--checkpoint", str(tmp_path / "avg.pt")]) == 0
+    (tmp_path / "in.es").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    outputs = {}
+    for name, args in (("dir", [str(tmp_path / "model"), "--checkpoint", str(tmp_path / "avg.pt")]),
+                       ("exported", [str(tmp_path / "out")])):
+        assert main(["translate", *args, "-i", str(tmp_path / "in.es"), "-o", str(tmp_path / f"{name}.en")]) == 0
+        outputs[name] = (tmp_path / f"{name}.en").read_bytes()
+    assert outputs["dir"] == outputs["exported"] and outputs["dir"].count(b"\n") == len(LINES)
+    assert main(["average", str(tmp_path / "model"), "--last", "3", "-o", str(tmp_path / "three.pt")]) == 2
+    assert "2 kept checkpoint(s)" in capsys.readouterr().err and not (tmp_path / "three.pt").exists()
