@@ -62,5 +62,11 @@ def test_a_sentence_model_reads_the_same_under_every_condition(tmp_path):
 def test_committed_summary_is_what_the_script_writes():
     out = io.StringIO()
     with redirect_stdout(out):
-        assert summarise.main() == 0
+        assert summarise.main([]) == 0
     assert out.getvalue() == (DIR / "summary.md").read_text(encoding="utf-8")
+
+
+def test_the_page_s_table_is_what_the_script_writes():
+    """docs/context-use.md holds the table over seeds between the script's markers."""
+    page = (ROOT / "docs" / "context-use.md").read_text(encoding="utf-8")
+    assert summarise.page_block() in page

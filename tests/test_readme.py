@@ -251,7 +251,7 @@ def test_the_quick_start_translates_a_test_verse(bible_corpus):
 def test_the_verdict_table_is_the_results_page_s():
     results = summary.load_results(ROOT)
     claims = {claim.system: claim for claim in summary.CLAIMS}
-    rows = [line for line in section("## Does each paper's method work?").splitlines() if line.startswith("| ")][1:]
+    rows = tables(section("## Does each paper's method work?"))[0]
     assert len(rows) >= 8
     for row in rows:
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
@@ -262,3 +262,39 @@ def test_the_verdict_table_is_the_results_page_s():
         assert cells[2] == paper, system
         assert cells[3] == f"{delta} ({seeds})", system
         assert cells[4].startswith(verdict), system
+
+
+def tables(text: str) -> list[list[str]]:
+    """The markdown tables of `text`, each as its rows below the header and rule."""
+    found, rows = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            rows.append(line)
+        elif rows:
+            found.append(rows[2:])
+            rows = []
+    return found
+
+
+def test_the_document_model_rows_are_the_context_use_summary_s():
+    """README's second verdict table states each document model's numbers as
+    experiments/results/context-use/summarise.py computes them from the committed measurements."""
+    import importlib.util
+
+    import numpy as np
+
+    path = ROOT / "experiments" / "results" / "context-use" / "summarise.py"
+    spec = importlib.util.spec_from_file_location("context_use_summarise_readme", path)
+    summarise = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summarise)
+    rows = tables(section("## Does each paper's method work?"))[1]
+    assert len(rows) >= 2
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        system = summarise.HERE / re.search(r"`([^`]+)`", cells[0]).group(1)
+        seeds = summarise.runs(system)
+        bleu = np.mean([summarise.bleu(r) for r in seeds])
+        cxmi = np.mean([summarise.cxmi(r)["other"]["cxmi"] for r in seeds])
+        ok = [summarise.outcomes(r) for r in seeds]
+        pronouns = " / ".join(f"{np.mean([o[c] for o in ok]):.3f}" for c in ("own", "other"))
+        assert cells[1:4] == [f"{bleu:.2f} ({len(seeds)})", f"{cxmi:+.4f}", pronouns], system.name

@@ -1,6 +1,7 @@
 """The context-use table over seeds (issue 53), from the committed measurements alone.
 
     python experiments/results/context-use/summarise.py > experiments/results/context-use/summary.md
+    python experiments/results/context-use/summarise.py --page docs/context-use.md  # its table over seeds
 
 Reads every SYSTEM/seedN directory beside this file (cxmi/, contrastive-test.json, scores.json)
 and writes one row per run and one per system over its seeds.  Over seeds, the pronoun
@@ -152,8 +153,9 @@ def _mean_sd(values: list[float], fmt: str, interval: bool = False) -> str:
 def over_seeds_table(systems: list[Path]) -> list[str]:
     lines = ["| system | seeds | test BLEU | CXMI own − other | seeds whose interval is above 0 | CXMI own − none "
              "| pronouns own / none / other (pooled) | earlier-verse antecedents (pooled) | feminine (pooled) | masculine (pooled) "
+             "| pronoun P-CXMI " + " / ".join(PRONOUNS) + " (mean over seeds) "
              "| p: own vs none, own vs other | own vs the baseline (same seeds) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for system in systems:
         seeds = runs(system)
         ok = [outcomes(r) for r in seeds]
@@ -173,9 +175,17 @@ def over_seeds_table(systems: list[Path]) -> list[str]:
         versus = f"{against[0]:.3f} against {against[1]:.3f}, p = {against[2]:.3f}" if against else ""
         lines.append(f"| {system.name} | {', '.join(r.name[4:] for r in seeds)} "
                      f"| {_mean_sd([bleu(r) for r in seeds], '.2f')} | {other} | {above} | {none} | {pooled} | {pooled_earlier} "
-                     f"| {fem} | {masc} "
+                     f"| {fem} | {masc} | {seed_pcxmi(seeds)} "
                      f"| {tests} | {versus} |")
     return lines
+
+
+def seed_pcxmi(seeds: list[Path]) -> str:
+    """Each pronoun's P-CXMI (own against other) averaged over the seeds' means."""
+    found = [pronoun_pcxmi(r) for r in seeds]
+    if not all(found):
+        return "0 by construction"
+    return " / ".join(f"{statistics.fmean(f[w] for f in found):+.2f}" for w in PRONOUNS)
 
 
 def counterpart_table(systems: list[Path]) -> list[str]:
@@ -190,9 +200,37 @@ def counterpart_table(systems: list[Path]) -> list[str]:
     return lines
 
 
-def main() -> int:
+BEGIN = "<!-- begin table: python experiments/results/context-use/summarise.py --page docs/context-use.md -->"
+END = "<!-- end table -->"
+
+
+def all_systems() -> list[Path]:
     systems = sorted(p for p in HERE.iterdir() if p.is_dir() and runs(p))
     systems.sort(key=lambda p: p.name != BASELINE)
+    return systems
+
+
+def page_block() -> str:
+    """What a page holds between BEGIN and END: the table over seeds."""
+    return "\n".join([BEGIN, *over_seeds_table(all_systems()), END])
+
+
+def update_page(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise SystemExit(f"{page}: needs one line '{BEGIN}' and one '{END}' around the table")
+    head, rest = text.split(BEGIN)
+    page.write_text(head + page_block() + rest.split(END, 1)[1], encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--page"] and len(argv) == 2:
+        update_page(Path(argv[1]))
+        return 0
+    if argv:
+        raise SystemExit("usage: summarise.py [--page PAGE.md]")
+    systems = all_systems()
     out = ["# Context use over seeds", "",
            "Written by `python experiments/results/context-use/summarise.py` from the directories beside it.", "",
            "## Each run", ""] + per_run_table(systems) + [
