@@ -157,7 +157,8 @@ def test_serve_device_is_passed_to_the_model_and_checked_before_loading(tmp_path
 
     monkeypatch.setattr(serve_commands.Translator, "load", load)
     code, _, _ = run(["serve", tmp_path, "--device", "cpu"], capsys)
-    assert code == 2 and loaded == {"model_dir": str(tmp_path), "device": "cpu", "ensemble_mode": "logprob"}
+    assert code == 2 and loaded == {"model_dir": str(tmp_path), "checkpoint": None, "device": "cpu",
+                                    "ensemble_mode": "logprob"}
     for device, said in (("gpu", "--device must be cpu, cuda or cuda:N, got 'gpu'"),
                          ("cuda:99", "--device cuda:99: ")):
         loaded.clear()

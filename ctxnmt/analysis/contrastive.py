@@ -275,8 +275,8 @@ def cmd_contrastive(args) -> int:
         raise ConfigError(f"--contexts: a comma-separated choice of {', '.join(CONDITIONS)}, not '{args.contexts}'")
     examples = read_examples(args.file)
     checkpoint = args.checkpoint and checkpoint_file(args.model_dirs[0], args.checkpoint)
-    translator = Translator.load(args.model_dirs if len(args.model_dirs) > 1 else args.model_dirs[0], checkpoint,
-                                 ensemble_mode=args.ensemble_mode)
+    translator = Translator.load(args.model_dirs if len(args.model_dirs) > 1 else args.model_dirs[0],
+                                 checkpoint=checkpoint, ensemble_mode=args.ensemble_mode)
     if translator.reads_target:
         to_stderr("target-side context: the model's own translations of each example's context sentences")
     report = contrastive_report(translator, examples, from_config, args.seed)

@@ -66,7 +66,7 @@ def cmd_serve(args) -> int:
     start = time.perf_counter()
     model_dirs = args.model_dirs
     checkpoint = args.checkpoint and checkpoint_file(model_dirs[0], args.checkpoint)
-    translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0], checkpoint,
+    translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0], checkpoint=checkpoint,
                                  device=args.device, ensemble_mode=args.ensemble_mode)
     translator.warn = log
     translator.length_control(options)  # a bad combination with the model's config: refused at start
