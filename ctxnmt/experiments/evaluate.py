@@ -238,10 +238,11 @@ def scored_output(system: str, seed: int | None, hyp: Path, test: TestSet, cache
     return Output(system, seed, hyp, lines, score_output(hyp, test, cache), decode, training)
 
 
-def external_output(name: str, path: str, test: TestSet, root: Path) -> Output:
-    return scored_output(name, None, Path(path), test, external_scores_path(root, name))
+def external_output(name: str, path: str, test: TestSet, root: Path, seed: int | None = None) -> Output:
+    return scored_output(name, seed, Path(path), test, external_scores_path(root, name, seed))
 
 
-def external_scores_path(root: Path, name: str) -> Path:
-    """Where experiment directory `root` keeps the scores of its external output `name`."""
-    return root / "external" / f"{name}.scores.json"
+def external_scores_path(root: Path, name: str, seed: int | None = None) -> Path:
+    """Where experiment directory `root` keeps the scores of its external output `name` (of
+    one seed, where it has one per seed)."""
+    return root / "external" / (f"{name}.scores.json" if seed is None else f"{name}-seed{seed}.scores.json")

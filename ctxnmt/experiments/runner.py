@@ -175,17 +175,18 @@ def significance_tests(experiment: Experiment, outputs: dict[str, list[Output]],
     return tests, over_seeds, files + replicate_files
 
 
-def computed_from(root: Path, outputs: dict[str, list[Output]], significance_files: list[Path]) -> dict[str, list[str]]:
+def computed_from(root: Path, outputs: dict[str, list[Output]], significance_files: list[Path],
+                  external_systems: set[str]) -> dict[str, list[str]]:
     """What the report was computed from, relative to the experiment directory `root`: the
     directories of its trained runs and ensembles, the scores of its external outputs and its
     significance results.  `--export` copies these and nothing else."""
     def relative(paths) -> list[str]:
         return [str(Path(path).relative_to(root)) for path in paths]
 
-    trained = [o for outs in outputs.values() for o in outs if o.seed is not None]
-    external = [o for outs in outputs.values() for o in outs if o.seed is None]
+    trained = [o for name, outs in outputs.items() if name not in external_systems for o in outs]
+    external = [o for name, outs in outputs.items() if name in external_systems for o in outs]
     return {"runs": relative(o.hyp_path.parent for o in trained),
-            "external": relative(external_scores_path(root, o.system) for o in external),
+            "external": relative(external_scores_path(root, o.system, o.seed) for o in external),
             "significance": relative(significance_files)}
 
 
@@ -205,7 +206,7 @@ def row_commands(experiment: Experiment, name: str, runs: list[Run], outputs: di
         commands += [rep.translate_command([run.model_dir for run in members], test, output.hyp_path, doc_ids),
                      rep.score_command(output.hyp_path, test)]
     if experiment.system(name).external:
-        commands.append(rep.score_command(outputs[name][0].hyp_path, test))
+        commands += [rep.score_command(output.hyp_path, test) for output in outputs[name]]
     if name != experiment.baseline:
         commands += [rep.significance_command(b.hyp_path, s.hyp_path, test, experiment)
                      for b, s in seed_pairs(outputs[experiment.baseline], outputs[name])]
@@ -269,7 +270,8 @@ def translation_report(experiment: Experiment, runs: list[Run], waiting: list[st
     outputs.update(ensembles)
     for spec in experiment.systems:
         if spec.external:
-            outputs[spec.name] = [external_output(spec.name, spec.output, test, experiment.root)]
+            outputs[spec.name] = [external_output(spec.name, path, test, experiment.root, seed)
+                                  for seed, path in spec.output_paths(experiment.run_seeds).items()]
     outputs = {spec.name: outputs[spec.name] for spec in experiment.systems if spec.name in outputs}  # file order
     if experiment.baseline not in outputs:  # an ensemble baseline none of whose seeds could be decoded
         log("the baseline has no output yet: no report")
@@ -286,7 +288,8 @@ def translation_report(experiment: Experiment, runs: list[Run], waiting: list[st
                                     for sig in o.scores["signatures"].values()))
     not_reported = [f"{name} (not finished)" for name in waiting] + disagreeing + ensembles_left_out
     paths = rep.write_report(experiment, test, rows, run_details(outputs, tests), buckets, signatures, not_reported,
-                             computed_from(experiment.root, outputs, significance_files))
+                             computed_from(experiment.root, outputs, significance_files,
+                                           {spec.name for spec in experiment.systems if spec.external}))
     log(f"report written to {paths['md']}")
     return paths
 

@@ -72,7 +72,9 @@ class SystemSpec:
     name: str = ""
     config: str = ""
     overrides: list[str] = field(default_factory=list)
-    output: str = ""  # detokenised test-set output of a system trained elsewhere
+    # detokenised test-set output of a system trained elsewhere; with {seed} in the path, one
+    # per seed of the experiment (paired seed by seed with the trained systems)
+    output: str = ""
     seeds: list[int] = field(default_factory=list)  # a subset of the experiment's seeds; default all
     ensemble: list[str] = field(default_factory=list)  # trained systems decoded together, seed by seed
 
@@ -83,6 +85,16 @@ class SystemSpec:
     @property
     def trained(self) -> bool:
         return bool(self.config)
+
+    def output_paths(self, seeds: list[int]) -> dict[int | None, str]:
+        """An external system's output file by seed: one per seed where its path names {seed},
+        else one for every seed (None)."""
+        if SEED_FIELD not in self.output:
+            return {None: self.output}
+        return {seed: self.output.replace(SEED_FIELD, str(seed)) for seed in seeds}
+
+
+SEED_FIELD = "{seed}"
 
 
 @dataclass
@@ -212,6 +224,9 @@ def _validate_systems(e: Experiment) -> None:
         if e.task == LANGUAGE_MODEL and not s.trained:
             raise ConfigError(f"system '{s.name}': a language-model experiment trains every system; 'output' and "
                               "'ensemble' are a translation experiment's")
+        if "{" in s.output.replace(SEED_FIELD, "") or "}" in s.output.replace(SEED_FIELD, ""):
+            raise ConfigError(f"{where}.output may name the seed as {SEED_FIELD} and nothing else in braces, "
+                              f"got {s.output!r}")
         if not s.trained and (s.overrides or s.seeds):
             raise ConfigError(f"system '{s.name}' is not trained here; it takes no overrides or seeds")
         for member in s.ensemble:

@@ -704,3 +704,32 @@ def test_one_preparation_is_shared_only_where_every_system_of_the_experiment_has
         runner.train_all(experiment, plan_runs(experiment), mine, runner.check_runs(mine), log=lambda line: None,
                          quiet=True)
     assert shared == []
+
+
+def test_an_external_output_per_seed_is_paired_seed_by_seed(tiny_config, tiny_corpus, tmp_path):
+    """`output: …{seed}…` gives an external system one output per seed (a baseline trained in
+    another experiment, say): each trained seed is tested against the same seed's output, and
+    the seeds together in the stratified test, as two trained systems would be."""
+    from ctxnmt.data.corpus import read_lines
+    from ctxnmt.evaluation.replicates import stratified_ar
+
+    refs = read_lines(tiny_corpus / "test.en")
+    outputs = {1: drop_second_word(refs), 2: [" ".join(line.split()[:-1]) for line in refs]}
+    for seed, lines in outputs.items():
+        (tmp_path / f"earlier-seed{seed}.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = write_experiment(tmp_path, tiny_config, tmp_path / "unused.en", baseline="earlier",
+                            budget={"updates": 10, "seeds": [1, 2]}, significance={"samples": 200},
+                            systems=[{"name": "earlier", "output": str(tmp_path / "earlier-seed{seed}.en")},
+                                     {"name": "base", "config": str(tiny_config)}])
+    with chdir(tmp_path):
+        run_experiment(load_experiment(path), log=lambda message: None, quiet=True)
+    data = report(tmp_path)
+    assert row(data, "earlier")["seeds"] == [1, 2] and row(data, "earlier")["external"]
+    base = row(data, "base")["significance"]
+    hyps = [read_lines(tmp_path / f"exp/systems/base/seed{seed}/test.hyp.en", allow_empty=True) for seed in (1, 2)]
+    direct = stratified_ar(list(outputs.values()), hyps, refs, "bleu", trials=200, seed=12345)
+    assert base["over_seeds"]["p_value"] == direct.p_value
+    assert sorted(p.name for p in (tmp_path / "exp" / "external").iterdir()) == [
+        "earlier-seed1.scores.json", "earlier-seed2.scores.json"]
+    assert sorted(p.name for p in (tmp_path / "exp" / "significance").iterdir())[:2] == [
+        "base-seed1-vs-earlier-seed1.json", "base-seed2-vs-earlier-seed2.json"]

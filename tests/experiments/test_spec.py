@@ -58,6 +58,8 @@ def test_seeds_under_budget_or_top_level_but_not_both():
     ({"systems": [{"name": "base", "config": "a.yaml"}, {"name": "base", "config": "b.yaml"}]}, "more than once"),
     ({"systems": [{"name": "base", "output": "b.en"}]}, "at least one system with a 'config'"),
     ({"systems": [{"name": "a/b", "config": "a.yaml"}]}, "plain name"),
+    ({"systems": [{"name": "base", "config": "a.yaml"}, {"name": "ext", "output": "runs/s{run}/out.en"}]},
+     r"systems\[1\]\.output may name the seed as \{seed\} and nothing else in braces, got 'runs/s\{run\}/out.en'"),
     ({"overrides": ["training.lr"]}, "expected 'key=value'"),
     ({"overrides": "training.lr=1"}, "'overrides' must be a list"),
     ({"significance": {"test": "wilcoxon"}}, "significance.test must be one of bootstrap, ar, ttest, sign"),
