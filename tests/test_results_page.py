@@ -90,3 +90,18 @@ def test_each_row_is_its_report_s_numbers(cells):
 def test_the_page_holds_what_the_summary_command_writes():
     assert summary.block(PAGE.read_text(encoding="utf-8")) == summary.markdown(ROOT), \
         "run `python -m ctxnmt.experiments.summary --update docs/results.md`"
+
+
+def test_the_document_models_rows_are_their_report_s():
+    """The table beyond the papers (issue 62) states each document model's seeds, BLEU, Δ and
+    p as experiments/results/document-models/report.json gives them."""
+    rows = {r["system"]: r for r in json.loads((ROOT / summary.REPORTS["documents"]).read_text())["rows"]}
+    tables = summary.block(PAGE.read_text(encoding="utf-8")).split("\n\n")
+    beyond = next(t for t in tables if t.startswith("| document model"))
+    body = [[c.strip() for c in line.strip("|").split("|")] for line in beyond.splitlines()[2:]]
+    assert body, "no document model row"
+    for cells in body:
+        system = re.search(r"`([^`]+)`", cells[0]).group(1)
+        seeds, delta, p, _ = expected_translation(rows[system])
+        assert [cells[1], cells[3], cells[4]] == [seeds, delta, p], system
+        assert cells[2] == f"{rows[system]['mean']['bleu']:.2f}", system

@@ -4,7 +4,8 @@
     python -m ctxnmt.experiments.summary --update docs/results.md     # rewrite it in the page
 
 Every number in a row comes from a report: experiments/results/reproduction/report.json for
-translation, experiments/results/lm/report.json for the language models.  This module adds
+translation, experiments/results/lm/report.json for the language models, and
+experiments/results/document-models/report.json for the rows beyond the papers.  This module adds
 only what no report holds: the gain each paper reported, and the row's label.  The verdict
 follows from those numbers by one rule (`verdict`), which the table's notes state.
 """
@@ -19,7 +20,8 @@ from pathlib import Path
 from ctxnmt.evaluation.replicates import seed_t_power
 
 REPORTS = {"translation": Path("experiments/results/reproduction/report.json"),
-           "lm": Path("experiments/results/lm/report.json")}
+           "lm": Path("experiments/results/lm/report.json"),
+           "documents": Path("experiments/results/document-models/report.json")}
 LM_BASELINE = "lm-lstm"
 BEGIN = "<!-- begin summary: python -m ctxnmt.experiments.summary --update docs/results.md -->"
 END = "<!-- end summary -->"
@@ -193,7 +195,37 @@ def markdown(root: Path = Path(".")) -> str:
             notes.append(claim.note.format(bleu=bleu))
             mark = f" ({len(notes)})"
         lines.append("| " + " | ".join(cells(claim, results[claim.system], mark)) + " |")
-    lines += [""] + [f"({i}) {note}." for i, note in enumerate(notes, 1)] + ["", RULE]
+    lines += [""] + [f"({i}) {note}." for i, note in enumerate(notes, 1)] + ["", RULE, "", beyond_the_papers(root)]
+    return "\n".join(lines)
+
+
+# Rows beyond the papers: the document models of experiments/document-models.yaml (issue 62), by
+# their report names; a system not yet in the report is not listed.
+BEYOND = (("concat-2to1", "concatenation 2-to-1 (Tiedemann & Scherrer 2017)"),
+          ("concat-2to2", "concatenation 2-to-2 (Tiedemann & Scherrer 2017)"),
+          ("hierarchical-target", "cross-sentence with a target-side summary (s-hier-to-2, Bawden et al. 2018)"))
+BEYOND_HEADER = ("document model", "seeds", "test sacreBLEU", "Δ", "p: stratified / over seeds", "seeds better")
+
+
+def beyond_the_papers(root: Path) -> str:
+    """The document models' BLEU against the same seeds' baseline, from their report."""
+    rows = {row["system"]: row for row in
+            json.loads((root / REPORTS["documents"]).read_text(encoding="utf-8"))["rows"]}
+    lines = ["Beyond the papers: the document models of issue 62 (`experiments/results/document-models/report.json`), "
+             "against the same seeds' baseline; whether they read their context where translation needs it is "
+             "[context-use.md](context-use.md#the-document-models-over-seeds)'s table.", "",
+             "| " + " | ".join(BEYOND_HEADER) + " |", "|" + "---|" * len(BEYOND_HEADER)]
+    for system, label in BEYOND:
+        if system not in rows or not rows[system]["significance"]:
+            continue
+        row, sig = rows[system], rows[system]["significance"]
+        over = sig.get("over_seeds")
+        delta = over["delta"] if over else sig["deltas"][0]
+        p = (f"{p_text(over['p_value'], False)} / {p_text(sig['seeds_t']['p_value'], False)}" if over
+             else p_text(sig["p_values"][0], False))
+        better = sum(d > 0 for d in sig["deltas"])
+        lines.append(f"| {label} (`{system}`) | {len(row['seeds'])} | {row['mean']['bleu']:.2f} | {signed(delta)} "
+                     f"| {p} | {better} of {len(sig['deltas'])} |")
     return "\n".join(lines)
 
 
