@@ -55,7 +55,7 @@ def test_a_language_model_s_gain_is_scaled_to_our_baseline():
 
 
 def test_the_table_has_a_row_per_claim_with_a_verdict_from_the_rule():
-    text = summary.markdown(ROOT)
+    text = summary.markdown(ROOT).split("\nBeyond the papers")[0]  # the paper-named systems' table
     rows = [line for line in text.splitlines() if line.startswith("| ") and "`" in line]
     assert len(rows) == len(summary.CLAIMS)
     for claim, row in zip(summary.CLAIMS, rows):
