@@ -17,4 +17,4 @@ grep -E "validation at|training stopped" "$model/train.log" | cut -d' ' -f3-
 "$ctxnmt" translate "$model" --checkpoint best -i $test.es -o "$out/best.en"
 "$ctxnmt" translate "$model" --checkpoint "$out/average.pt" -i $test.es -o "$out/average.en"
 echo "first --hyp: best.pt; second: the average of the last five"
-"$ctxnmt" score --hyp "$out/best.en" --hyp "$out/average.en" -r $test.en --lang en --significance ar
+"$ctxnmt" score --hyp "$out/best.en" --hyp "$out/average.en" -r $test.en --lang en --significance ar | sed "s|$out|OUT|g"
