@@ -51,15 +51,17 @@ def save_weights(path: str | Path, payload: dict[str, Any]) -> None:
         fh.write(save(tensors, metadata=header))
 
 
-def _load_weights(path: Path) -> dict[str, Any]:
+def _load_weights(path: Path, tensors: bool = True) -> dict[str, Any]:
+    """A weights file as a checkpoint; without `tensors`, its header's entries alone."""
     try:
         with safe_open(path, framework="pt") as fh:
             rest = json.loads((fh.metadata() or {})[HEADER_KEY])
-            tensors = {name: fh.get_tensor(name) for name in fh.keys()}
+            if tensors:
+                rest["model"] = {name: fh.get_tensor(name) for name in fh.keys()}
     except (SafetensorError, OSError, ValueError, KeyError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(f"{path}: corrupt, truncated or not a ctxnmt weights file ({reason[:120]})") from None
-    return {**rest, "model": tensors}
+    return rest
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -87,7 +89,7 @@ def checkpoint_record(path: Path) -> dict[str, Any]:
     """A checkpoint's entries other than the parameters and the optimizer's state, read
     without loading either into memory (memory-mapped; a weights file's JSON header)."""
     if path.suffix == ".safetensors":
-        return {k: v for k, v in load_checkpoint(path).items() if k != "model"}
+        return _load_weights(path, tensors=False)
     payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     return {k: v for k, v in payload.items() if k not in ("model", "optimizer")}
 

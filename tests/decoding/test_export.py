@@ -40,6 +40,8 @@ def test_an_exported_model_translates_as_its_model_directory(trained, tmp_path):
     assert [t.text for t in exported.translate(LINES, beam=3)] == [t.text for t in original.translate(LINES, beam=3)]
     assert [t.score for t in exported.translate(LINES, beam=3)] == [t.score for t in original.translate(LINES, beam=3)]
     saved = load_model_checkpoint(weights)
+    from ctxnmt.utils.checkpoint import checkpoint_record  # the server's model list reads the header alone
+    assert checkpoint_record(weights)["progress"] == saved["progress"] and "model" not in checkpoint_record(weights)
     assert "optimizer" not in saved and saved["src_vocab"] == load_model_checkpoint(
         trained / "checkpoints" / "best.pt")["src_vocab"]
 
