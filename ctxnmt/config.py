@@ -274,11 +274,12 @@ class DecodingConfig(LengthOptions, _Beam):
     # ours: on CUDA, each search step replayed from a CUDA graph (ctxnmt/decoding/graphs.py)
     cuda_graphs: bool = False
     # ours: bf16 = on CUDA, the search's products in bfloat16 under autocast (softmax and
-    # scores in float32); on other devices the search stays float32 (docs/decoding.md)
+    # scores in float32); on other devices the search stays float32 (docs/decoding.md).
+    # int8 = on the CPU, the matrix products in int8 (ctxnmt/models/int8.py; docs/speed.md)
     precision: str = "fp32"
 
 
-SEARCH_PRECISIONS = ("fp32", "bf16")
+SEARCH_PRECISIONS = ("fp32", "bf16", "int8")
 
 
 @dataclass

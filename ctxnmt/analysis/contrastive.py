@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxnmt.decoding.commands import add_precision, use_precision_flag
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.significance import mcnemar, wilson
@@ -266,6 +267,7 @@ def register(score) -> None:
                    help="how an ensemble combines its members (default %(default)s)")
     add_output(p, "write the report with every example's candidate scores as JSON")
     add_checkpoint(p)
+    add_precision(p, ("fp32", "int8"))
     p.set_defaults(func=cmd_contrastive)
 
 
@@ -277,6 +279,7 @@ def cmd_contrastive(args) -> int:
     checkpoint = args.checkpoint and checkpoint_file(args.model_dirs[0], args.checkpoint)
     translator = Translator.load(args.model_dirs if len(args.model_dirs) > 1 else args.model_dirs[0],
                                  checkpoint=checkpoint, ensemble_mode=args.ensemble_mode)
+    use_precision_flag(translator, args.precision)
     if translator.reads_target:
         to_stderr("target-side context: the model's own translations of each example's context sentences")
     report = contrastive_report(translator, examples, from_config, args.seed)

@@ -29,6 +29,7 @@ from ctxnmt.analysis.context import CONDITIONS, ContextInput, add_document_input
 from ctxnmt.analysis.tagger import apertium_tags
 from ctxnmt.data.words import join_word, word_groups
 from ctxnmt.decoding.forced import ForcedScore
+from ctxnmt.decoding.commands import add_precision, use_precision_flag
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.utils.arguments import add_checkpoint, add_output, check_at_least
@@ -177,6 +178,7 @@ def register(sub) -> None:
     add_output(p, "write cxmi.json, sentences.tsv and tokens.tsv to this directory", "--out-dir",
                dest="out_dir", metavar="DIR")
     add_checkpoint(p)
+    add_precision(p, ("fp32", "int8"))
     p.set_defaults(func=cmd_cxmi)
 
 
@@ -188,6 +190,7 @@ def cmd_cxmi(args) -> int:
     src, doc_ids, refs = read_aligned(args)
     translator = Translator.load(args.model_dir, checkpoint=args.checkpoint and checkpoint_file(args.model_dir,
                                                                                                 args.checkpoint))
+    use_precision_flag(translator, args.precision)
     if translator.reads_target:
         to_stderr("target-side context: the references (-r) of the previous lines, in every condition")
     report = cxmi_report(translator, src, doc_ids, refs, against, args.seed, not args.no_pos, args.min_count)

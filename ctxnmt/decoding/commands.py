@@ -33,9 +33,7 @@ def register(sub) -> None:
     p.add_argument("--device", default="cpu", help="where to decode: cpu (default) or cuda")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="replay each search step from a CUDA graph (decoding.cuda_graphs, ours; needs --device cuda)")
-    p.add_argument("--precision", choices=SEARCH_PRECISIONS,
-                   help="bf16: search under bf16 autocast, softmax and scores in float32 (needs --device cuda); "
-                        "default: the config's decoding.precision")
+    add_precision(p)
     p.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
     p.add_argument("--attention", metavar="JSONL", help="write attention weights, one JSON object per line")
     p.add_argument("--doc-ids", metavar="FILE",
@@ -56,6 +54,24 @@ def register(sub) -> None:
     p.add_argument("out_dir", metavar="OUT_DIR", help="the new directory (must not exist, or be empty)")
     add_checkpoint(p)
     p.set_defaults(func=cmd_export)
+
+
+PRECISION_HELP = {
+    "bf16": "bf16: search under bf16 autocast, softmax and scores in float32 (needs --device cuda)",
+    "int8": "int8: the matrix products in int8, the rest in float32 (on the CPU; docs/speed.md)",
+}
+
+
+def add_precision(p, choices: tuple[str, ...] = SEARCH_PRECISIONS) -> None:
+    """--precision, one meaning for every command that searches or scores: decoding.precision for this run."""
+    said = "; ".join(PRECISION_HELP[c] for c in choices if c in PRECISION_HELP)
+    p.add_argument("--precision", choices=choices, help=f"{said}; default: the config's decoding.precision")
+
+
+def use_precision_flag(translator: Translator, precision: str | None) -> None:
+    """Apply --precision (None: the model directory's decoding.precision)."""
+    if precision:
+        translator.use_precision(precision)
 
 
 def cmd_export(args) -> int:

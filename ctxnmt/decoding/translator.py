@@ -33,6 +33,7 @@ from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
 from ctxnmt.models.context import context_sentences, reads_target_context
+from ctxnmt.models.int8 import int8_products
 from ctxnmt.models.nmt import build_model
 from ctxnmt.models.migrations import load_model_checkpoint
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_model_state
@@ -58,6 +59,18 @@ def searches_in_bf16(dec: DecodingConfig, device) -> bool:
     """Whether `decoding.precision` takes effect: bf16 autocast runs on CUDA only, and the
     search stays float32 elsewhere (a GPU-trained model directory translates on a laptop)."""
     return dec.precision == "bf16" and torch.device(device).type == "cuda"
+
+
+def search_precision(dec: DecodingConfig, device):
+    """The context that search and forced scoring run in for `decoding.precision`: bf16
+    autocast on CUDA, int8 products on the CPU (refused elsewhere: never float32 in silence)."""
+    if dec.precision == "int8":
+        if torch.device(device).type != "cpu":
+            raise ConfigError(f"decoding.precision int8 runs on the CPU only (got device '{device}')")
+        return int8_products()
+    # bf16: the products in bfloat16, softmax and scores in float32 (autocast's rules; a graph
+    # captures under the autocast it is first called in)
+    return torch.autocast("cuda", dtype=torch.bfloat16) if searches_in_bf16(dec, device) else nullcontext()
 
 
 @torch.no_grad()
@@ -100,10 +113,7 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     # Greedy search: the next batch joins once fewer than half a batch of sentences is left
     # (search_batches); beams run batch by batch, where refill measured slower (docs/speed.md).
     refill = max(1, size // 2) if beam == 1 else 0
-    # bf16: the products in bfloat16, softmax and scores in float32 (autocast's rules; a graph
-    # captures under the autocast it is first called in)
-    cast = torch.autocast("cuda", dtype=torch.bfloat16) if searches_in_bf16(dec, device) else nullcontext()
-    with cast:
+    with search_precision(dec, device):
         for wave in _waves(todo, target_of):
             searched = search_batches(model, batches(wave), beam, nbest, length, return_attention=return_attention,
                                       refill_below=refill)
@@ -225,7 +235,7 @@ class Translator:
         context, previous = self._document_context(lines, doc_ids, owners, src_tokens)
         target_of = [[owners.get(j, []) for j in lines_before] for lines_before in previous] \
             if self.reads_target and previous is not None else None
-        if dec.precision != "fp32" and not searches_in_bf16(dec, self.device):
+        if dec.precision == "bf16" and not searches_in_bf16(dec, self.device):
             self._warn_once(f"decoding.precision {dec.precision} applies on CUDA only; searching in float32 "
                             f"on {self.device}")
         hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention,
@@ -271,8 +281,10 @@ class Translator:
             text = {j: given[j] if given[j] is not None else own[j] for b in previous for j in b}
             ids = {j: self.tgt_vocab.encode(self.preprocessor.encode(t, "tgt")) for j, t in text.items()}
             target_context = [[ids[j] for j in b] for b in previous]
-        scores = forced_log_probs(self.model, src_ids, [self.tgt_vocab.encode(t) for t in tgt_tokens], context,
-                                  batch_size or self.config.decoding.batch_size, self.device, target_context)
+        with search_precision(self.config.decoding, self.device):
+            scores = forced_log_probs(self.model, src_ids, [self.tgt_vocab.encode(t) for t in tgt_tokens],
+                                      context, batch_size or self.config.decoding.batch_size, self.device,
+                                      target_context)
         out: list[ForcedScore | None] = [None] * len(lines)
         for n, tokens, logp in zip(todo, tgt_tokens, scores):
             out[n] = ForcedScore([*tokens, "</s>"], logp)
@@ -304,13 +316,15 @@ class Translator:
         self.config.decoding = dataclasses.replace(self.config.decoding, cuda_graphs=True)
 
     def use_precision(self, precision: str, flag: str | None = None) -> None:
-        """Search in `precision` (`decoding.precision`), whatever the model directory's config
-        says; bf16 only on CUDA (on one H200, beam 5 of the papers'-size model ran 1.19× as fast
-        as float32; the scores differ in their last digits)."""
+        """Search and score in `precision` (`decoding.precision`), whatever the model directory's
+        config says: bf16 only on CUDA (on one H200, beam 5 of the papers'-size model ran 1.19× as
+        fast as float32; the scores differ in their last digits), int8 only on the CPU."""
         if precision not in SEARCH_PRECISIONS:
             raise ConfigError(f"decoding.precision must be one of {', '.join(SEARCH_PRECISIONS)}, not '{precision}'")
-        if precision != "fp32":
+        if precision == "bf16":
             self._needs_cuda(flag or f"--precision {precision}")
+        if precision == "int8" and torch.device(self.device).type != "cpu":
+            raise ConfigError(f"{flag or '--precision int8'} runs on the CPU only (got --device {self.device})")
         self.config.decoding = dataclasses.replace(self.config.decoding, precision=precision)
 
     def _needs_cuda(self, flag: str) -> None:

@@ -43,7 +43,7 @@ class RecurrentCell(nn.Module):
         return self.U.weight.t()
 
     def step(self, xp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        return self.combine(xp, h @ self.hidden_weight(), h)
+        return self.combine(xp, step_product(h, self.hidden_weight()), h)
 
     @classmethod
     def second_transition(cls) -> type[RecurrentCell]:

@@ -36,7 +36,7 @@ import torch
 from torch.nn import functional as F
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from ctxnmt.models import kernels
+from ctxnmt.models import int8, kernels
 from ctxnmt.models.state import Kind
 
 # The GPU paths (cast_once, the fused CUDA GRU gates, bigru through cuDNN).
@@ -205,7 +205,9 @@ class _StepProduct(torch.autograd.Function):
 
 def step_product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
     """h @ U (batched where h and U are 3-D); U's gradient is formed once for all steps
-    where U went through `read_every_step`."""
+    where U went through `read_every_step`; in int8 inside `int8.int8_products()`."""
+    if int8.serves(h, U):
+        return int8.product(h, U)
     if getattr(U, "_step_bank", None) is None:
         return torch.matmul(h, U)
     return _StepProduct.apply(h, U)
@@ -371,7 +373,7 @@ class WordTable:
     (V, F) turns a product with inner size emb_dim, which CPU BLAS runs slowly, into a row
     lookup per step.  Formed again whenever the embeddings or the function's parameters
     change in place (an optimiser step, a checkpoint load: each changes a tensor's storage
-    or version counter) and when the autocast precision changes.  Where autograd records
+    or version counter) and when the autocast precision or int8 products change.  Where autograd records
     (a table would hold a graph) or the table would pass `limit` entries (the papers'
     30k × 3072 would take 370 MB), f of the rows themselves."""
 
@@ -387,7 +389,7 @@ class WordTable:
             return form(rows)
         device = embeddings.device.type  # a table formed under autocast holds its rounding
         precision = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-        key = [precision, *((t.data_ptr(), t._version) for t in (embeddings, *parameters))]
+        key = [precision, int8.active(), *((t.data_ptr(), t._version) for t in (embeddings, *parameters))]
         if self.key != key:
             words, width = embeddings.size(0), form(embeddings[:1]).size(-1)
             self.key, self.table = key, form(embeddings) if words * width <= self.limit else None
@@ -515,7 +517,10 @@ def _fused_gru_gates(xp, hp, h, mask):
 def step_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """log softmax(x Wᵀ + b) (R, V) for the R rows of one search step.  On CPU, for fewer
     than 256 rows, the product is taken vocabulary-major (W xᵀ, which CPU BLAS forms
-    faster at these shapes: benchmarks/logits_layout.py) and transposed back."""
+    faster at these shapes: benchmarks/logits_layout.py) and transposed back.  In int8 inside
+    `int8.int8_products()`."""
+    if int8.serves(x, weight):
+        return torch.log_softmax(int8.linear(x, weight, bias), dim=-1)
     if torch.is_grad_enabled() or x.size(0) >= 256 or x.device.type != "cpu":
         return torch.log_softmax(F.linear(x, weight, bias), dim=-1)
     logits_t = torch.addmm(bias.unsqueeze(1), weight, x.t())
@@ -526,7 +531,11 @@ def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k
     """The k largest entries of each row of log_softmax(x Wᵀ + b) and their columns, best
     first: by the fused kernel where it serves, else `step_log_softmax` then topk (under
     autograd, on other devices or dtypes, and for fewer than 16 rows: one kernel task per
-    16 rows, and fewer are faster through the plain operations)."""
+    16 rows, and fewer are faster through the plain operations).  In int8 inside
+    `int8.int8_products()`, the kernel reading the int8 product's logits."""
+    if int8.serves(x, weight) and x.size(0) >= 16 and _fusable(x, weight, bias):
+        logits_t = int8.linear(x, weight).t().contiguous()
+        return torch.ops.ctxnmt.log_softmax_topk(logits_t, bias.contiguous(), k)
     if x.size(0) < 16 or torch.is_grad_enabled() or not _fusable(x, weight, bias):
         return step_log_softmax(x, weight, bias).topk(k, dim=-1)
     return torch.ops.ctxnmt.log_softmax_topk(torch.mm(weight, x.t()), bias.contiguous(), k)  # the kernel adds b

@@ -6,6 +6,7 @@ import time
 
 from ctxnmt import length_options as length
 from ctxnmt.config import check_device
+from ctxnmt.decoding.commands import add_precision, use_precision_flag
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, CtxnmtError
 from ctxnmt.serve import settings
@@ -24,6 +25,7 @@ def register(sub) -> None:
                    help="combine members by averaging log-probabilities (default) or probabilities")
     p.add_argument("--device", default="cpu", help="where to decode: cpu (default), cuda or cuda:N")
     add_checkpoint(p)
+    add_precision(p)
     p.add_argument("--host", default=settings.HOST, help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=settings.PORT, help="port (default: %(default)s)")
     p.add_argument("--beam", type=int, help="beam size when a request gives none (default: the config's)")
@@ -69,6 +71,7 @@ def cmd_serve(args) -> int:
     translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0], checkpoint=checkpoint,
                                  device=args.device, ensemble_mode=args.ensemble_mode)
     translator.warn = log
+    use_precision_flag(translator, args.precision)
     translator.length_control(options)  # a bad combination with the model's config: refused at start
     beam = args.beam or translator.config.decoding.beam
     if beam > settings.MAX_BEAM:

@@ -232,3 +232,30 @@ def test_cxmi_command_errors(trained, tmp_path, capsys):
     code, _, err = run(["analyze", "cxmi", models["sentence"], "-i", data / "dev.es", "-r", data / "dev.en",
                         "--doc-ids", data / "dev.doc"], capsys)
     assert code == 2 and "reads no document context" in err
+
+
+def test_contrastive_scores_and_cxmi_in_int8_are_near_float32s(trained, tmp_path, capsys):
+    """score contrastive and analyze cxmi --precision int8: the forced scores move a little
+    (int8 products ran), and the pronoun verdict and CXMI stay."""
+    _, _, models = trained
+    examples_file(tmp_path / "pronouns.json", documents())
+    reports = {}
+    for precision in ("fp32", "int8"):
+        out = tmp_path / f"{precision}.json"
+        assert run(["score", "contrastive", models["document"], tmp_path / "pronouns.json", "--precision", precision,
+                    "-o", out], capsys)[0] == 0
+        reports[precision] = json.loads(out.read_text())
+    fp32, int8 = (np.array(reports[p]["scores"]["own"]) for p in ("fp32", "int8"))
+    assert 0 < abs(int8 - fp32).max() < 0.5
+    assert reports["int8"]["conditions"]["own"]["accuracy"] >= 0.9
+    assert reports["int8"]["conditions"]["none"]["accuracy"] == 0.5
+    rows = documents()[:24]
+    for ext, column in (("es", 1), ("en", 2), ("doc", 0)):
+        (tmp_path / f"t.{ext}").write_text("".join(r[column] + "\n" for r in rows), encoding="utf-8")
+    cxmi = {}
+    for precision in ("fp32", "int8"):
+        assert run(["analyze", "cxmi", models["document"], "-i", tmp_path / "t.es", "-r", tmp_path / "t.en",
+                    "--doc-ids", tmp_path / "t.doc", "--contexts", "none", "--no-pos", "--precision", precision,
+                    "-o", tmp_path / precision], capsys)[0] == 0
+        cxmi[precision] = json.loads((tmp_path / precision / "cxmi.json").read_text())["conditions"]["none"]["cxmi"]
+    assert cxmi["int8"] != cxmi["fp32"] and cxmi["int8"] == pytest.approx(cxmi["fp32"], abs=0.05)

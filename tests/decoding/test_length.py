@@ -588,5 +588,27 @@ def test_decoding_precision_bf16_searches_under_cuda_bf16_autocast(tiny, monkeyp
     translator.use_precision("bf16")
     translator.translate(["el gato 3 ."])
     assert searched_under[6:] == [[("cuda", torch.bfloat16)]]
-    with pytest.raises(ConfigError, match=r"^decoding.precision must be one of fp32, bf16, not 'fp8'$"):
+    with pytest.raises(ConfigError, match=r"^decoding.precision must be one of fp32, bf16, int8, not 'fp8'$"):
         translator.use_precision("fp8")
+
+
+def test_an_int8_search_runs_its_products_in_int8_and_is_refused_off_the_cpu(tiny, capsys, monkeypatch):
+    """--precision int8 (decoding.precision int8): search_ids runs inside int8.int8_products
+    on the CPU; off the CPU it is refused in one line, never run in float32 in silence."""
+    from ctxnmt.decoding.translator import Translator, search_ids
+    from ctxnmt.models import int8
+
+    calls = []
+    linear = int8.linear
+    monkeypatch.setattr(int8, "linear", lambda *args: calls.append(1) or linear(*args))
+    code, err, rows = translate(tiny, capsys, "--precision", "int8")
+    assert code == 0 and len(rows) == 2 and calls
+    code, err, fp32 = translate(tiny, capsys)
+    assert code == 0 and [r["src"] for r in fp32] == [r["src"] for r in rows]
+    translator = Translator.load(tiny / "m")
+    translator.device = "cuda"  # nothing reaches a device: the refusal comes first
+    with pytest.raises(ConfigError, match=r"^--precision int8 runs on the CPU only \(got --device cuda\)$"):
+        translator.use_precision("int8")
+    int8_config = dataclasses.replace(translator.config.decoding, precision="int8")
+    with pytest.raises(ConfigError, match=r"^decoding.precision int8 runs on the CPU only \(got device 'cuda'\)$"):
+        search_ids(translator.model, [[4, 5]], int8_config, 2, device="cuda")

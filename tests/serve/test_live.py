@@ -103,3 +103,17 @@ def test_bad_options_and_a_taken_port_are_one_line_errors(model_dirs, tmp_path, 
         taken.listen()
         code, errors = serve(model_dirs["base"], "--port", taken.getsockname()[1])
     assert code == 2 and errors[-1].startswith("ctxnmt serve: error: could not serve on 127.0.0.1:")
+
+
+def test_an_int8_server_searches_as_the_int8_translator_does(model_dirs, tmp_path):
+    server = LiveServer([model_dirs["rich"]], tmp_path / "server.log", "--beam", "2", "--precision", "int8")
+    try:
+        info = httpx.get(f"{server.url}/v1/models", timeout=60).json()
+        answer = httpx.post(f"{server.url}/v1/translate", json={"text": "el gato 3 .\nel gato 4 ."}, timeout=60)
+    finally:
+        assert server.stop() == 0
+    assert info["decoding"]["precision"] == "int8"
+    translator = Translator.load(model_dirs["rich"])
+    translator.use_precision("int8")
+    want = translator.translate(["el gato 3 .", "el gato 4 ."], beam=2)
+    assert [s["translation"] for s in answer.json()["sentences"]] == [t.text for t in want]

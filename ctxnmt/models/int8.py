@@ -1,0 +1,127 @@
+"""int8 matrix products for search on a CPU (`decoding.precision: int8`).
+
+Dynamic quantisation (the form of torch.ao's quantize_dynamic, and of Marian's and
+CTranslate2's int8 CPU decoding): a weight matrix is quantised once, symmetrically per
+output row (scale max|w|/127); a product's input is quantised at each call with one scale
+and zero point for the whole input, to 8 bits through oneDNN (whose VNNI / AMX products
+accumulate straight into int32; 3-4x float32's rate at the search's shapes on this
+machine's CPU), to 7 bits where only fbgemm is built (its 8-bit multiply-add pairs could
+saturate); products accumulate in int32 and return float32, with the bias added in
+float32.  Gates, attention energies and weighted sums (products of two activations),
+softmax and scores stay float32.
+
+Inside `int8_products()` every `F.linear` (each nn.Linear of every component, so every
+architecture and ensemble) and the products that functional.py forms itself (the
+recurrent and query products of `step_product`, the output layer of `step_log_softmax`
+and `top_log_softmax`) take this path; outside it nothing changes.  A weight's int8 form
+is made at its first use and kept on the tensor, made again if the tensor changes in place.
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+from contextlib import contextmanager
+
+import torch
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
+
+_state = threading.local()
+
+# oneDNN where this torch has it (x86 and ARM builds), else the build's default engine
+ENGINE = "onednn" if "onednn" in torch.backends.quantized.supported_engines else torch.backends.quantized.engine
+INPUT_BITS = 8 if ENGINE == "onednn" else 7
+
+
+def active() -> bool:
+    """Whether the products of this thread run in int8 (inside `int8_products()`)."""
+    return getattr(_state, "on", False)
+
+
+def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether an int8 product serves x · weight: inside `int8_products()`, without autograd,
+    both float32 on the CPU."""
+    return (active() and not torch.is_grad_enabled() and x.device.type == "cpu"
+            and x.dtype == torch.float32 and weight.dtype == torch.float32)
+
+
+class _Linears(TorchFunctionMode):
+    """Routes F.linear to `linear` where an int8 product serves it."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x, weight = args[0], args[1] if len(args) > 1 else kwargs["weight"]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if weight.dim() == 2 and serves(x, weight):
+                return linear(x, weight, bias)
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def int8_products():
+    """Run this thread's matrix products in int8 (see the module docstring)."""
+    previous, engine = active(), torch.backends.quantized.engine
+    _state.on = True
+    torch.backends.quantized.engine = ENGINE  # the packs are the engine's own
+    try:
+        with _Linears():
+            yield
+    finally:
+        _state.on = previous
+        torch.backends.quantized.engine = engine
+
+
+def _pack(weight: torch.Tensor, bias: torch.Tensor | None):
+    """fbgemm's packed form of weight (out, in), quantised per output row, with its bias."""
+    w = weight.detach().contiguous()
+    scale = (w.abs().amax(dim=1).clamp_min(1e-12) / 127).double()
+    with warnings.catch_warnings():  # torch marks its quantised tensor types as deprecated
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_channel(w, scale, torch.zeros_like(scale, dtype=torch.long), 0, torch.qint8)
+    return torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().contiguous())
+
+
+def packed(weight: torch.Tensor, bias: torch.Tensor | None = None):
+    """`weight`'s int8 form (with `bias`), kept on the tensor and made again when the
+    tensor or the bias changes in place (its version counter)."""
+    key = (weight._version, bias, None if bias is None else bias._version)
+    kept = getattr(weight, "_int8", None)
+    if kept is None or kept[0] != key[0] or kept[1] is not bias or kept[2] != key[2]:
+        kept = (*key, _pack(weight, bias))
+        weight._int8 = kept
+    return kept[3]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x Wᵀ + b in int8 for x (…, in) and W (out, in)."""
+    rows = x.reshape(-1, x.size(-1))
+    y = torch.ops.quantized.linear_dynamic(rows.contiguous(), packed(weight, bias), INPUT_BITS == 7)
+    return y.view(*x.shape[:-1], y.size(-1))
+
+
+def product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
+    """h U in int8 for U (in, out), or stacked matrices U (n, in, out) with h (n, …, in)."""
+    if U.dim() == 2:
+        rows = h.reshape(-1, h.size(-1)).contiguous()
+        y = torch.ops.quantized.linear_dynamic(rows, _packed_t(U), INPUT_BITS == 7)
+        return y.view(*h.shape[:-1], y.size(-1))
+    return torch.stack([product(h_i, U_i) for h_i, U_i in zip(h.unbind(0), _stacked(U))])
+
+
+def _packed_t(U: torch.Tensor):
+    """Uᵀ's int8 form, kept on U (a transposed view is a new tensor at every call)."""
+    kept = getattr(U, "_int8_t", None)
+    if kept is None or kept[0] != U._version:
+        kept = (U._version, _pack(U.t(), None))
+        U._int8_t = kept
+    return kept[1]
+
+
+def _stacked(U: torch.Tensor) -> list[torch.Tensor]:
+    """The matrices of a stack U (n, in, out), each kept as one tensor so that its int8 form is kept."""
+    kept = getattr(U, "_int8_parts", None)
+    if kept is None or kept[0] != U._version:
+        kept = (U._version, list(U.unbind(0)))
+        U._int8_parts = kept
+    return kept[1]
