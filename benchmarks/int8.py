@@ -10,7 +10,11 @@ settings; the median rate of each, their ratio, and the BLEU of each (the output
 same at every repeat) are reported.  A document model (one that reads context) is given
 the split's document ids.  Also reported: the time the first int8 translation spends
 quantising the weights (fbgemm's packing, at first use), measured on two sentences before
-and after.
+and after.  --parts also times the model's own parts on one batch of the split's first 64
+sentences (process CPU time, 20 calls each, alternating): the encoder side (`encode`, with
+the per-sentence products beam search shares), one full step (`step`: log-probabilities
+over the vocabulary) and one candidates step (`step_candidates`: the fused top-k), so that
+what int8 speeds up can be told from what it leaves in float32.
 """
 from __future__ import annotations
 
@@ -39,6 +43,37 @@ def quantising_seconds(translator, lines, doc_ids, beam: int) -> float:
     return first - second
 
 
+def parts(translator, lines, beam: int) -> dict:
+    """Milliseconds of process CPU time per call of encode, step and step_candidates, by precision."""
+    import torch
+
+    from ctxnmt.data.batching import pad
+    from ctxnmt.decoding.translator import search_precision
+
+    model = translator.model
+    ids = [translator.src_vocab.encode(translator.preprocessor.encode(line, "src"), add_eos=False)
+           for line in lines[:64]]
+    src, mask = pad([i for i in ids if i])
+    prev = torch.arange(src.size(0) * beam) % (model.vocab_size - 4) + 4
+    out: dict[str, list[float]] = {}
+    for _ in range(2):
+        for precision in ("fp32", "int8"):
+            dec = translator.config.decoding.__class__(**{**vars(translator.config.decoding), "precision": precision})
+            with torch.no_grad(), search_precision(dec, "cpu"):
+                enc = model.encode(src, mask, None, beam)
+                state = model.init_state(enc, beam)
+                calls = {"encode": lambda: model.encode(src, mask, None, beam),
+                         "step": lambda: model.step(enc, state, prev),
+                         "step_candidates": lambda: model.step_candidates(enc, state, prev, 2 * beam)}
+                for name, call in calls.items():
+                    call()
+                    start = time.process_time()
+                    for _ in range(20):
+                        call()
+                    out[f"{precision}_{name}_ms"] = (time.process_time() - start) / 20 * 1e3
+    return out
+
+
 def measure(model_dir: str, lines, refs, doc_ids, args) -> dict:
     from ctxnmt.decoding.translator import Translator
     from ctxnmt.evaluation.metrics import bleu
@@ -65,6 +100,8 @@ def measure(model_dir: str, lines, refs, doc_ids, args) -> dict:
     row["ratio"] = row["int8_sents_s"] / row["fp32_sents_s"]
     row["bleu_difference"] = row["int8_bleu"] - row["fp32_bleu"]
     row["same_outputs"] = sum(a == b for a, b in zip(outputs["fp32"], outputs["int8"]))
+    if args.parts and not translator.document_sents:
+        row["parts"] = parts(translator, lines, args.beam)
     return row
 
 
@@ -83,6 +120,8 @@ def main(argv=None) -> int:
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--parts", action="store_true",
+                   help="also time encode, step and step_candidates alone (sentence models)")
     p.add_argument("--json", help="write the rows here")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -98,7 +137,15 @@ def main(argv=None) -> int:
         print(f"{r['model'][-48:]:<48} {r['fp32_sents_s']:>11.2f} {r['int8_sents_s']:>11.2f} {r['ratio']:>6.2f} "
               f"{r['fp32_bleu']:>9.2f} {r['int8_bleu']:>9.2f} {r['bleu_difference']:>+7.2f} "
               f"{r['same_outputs']:>6} {r['quantise_s']:>7.2f}s")
-    print(f"\n{args.split} split ({len(lines)} sentences{', with document ids' if doc_ids else ''}), beam {args.beam}, "
+    for r in rows:
+        if "parts" in r:
+            p_ = r["parts"]
+            print(f"{r['model'][-48:]}: " + ", ".join(
+                f"{name} {p_[f'fp32_{name}_ms']:.1f} / {p_[f'int8_{name}_ms']:.1f} ms "
+                f"(x{p_[f'fp32_{name}_ms'] / p_[f'int8_{name}_ms']:.2f})"
+                for name in ("encode", "step", "step_candidates")) + " (fp32 / int8, 64 sentences)")
+    print(f"\n{args.split} split ({len(lines)} sentences; a document model with the split's document ids), "
+          f"beam {args.beam}, "
           f"{torch.get_num_threads()} threads; the median of {args.repeats} runs each, alternating fp32 int8; "
           "'same': outputs identical to fp32's; 'quantise': the first int8 call's packing time")
     if args.json:
