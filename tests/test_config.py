@@ -62,7 +62,7 @@ BAD_DECODING = [
     ("block_ngram_repeat=11", "decoding.block_ngram_repeat must be between 0 and 10, not 11"),
     ("max_len_b=1.5", "config key 'decoding.max_len_b' must be of type int"),
     ("max_len_rule=auto", "decoding.max_len_rule must be one of fixed, data, not 'auto'"),
-    ("precision=fp16", "decoding.precision must be one of fp32, bf16, not 'fp16'"),
+    ("precision=fp16", "decoding.precision must be one of fp32, bf16, int8, not 'fp16'"),
 ]
 
 
