@@ -37,7 +37,7 @@ from benchmarks.speed import sync  # noqa: E402 (after the path)
 
 
 class TimedSteps:
-    """A Searchable whose `step_candidates` is timed (device synchronised at its end)."""
+    """A Searchable whose steps (`step_candidates`, or `step`) are timed (device synchronised at their end)."""
 
     def __init__(self, model, device, record):
         self.model, self.device, self.record = model, device, record
@@ -59,8 +59,9 @@ class TimedSteps:
     def memory_lengths(self, enc):
         return self.model.memory_lengths(enc)
 
-    def step(self, enc, state, prev_tokens):
-        return self.model.step(enc, state, prev_tokens)
+    def step(self, enc, state, prev_tokens):  # what search calls where it needs every word (a length-ratio prior)
+        self.steps += self.record
+        return self._timed("seconds", self.model.step, enc, state, prev_tokens)
 
     def step_candidates(self, enc, state, prev_tokens, k):
         self.steps += self.record
@@ -105,13 +106,19 @@ def count_search_ops(search, steps_model: TimedSteps) -> tuple[Counter, int]:
         def __getattr__(self, name):
             return getattr(model, name)
 
-        def step_candidates(self, *args):
+        def _inside(self, call, *args):
             inside[0] = True
             steps[0] += 1
             try:
-                return model.step_candidates(*args)
+                return call(*args)
             finally:
                 inside[0] = False
+
+        def step_candidates(self, *args):
+            return self._inside(model.step_candidates, *args)
+
+        def step(self, *args):
+            return self._inside(model.step, *args)
 
     steps_model.model = Marked()
     try:
@@ -128,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.common import bench_model, prepared_data, test_sources
     from ctxnmt.config import load_config
     from ctxnmt.data.prepare import length_ratios
+    from ctxnmt.data.words import WordBoundaries
     from ctxnmt.decoding.graphs import GraphedSearch
     from ctxnmt.decoding.length import length_control
     from ctxnmt.decoding.translator import search_ids
@@ -155,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     dec = cfg.decoding
     dec.cuda_graphs = False  # the graphs are put under the timing wrapper here, not by search_ids
     dec.precision = "bf16" if args.bf16 else "fp32"
-    length = length_control(dec, length_ratios(data.train))  # max_len_rule data: the training pairs' ratios
+    # max_len_rule data: the training pairs' ratios (with words, for a length-ratio prior)
+    length = length_control(dec, length_ratios(data.train, data.src_vocab, data.tgt_vocab, cfg.data.subwords),
+                            words=WordBoundaries.of(data.src_vocab, data.tgt_vocab, cfg.data.subwords))
     settings = [("eager", model)] + ([("graphs", GraphedSearch(model))] if args.graphs else [])
     print(f"{args.config}, {device}, beam {args.beam}, {len(sources)} sentences in batches of "
           f"{args.decode_batch}, {'bf16' if args.bf16 else 'fp32'}")
