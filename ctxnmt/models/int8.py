@@ -109,19 +109,20 @@ def product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
     return torch.stack([product(h_i, U_i) for h_i, U_i in zip(h.unbind(0), _stacked(U))])
 
 
+def _kept(t: torch.Tensor, slot: str, make):
+    """make(), kept on `t` under `slot` until t changes in place (its version counter)."""
+    kept = getattr(t, slot, None)
+    if kept is None or kept[0] != t._version:
+        kept = (t._version, make())
+        setattr(t, slot, kept)
+    return kept[1]
+
+
 def _packed_t(U: torch.Tensor):
     """Uᵀ's int8 form, kept on U (a transposed view is a new tensor at every call)."""
-    kept = getattr(U, "_int8_t", None)
-    if kept is None or kept[0] != U._version:
-        kept = (U._version, _pack(U.t(), None))
-        U._int8_t = kept
-    return kept[1]
+    return _kept(U, "_int8_t", lambda: _pack(U.t(), None))
 
 
 def _stacked(U: torch.Tensor) -> list[torch.Tensor]:
     """The matrices of a stack U (n, in, out), each kept as one tensor so that its int8 form is kept."""
-    kept = getattr(U, "_int8_parts", None)
-    if kept is None or kept[0] != U._version:
-        kept = (U._version, list(U.unbind(0)))
-        U._int8_parts = kept
-    return kept[1]
+    return _kept(U, "_int8_parts", lambda: list(U.unbind(0)))
