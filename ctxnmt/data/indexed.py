@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ctxnmt.data.documents import document_runs
 from ctxnmt.data.vocab import PAD
 from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write, read_json_object
@@ -122,40 +123,6 @@ def _map(path: Path, dtype, count: int) -> np.ndarray:
     if count == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
-
-
-def document_runs(doc_ids) -> tuple[np.ndarray, str]:
-    """Each line's document number (a new one wherever the id changes), and the first reason the
-    ids cannot describe documents ("" if they can)."""
-    runs = DocumentRuns()
-    return runs.number(doc_ids), runs.problem
-
-
-class DocumentRuns:
-    """Numbers documents block by block as a corpus streams past, and finds the first line whose
-    id cannot describe a document: an empty id, or a document whose lines are not consecutive
-    (the messages of ctxnmt.data.documents.check_document_ids, with the line number first)."""
-
-    def __init__(self):
-        self.problem = ""
-        self._first_line: dict[str, int] = {}
-        self._last: str | None = None
-        self._number, self._lines = -1, 0
-
-    def number(self, docs) -> np.ndarray:
-        out = np.empty(len(docs), dtype=np.int32)
-        for row, doc in enumerate(docs):
-            self._lines += 1
-            if doc != self._last:
-                if not self.problem and doc.strip() and doc in self._first_line:
-                    self.problem = (f"{self._lines}: document '{doc}' (first at line {self._first_line[doc]}) "
-                                    "continues after another document; a document's lines must be consecutive")
-                self._first_line.setdefault(doc, self._lines)
-                self._last, self._number = doc, self._number + 1
-            if not self.problem and not doc.strip():
-                self.problem = f"{self._lines}: empty document id"
-            out[row] = self._number
-        return out
 
 
 class ArrayWriter:

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 from sacremoses import MosesTruecaser
 
-from ctxnmt.data.indexed import ArrayWriter, DocumentRuns, id_dtype
+from ctxnmt.data.documents import DocumentRuns
+from ctxnmt.data.indexed import ArrayWriter, id_dtype
 from ctxnmt.data.preprocess import (SIDES, PreprocessOptions, SidePipeline, learn_subwords, line_start_only,
                                     make_segmenter, truecase_tokens)
 from ctxnmt.data.sampling import Sampler, Sampling, sample_directory, seeded

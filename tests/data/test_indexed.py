@@ -15,8 +15,8 @@ from ctxnmt.config import load_config
 from ctxnmt.data import prepare as prepare_module
 from ctxnmt.data import stream
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
-from ctxnmt.data.documents import PreviousSentences, previous_sentences
-from ctxnmt.data.indexed import TokenArrays, document_runs
+from ctxnmt.data.documents import PreviousSentences, document_runs, previous_sentences
+from ctxnmt.data.indexed import TokenArrays
 from ctxnmt.data.prepare import OLD_DATA, load_prepared, prepare
 from ctxnmt.data.preprocess import Preprocessor, PreprocessOptions
 from ctxnmt.data.vocab import EOS, PAD, Vocab
