@@ -1,4 +1,4 @@
-"""The training split as flat integer arrays on disk, memory-mapped by every process that reads it.
+"""Every prepared split as flat integer arrays on disk, memory-mapped by every process that reads it.
 
 A corpus of millions of pairs held as Python lists costs tens of bytes per token in every
 data-parallel rank; as arrays mapped from one file it costs the tokens' own bytes once, in
@@ -57,6 +57,10 @@ class Side:
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def head(self, n: int) -> Side:
+        """The first n sentences, a view of the same arrays."""
+        return Side(self.ids, self.offsets[:n + 1])
+
     def gather(self, rows: np.ndarray, lens: np.ndarray | None = None, pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
         """The sentences `rows` as a (B, W) long tensor padded with `pad`, and its float mask;
         W is the longest one's length (at least 1).  `lens` overrides a row's length (0: an
@@ -73,7 +77,7 @@ class Side:
 
 @dataclass
 class TokenArrays:
-    """A prepared training split: both sides, and where there are document ids, each
+    """A prepared split: both sides, and where there are document ids, each
     sentence's document number (`docs`) and why they cannot describe documents, if they
     cannot (`doc_problem`, raised only for a model that reads documents)."""
 
@@ -102,6 +106,13 @@ class TokenArrays:
 
         docs = _map(directory / "doc.bin", np.int32, meta["sentences"]) if meta["docs"] else None
         return cls(side("src"), side("tgt"), docs, meta.get("doc_problem", ""))
+
+    def save(self, directory: Path, dtype: np.dtype, **meta) -> None:
+        """Write the arrays in the form `open` maps (a split small enough to be held whole, as
+        the dev split is); `meta` goes into meta.json."""
+        writer = ArrayWriter(directory, dtype, self.docs is not None)
+        writer.add(self.src.ids, self.src.lens, self.tgt.ids, self.tgt.lens, self.docs)
+        writer.close(self.doc_problem, **meta)
 
 
 def read_meta(directory: Path) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import filecmp
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,8 @@ def test_padding_ratio_counts_the_padded_cells():
 
 def test_a_batch_is_padded_as_written_out():
     src, tgt = [[5, 6, 7], [8], [9, 10]], [[11, EOS], [12, 13, EOS], [EOS]]
-    batch = make_batch([2, 0], TokenArrays.from_lists(src, tgt).src, tgt, [[], [], [0, 1]], 3)
+    pairs = TokenArrays.from_lists(src, tgt)
+    batch = make_batch([2, 0], pairs.src, pairs.tgt, [[], [], [0, 1]], 3)
     assert batch.src.tolist() == [[9, 10, PAD], [5, 6, 7]] and batch.tgt.tolist() == [[EOS, PAD], [11, EOS]]
     assert batch.src_mask.tolist() == [[1, 1, 0], [1, 1, 1]] and batch.indices.tolist() == [2, 0]
     # sentence 2's context: sentences 0 and 1 in slots 0 and 1, slot 2 empty; sentence 0 has none
@@ -223,14 +225,17 @@ def test_a_directory_prepared_in_the_older_form_is_read_as_it_is(tmp_path):
     prep = tmp_path / "m" / "prep"
     old_train = {"src": list(new.train.src), "tgt": list(new.train.tgt), "raw_src": [], "raw_tgt": [],
                  "docs": [f"doc{i // 4}" for i in range(len(new.train))]}
-    torch.save({"train": old_train, "dev": torch.load(prep / "dev.pt", weights_only=True)}, prep / OLD_DATA)
-    for path in [*(prep / "train").iterdir(), prep / "dev.pt"]:
-        path.unlink()
-    (prep / "train").rmdir()
+    old_dev = {"src": list(new.dev.src), "tgt": list(new.dev.tgt), "raw_src": [], "raw_tgt": new.references,
+               "docs": [f"doc{i // 4}" for i in range(len(new.dev))]}
+    torch.save({"train": old_train, "dev": old_dev}, prep / OLD_DATA)
+    shutil.rmtree(prep / "train")
+    shutil.rmtree(prep / "dev")
     said = []
     old = prepare(config, log=said.append)
     assert list(old.train.src) == list(new.train.src) and list(old.train.tgt) == list(new.train.tgt)
-    assert old.train.docs.tolist() == new.train.docs.tolist() and old.dev == new.dev
+    assert old.train.docs.tolist() == new.train.docs.tolist()
+    assert list(old.dev.src) == list(new.dev.src) and list(old.dev.tgt) == list(new.dev.tgt)
+    assert old.dev.docs.tolist() == new.dev.docs.tolist() and old.references == new.references
     assert len(said) == 1 and "older form of prepared data, read into memory as it is" in said[0]
     assert old.length_ratios() == new.length_ratios()
 

@@ -15,6 +15,7 @@ import torch
 from ctxnmt.config import load_config
 from ctxnmt.data import prepare as prepare_module
 from ctxnmt.data import stream
+from ctxnmt.data.indexed import Side, TokenArrays
 from ctxnmt.data.prepare import length_ratios, prepare
 from ctxnmt.data.preprocess import WORD_START, Preprocessor
 from ctxnmt.data.vocab import Vocab
@@ -36,7 +37,7 @@ def lines(corpus: Path, name: str) -> list[str]:
 
 
 @pytest.fixture(scope="module", params=[(True, True), (False, False)], ids=["moses", "raw"])
-def fitted(request, corpus) -> Preprocessor:
+def fitted(request, corpus, tmp_path_factory) -> Preprocessor:
     tokenize, truecase = request.param
     return Preprocessor.fit(lines(corpus, "train.es"), lines(corpus, "train.en"), tokenize=tokenize,
                             truecase=truecase, **SP)
@@ -88,7 +89,7 @@ def test_a_missing_or_corrupt_model_file_is_a_one_line_error(fitted, tmp_path):
         Preprocessor.load(tmp_path)
 
 
-def test_a_vocabulary_below_the_corpus_characters_is_a_one_line_error(corpus):
+def test_a_vocabulary_below_the_corpus_characters_is_a_one_line_error(corpus, tmp_path):
     with pytest.raises(ConfigError, match=r"^preprocessing: SentencePiece cannot learn a model of sentencepiece_vocab "
                                           r"5 pieces here: Vocabulary size is smaller than required_chars[^\n]*$"):
         Preprocessor.fit(lines(corpus, "train.es"), lines(corpus, "train.en"), **{**SP, "sentencepiece_vocab": 5})
@@ -127,6 +128,7 @@ def test_a_piece_starting_with_the_mark_starts_a_word():
             [4, 1, 4],  # ▁the <unk> ▁the: 2
             [8, 4, 8, 8],  # ▁ ▁the ▁ ▁: "the", and a word begun at the end (cut short: it counts), 2
             []]
+    seqs = Side.from_lists(seqs)
     found = count_words(seqs, goes_on(VOCAB, "sentencepiece"), joins_back=joins_back(VOCAB, "sentencepiece"))
     assert found.tolist() == [1, 2, 2, 3, 2, 2, 0]
     assert count_words(seqs, goes_on(VOCAB, "bpe")).tolist() == [4, 3, 3, 1, 3, 4, 0]  # BPE's reading: only @@
@@ -168,8 +170,8 @@ def test_the_training_word_ratio_counts_sentencepiece_words(fitted):
     tgt = ["the cat eats .", "the dog sees the big sun .", "the big red sun ."]
     src_pieces, tgt_pieces = fitted.encode_many(src, "src"), fitted.encode_many(tgt, "tgt")
     vocab = Vocab(sorted({p for pieces in src_pieces + tgt_pieces for p in pieces}))
-    split = prepare_module.Split([vocab.encode(p, add_eos=False) for p in src_pieces],
-                                 [vocab.encode(p) for p in tgt_pieces], src, tgt)
+    split = TokenArrays.from_lists([vocab.encode(p, add_eos=False) for p in src_pieces],
+                                   [vocab.encode(p) for p in tgt_pieces])
     # W(y)/W(x) in words: 4/4, 7/6 and 5/3, whatever the pieces; the median 7/6
     assert length_ratios(split, vocab, vocab, "sentencepiece")["words 0.5"] == 7 / 6
 

@@ -15,7 +15,8 @@ from ctxnmt.cli import main
 from ctxnmt.config import DecodingConfig, ModelConfig
 from ctxnmt.errors import ConfigError
 from ctxnmt.data.batching import pad
-from ctxnmt.data.prepare import Split, length_ratios, load_prepared
+from ctxnmt.data.indexed import Side, TokenArrays
+from ctxnmt.data.prepare import length_ratios, load_prepared
 from ctxnmt.data.vocab import EOS
 from ctxnmt.data.words import WordBoundaries, count_words, goes_on, word_starts
 from ctxnmt.decoding import beam as search_module
@@ -200,7 +201,7 @@ def test_length_ratios_are_quantiles_of_the_training_pairs():
     src = [[1] * n for n in (1, 2, 4, 5, 10, 3, 7)]
     tgt = [[2] * m + [EOS] for m in (3, 2, 5, 5, 8, 9, 7)]
     ratios = sorted(m / n for m, n in zip((3, 2, 5, 5, 8, 9, 7), (1, 2, 4, 5, 10, 3, 7)))
-    found = length_ratios(Split(src, tgt, [], []))
+    found = length_ratios(TokenArrays.from_lists(src, tgt))
     assert found["1"] == max(ratios) == 3.0 and found["0.5"] == ratios[3]
     for key, value in found.items():  # the smallest ratio at least that share of pairs stay within
         within = sum(r <= value for r in ratios) / len(ratios)
@@ -234,14 +235,15 @@ def words_of(ids: list[int]) -> int:
 
 def test_words_are_counted_across_subwords_and_padding():
     seqs = [[8, 5, 6, 9, 10], [4], [], [9, 9, 4, 4]]  # 8 | 5 6 9 | 10 and 9 | 9 | 4 4: a word cut short still counts
-    assert count_words(seqs, BOUNDARIES.tgt_continues).tolist() == [words_of(s) for s in seqs] == [3, 1, 0, 3]
-    assert count_words([], BOUNDARIES.tgt_continues).tolist() == []
+    found = count_words(Side.from_lists(seqs), BOUNDARIES.tgt_continues).tolist()
+    assert found == [words_of(s) for s in seqs] == [3, 1, 0, 3]
+    assert count_words(Side.from_lists([]), BOUNDARIES.tgt_continues).tolist() == []
     from ctxnmt.data import words as words_module
 
     many = seqs * 5
     words_module.CHUNK, chunk = 3, words_module.CHUNK  # padded a few at a time, counted the same
     try:
-        assert count_words(many, BOUNDARIES.tgt_continues).tolist() == [words_of(s) for s in many]
+        assert count_words(Side.from_lists(many), BOUNDARIES.tgt_continues).tolist() == [words_of(s) for s in many]
     finally:
         words_module.CHUNK = chunk
     rows = [[8, 5, 6, 9, 10], [0, 0, 4, 5, 12], [0, 0, 0, 0, 0]]  # left-padded, as search's histories
@@ -256,9 +258,9 @@ def test_the_training_word_ratio_is_the_median_over_the_pairs():
     assert goes_on(vocab).tolist() == [False] * 4 + [True, True, False, False, True, False]
     src = [[7], [7, 8], [4, 6, 7], [8, 9, 8, 9]]  # 1, 2, 2 and 2 words
     tgt = [[7, 8, EOS], [4, 5, 6, EOS], [7, 7, 7, 7, EOS], [8, 9, EOS]]  # 2, 1, 4 and 1 words
-    found = length_ratios(Split(src, tgt, [], []), vocab, vocab)
+    found = length_ratios(TokenArrays.from_lists(src, tgt), vocab, vocab)
     assert found["words 0.5"] == sorted([2 / 1, 1 / 2, 4 / 2, 1 / 2])[1] == 0.5
-    assert found["0.5"] == length_ratios(Split(src, tgt, [], []))["0.5"]  # the subword quantiles unchanged
+    assert found["0.5"] == length_ratios(TokenArrays.from_lists(src, tgt))["0.5"]  # the subword quantiles unchanged
 
 
 def prior(words: int, src_words: int, lam: float, r: float) -> float:

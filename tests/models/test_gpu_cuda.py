@@ -218,6 +218,7 @@ def test_graphed_steps_equal_eager_steps():
     replayed with other sentences and another scale, give the eager step's loss and gradients;
     a parameter's `.grad` set to None meanwhile is given its graph's tensor back."""
     from ctxnmt.data.batching import make_batch
+    from ctxnmt.data.indexed import Side
     from ctxnmt.training.graphs import GraphedSteps
 
     model = _model(hidden_dim=20)
@@ -227,7 +228,7 @@ def test_graphed_steps_equal_eager_steps():
         for rows, length, offset, scale in cases:
             src = _sentences(rows, length, offset)
             tgt = [s[::-1][: max(1, len(s) - 2)] + [EOS] for s in src]
-            batch = make_batch(list(range(rows)), src, tgt)
+            batch = make_batch(list(range(rows)), Side.from_lists(src), Side.from_lists(tgt))
             model.zero_grad(set_to_none=True)
             nll, _ = model.loss(*[x.cuda() for x in (batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)], 0.1)
             (nll * scale).backward()
@@ -246,11 +247,12 @@ def test_graphed_steps_equal_eager_steps():
 @needs_cuda
 def test_graphed_steps_under_bf16_stay_close_to_float32():
     from ctxnmt.data.batching import make_batch
+    from ctxnmt.data.indexed import Side
     from ctxnmt.training.graphs import GraphedSteps
 
     model = _model(hidden_dim=20)
     src = _sentences(5, 8, 0)
-    batch = make_batch(list(range(5)), src, [s[:-1] + [EOS] for s in src])
+    batch = make_batch(list(range(5)), Side.from_lists(src), Side.from_lists([s[:-1] + [EOS] for s in src]))
     losses = []
     for bf16 in (False, True):
         graphs = GraphedSteps(model, 0.0, lambda: torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16,

@@ -11,6 +11,7 @@ import torch
 from ctxnmt.config import ModelConfig, load_config
 from ctxnmt.data.batching import make_batch
 from ctxnmt.data.documents import previous_sentences
+from ctxnmt.data.indexed import Side
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.nmt import build_model
 from ctxnmt.utils.checkpoint import load_checkpoint
@@ -42,7 +43,7 @@ def test_bf16_autocast_gives_a_float32_loss_close_to_float32(switches):
     torch.manual_seed(0)
     model = build_model(ModelConfig.of(emb_dim=16, hidden_dim=32, att_dim=16, dropout_out=0.0, **switches), 30, 30)
     pairs = synthetic_pairs(16)
-    src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
+    src, tgt = Side.from_lists([s for s, _ in pairs]), Side.from_lists([t for _, t in pairs])
     batch = make_batch(list(range(16)), src, tgt, previous_sentences([f"d{i // 4}" for i in range(16)], 2), 2)
     nll32, grads32 = loss_and_grads(model, batch, "fp32")
     nll16, grads16 = loss_and_grads(model, batch, "bf16")
