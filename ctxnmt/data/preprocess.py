@@ -1,8 +1,8 @@
 """The text pipeline: Moses tokenisation, truecasing and BPE, learned once and stored.
 
-A :class:`Preprocessor` is fitted on the training corpus and saved next to the
-model, so that ``translate`` segments its input exactly as the training data
-was. Everything is stored as plain text or JSON (never pickle), so a model
+A :class:`Preprocessor` is learned on the training corpus (ctxnmt.data.stream) and
+saved next to the model, so that ``translate`` segments its input exactly as the
+training data was. Everything is stored as plain text or JSON (never pickle), so a model
 directory can be inspected and shared safely.
 
 Pipeline per side, in order: tokenise (sacremoses, no XML escaping), truecase
@@ -214,13 +214,12 @@ def truecase_tokens(truecaser: MosesTruecaser, tokens: list[str]) -> list[str]:
 
 
 class Preprocessor:
-    """Tokenise, truecase and segment text into subwords; built by :meth:`fit` or :meth:`load`."""
+    """Tokenise, truecase and segment text into subwords; made from what ctxnmt.data.stream
+    learned, or by :meth:`load`."""
 
     def __init__(self, options: PreprocessOptions, truecase_models: dict[str, MosesTruecaser],
                  bpe_codes: dict[str, str | bytes]):
-        """Use :meth:`fit` or :meth:`load` rather than calling this directly.
-
-        ``truecase_models`` maps each side to its model (empty without truecasing);
+        """``truecase_models`` maps each side to its model (empty without truecasing);
         ``bpe_codes`` maps "joint", or "src" and "tgt", to the learned subword model:
         subword-nmt codes text, or a SentencePiece model's bytes (``options.subwords``).
         """
@@ -236,33 +235,6 @@ class Preprocessor:
             )
             for side in SIDES
         }
-        # Lines already tokenised and truecased during fit, so that encoding the
-        # training data right after fitting does not redo the slowest step.
-        self._fit_words: dict[str, dict[str, list[str]]] = {side: {} for side in SIDES}
-
-    # --- learning ---------------------------------------------------------------
-
-    @classmethod
-    def fit(cls, src_lines: Sequence[str], tgt_lines: Sequence[str], **options) -> Preprocessor:
-        """Learn the truecasing and subword models from training text.
-
-        ``options`` are the fields of :class:`PreprocessOptions`: ``src_lang``,
-        ``tgt_lang``, ``tokenize``, ``truecase``, ``bpe_merges``, ``joint_bpe``,
-        ``subwords``, ``sentencepiece_vocab`` and ``sentencepiece_type``.
-        """
-        opts = make_options(options)
-        lines = {"src": src_lines, "tgt": tgt_lines}
-        words: dict[str, dict[str, list[str]]] = {}
-        truecasers: dict[str, MosesTruecaser] = {}
-        for side in SIDES:
-            words[side], truecaser = _fit_words_and_truecaser(opts, side, lines[side])
-            if truecaser is not None:
-                truecasers[side] = truecaser
-        codes = learn_subwords(opts, {side: _word_counts(lines[side], words[side]) for side in SIDES},
-                               lambda sides: (" ".join(words[side][line]) for side in sides for line in lines[side]))
-        preprocessor = cls(opts, truecasers, codes)
-        preprocessor._fit_words = words
-        return preprocessor
 
     # --- applying ---------------------------------------------------------------
 
@@ -274,7 +246,6 @@ class Preprocessor:
     def encode_many(self, lines: Iterable[str], side: str) -> list[list[str]]:
         """Encode many lines; repeated lines and words are processed once."""
         pipeline = self._side(side)
-        fitted = self._fit_words[side]
         done: dict[str, list[str]] = {}
         result = []
         for line in lines:
@@ -282,10 +253,7 @@ class Preprocessor:
             if encoded is not None:
                 result.append(list(encoded))  # a copy: callers may modify their lists
                 continue
-            # Taken out of the fit memo, not copied: the memo holds a token string
-            # per running word, too much to keep for a whole training run.
-            words = fitted.pop(line, None)
-            encoded = done[line] = pipeline.subwords(words if words is not None else pipeline.words(line))
+            encoded = done[line] = pipeline.subwords(pipeline.words(line))
             result.append(encoded)
         return result
 
@@ -366,19 +334,6 @@ def make_options(options: dict) -> PreprocessOptions:
     return PreprocessOptions(**options)
 
 
-def _fit_words_and_truecaser(
-    opts: PreprocessOptions, side: str, lines: Sequence[str]
-) -> tuple[dict[str, list[str]], MosesTruecaser | None]:
-    """Tokenise the distinct lines of one side and, if asked, learn and apply truecasing."""
-    plain = SidePipeline(opts.lang(side), opts.tokenize, None, None)
-    tokenised = _unique_map(plain.words, lines)
-    if not opts.truecase:
-        return tokenised, None
-    truecaser = line_start_only(MosesTruecaser())
-    truecaser.train([tokenised[line] for line in lines])  # every occurrence counts, as in Moses
-    return {line: truecase_tokens(truecaser, tokens) for line, tokens in tokenised.items()}, truecaser
-
-
 def _unique_map(function, lines: Iterable[str]) -> dict[str, list[str]]:
     """``{line: function(line)}``, computing each distinct line once."""
     result: dict[str, list[str]] = {}
@@ -386,13 +341,6 @@ def _unique_map(function, lines: Iterable[str]) -> dict[str, list[str]]:
         if line not in result:
             result[line] = function(line)
     return result
-
-
-def _word_counts(lines: Iterable[str], words: dict[str, list[str]]) -> Counter:
-    counts: Counter = Counter()
-    for line in lines:
-        counts.update(words[line])
-    return counts
 
 
 def learn_subwords(opts: PreprocessOptions, counts: dict[str, Counter],

@@ -1,16 +1,18 @@
 """The one data path: prepared pairs as memory-mapped arrays, prepared block by block on any number
 of workers, batched from the lengths.  Each test holds the new path against what the earlier
-one computed (its algorithm written out here, or the in-memory Preprocessor.fit pipeline)."""
+one computed (its algorithm written out here: the list batcher, the one-pass pipeline)."""
 from __future__ import annotations
 
 import filecmp
 import random
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from sacremoses import MosesTruecaser
 
 from ctxnmt.config import load_config
 from ctxnmt.data import prepare as prepare_module
@@ -18,8 +20,9 @@ from ctxnmt.data import stream
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
 from ctxnmt.data.documents import PreviousSentences, document_runs, previous_sentences
 from ctxnmt.data.indexed import TokenArrays
-from ctxnmt.data.prepare import OLD_DATA, load_prepared, prepare
-from ctxnmt.data.preprocess import Preprocessor, PreprocessOptions
+from ctxnmt.data.prepare import OLD_DATA, prepare
+from ctxnmt.data.preprocess import (Preprocessor, PreprocessOptions, SidePipeline, learn_codes, line_start_only,
+                                    truecase_tokens)
 from ctxnmt.data.vocab import EOS, PAD, Vocab
 from ctxnmt.errors import DataError
 from tests.training.conftest import tiny_config, write_corpus
@@ -116,6 +119,18 @@ def write(out: Path, src, tgt, docs=None) -> tuple[str, str, str | None]:
 OPTIONS = PreprocessOptions(src_lang="es", tgt_lang="en", bpe_merges=30)
 
 
+def one_pass_pipeline(src: list[str], tgt: list[str]) -> Preprocessor:
+    """The pipeline learned in one pass over the whole corpus in memory: each side's Moses words,
+    a truecaser trained on every line of them, and BPE on the truecased words' counts."""
+    truecasers, counts = {}, {}
+    for side, lines in (("src", src), ("tgt", tgt)):
+        words = [SidePipeline(OPTIONS.lang(side), True, None, None).words(line) for line in lines]
+        truecasers[side] = line_start_only(MosesTruecaser())
+        truecasers[side].train(words)
+        counts[side] = Counter(w for line in words for w in truecase_tokens(truecasers[side], line))
+    return Preprocessor(OPTIONS, truecasers, learn_codes(OPTIONS, counts))
+
+
 def run_stream(tmp_path: Path, name: str, paths, workers: int, cleaning=stream.Cleaning(), max_len=12):
     out = tmp_path / name
     result = stream.prepare_training(OPTIONS, paths, out / "train", out / "work", max_len, 0, cleaning, workers,
@@ -131,7 +146,7 @@ def test_streaming_on_any_number_of_workers_is_the_one_pass_pipeline(tmp_path):
     for name in ("src.bin", "src.idx", "tgt.bin", "tgt.idx", "doc.bin", "meta.json"):
         assert filecmp.cmp(one / name, two / name, shallow=False), name
     # the same as learning on the whole corpus in memory, then encoding and filtering it
-    fitted = Preprocessor.fit(src, tgt, src_lang="es", tgt_lang="en", bpe_merges=30)
+    fitted = one_pass_pipeline(src, tgt)
     assert result.codes == fitted._bpe_codes
     for side in ("src", "tgt"):
         assert result.truecasers[side].model["best"] == fitted._truecase_models[side].model["best"]

@@ -22,6 +22,7 @@ from ctxnmt.data.vocab import Vocab
 from ctxnmt.data.words import WordBoundaries, count_words, goes_on, join_word, joins_back, word_groups, word_starts
 from ctxnmt.decoding.beam import _RowWords
 from ctxnmt.errors import CheckpointError, ConfigError
+from tests.data.conftest import learned_pipeline
 from tests.training.conftest import write_corpus
 
 SP = dict(src_lang="es", tgt_lang="en", subwords="sentencepiece", sentencepiece_vocab=60)
@@ -39,8 +40,8 @@ def lines(corpus: Path, name: str) -> list[str]:
 @pytest.fixture(scope="module", params=[(True, True), (False, False)], ids=["moses", "raw"])
 def fitted(request, corpus, tmp_path_factory) -> Preprocessor:
     tokenize, truecase = request.param
-    return Preprocessor.fit(lines(corpus, "train.es"), lines(corpus, "train.en"), tokenize=tokenize,
-                            truecase=truecase, **SP)
+    return learned_pipeline(tmp_path_factory.mktemp("fit"), lines(corpus, "train.es"), lines(corpus, "train.en"),
+                            tokenize=tokenize, truecase=truecase, **SP)
 
 
 # -- the pipeline ----------------------------------------------------------------------------------
@@ -55,8 +56,8 @@ def test_decoding_gives_back_the_line_that_was_encoded(fitted):
         assert fitted.decode(pieces, side) == line
 
 
-def test_sentencepiece_runs_on_the_tokenised_truecased_words(corpus):
-    pre = Preprocessor.fit(lines(corpus, "train.es"), lines(corpus, "train.en"), **SP)
+def test_sentencepiece_runs_on_the_tokenised_truecased_words(corpus, tmp_path):
+    pre = learned_pipeline(tmp_path, lines(corpus, "train.es"), lines(corpus, "train.en"), **SP)
     pieces = pre.encode("El gato, come.", "src")
     # the Moses words "el gato , come ." (the capital truecased away), each starting with ▁
     assert "".join(pieces).split(WORD_START)[1:] == ["el", "gato", ",", "come", "."]
@@ -71,7 +72,8 @@ def test_the_model_is_stored_loaded_and_learned_per_side_where_asked(fitted, cor
     loaded = Preprocessor.load(tmp_path / "joint")
     line = "el perro ve la luna ."
     assert loaded.encode(line, "src") == fitted.encode(line, "src")
-    per_side = Preprocessor.fit(lines(corpus, "train.es"), lines(corpus, "train.en"), joint_bpe=False, **SP)
+    per_side = learned_pipeline(tmp_path / "fit", lines(corpus, "train.es"), lines(corpus, "train.en"),
+                                joint_bpe=False, **SP)
     per_side.save(tmp_path / "sides")
     names = {p.name for p in (tmp_path / "sides").iterdir()}
     assert {"preprocess.sentencepiece.src", "preprocess.sentencepiece.tgt"} <= names
@@ -92,7 +94,8 @@ def test_a_missing_or_corrupt_model_file_is_a_one_line_error(fitted, tmp_path):
 def test_a_vocabulary_below_the_corpus_characters_is_a_one_line_error(corpus, tmp_path):
     with pytest.raises(ConfigError, match=r"^preprocessing: SentencePiece cannot learn a model of sentencepiece_vocab "
                                           r"5 pieces here: Vocabulary size is smaller than required_chars[^\n]*$"):
-        Preprocessor.fit(lines(corpus, "train.es"), lines(corpus, "train.en"), **{**SP, "sentencepiece_vocab": 5})
+        learned_pipeline(tmp_path, lines(corpus, "train.es"), lines(corpus, "train.en"),
+                         **{**SP, "sentencepiece_vocab": 5})
 
 
 @pytest.mark.parametrize("key, value, message", [
