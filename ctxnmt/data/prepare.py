@@ -25,7 +25,7 @@ from ctxnmt.config import Config, DataConfig, first_difference, lookup
 from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import read_parallel
 from ctxnmt.data.indexed import META, TokenArrays, id_dtype, read_meta
-from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor, make_options
+from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor, PreprocessOptions
 from ctxnmt.data.sampling import Sampling, TrainingSamples
 from ctxnmt.data.stream import Cleaning, check_aligned, prepare_training
 from ctxnmt.data.vocab import Vocab
@@ -236,10 +236,7 @@ def _prepare_into(out: Path, d: DataConfig, log: Log, workers: int) -> None:
     src, tgt, doc = split_paths(d, "train")
     check_aligned((str(src), str(tgt), str(doc) if doc.is_file() else None))
     dev = read_split(d, "dev")  # a broken dev split is found before the long work
-    options = make_options({"src_lang": d.src_lang, "tgt_lang": d.tgt_lang, "tokenize": d.tokenize,
-                            "truecase": d.truecase, "bpe_merges": d.bpe_merges, "joint_bpe": d.joint_bpe,
-                            "subwords": d.subwords, "sentencepiece_vocab": d.sentencepiece_vocab,
-                            "sentencepiece_type": d.sentencepiece_type})
+    options = PreprocessOptions.of(d)
     workers = _workers(workers, src)
     subwords = "SentencePiece" if d.subwords == SENTENCEPIECE_SCHEME else "BPE"
     log(f"prepare: learning tokenisation, truecasing and {subwords} on {src} and {tgt}")

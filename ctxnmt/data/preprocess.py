@@ -73,6 +73,11 @@ class PreprocessOptions:
         if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
             raise ConfigError(f"preprocessing: sentencepiece_vocab must be a positive integer, not {vocab!r}")
 
+    @classmethod
+    def of(cls, data) -> PreprocessOptions:
+        """The pipeline settings of a data section (a DataConfig, which holds these fields by name)."""
+        return cls(**{field.name: getattr(data, field.name) for field in fields(cls)})
+
     def lang(self, side: str) -> str:
         return self.src_lang if side == "src" else self.tgt_lang
 
