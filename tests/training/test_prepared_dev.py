@@ -3,8 +3,10 @@ holds exactly the ids that the earlier form, a torch pickle of lists, held; a mo
 prepared in that earlier form (prep/dev.pt) still trains, validates to the same scores and translates."""
 from __future__ import annotations
 
+import re
 import shutil
 
+import pytest
 import torch
 
 from ctxnmt.config import load_config
@@ -12,10 +14,11 @@ from ctxnmt.data.documents import document_runs
 from ctxnmt.data.indexed import read_meta
 from ctxnmt.data.prepare import prepare, read_split
 from ctxnmt.decoding.translator import Translator
+from ctxnmt.errors import DataError
 from ctxnmt.models.nmt import build_model
 from ctxnmt.training.trainer import Trainer
 from ctxnmt.training.translation import TranslationTask
-from ctxnmt.training.validate import validate
+from ctxnmt.training.validate import document_context, validate
 from tests.training.conftest import tiny_config
 
 QUIET = {"log": lambda line: None}
@@ -63,3 +66,16 @@ def test_a_directory_with_the_pickled_dev_split_trains_validates_alike_and_trans
     prepare(config, force=True, **QUIET)  # the same data in the arrays' form: the same translations
     assert not (prep / "dev.pt").exists() and (prep / "dev").is_dir()
     assert [t.text for t in Translator.load(tmp_path / "model").translate(dev.src, doc_ids=dev.docs)] == translated
+
+
+def test_a_bad_dev_document_id_names_the_dev_file_and_its_line(tiny_corpus, tmp_path):
+    shutil.copytree(tiny_corpus, tmp_path / "data")
+    doc = tmp_path / "data" / "dev.doc"
+    ids = doc.read_text(encoding="utf-8").splitlines()
+    ids[6] = "doc0"  # line 7 goes back to the first document, after doc1's lines 5 and 6
+    doc.write_text("\n".join(ids) + "\n", encoding="utf-8")
+    config = load_config(tiny_config(tmp_path / "tiny.yaml", tmp_path / "data", tmp_path / "model"),
+                         ["model.doc_aux=aux"])
+    message = rf"^{re.escape(str(doc))}:7: document 'doc0' \(first at line 1\) continues after another document; "
+    with pytest.raises(DataError, match=message + "a document's lines must be consecutive$"):
+        document_context(prepare(config, **QUIET).dev, config, "dev")
