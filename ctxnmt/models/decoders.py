@@ -162,6 +162,8 @@ class ConditionalGRUDecoder(Decoder):
         c = mix(alpha, enc["annotations"]) if c is None else c
         d, summary = self.summary.step(state.part("summary"), prev_emb_t, s, c)
         extra = self.output_extra_step(state, s, new)
+        if "record" in state.parts:  # the step's inputs to the summary's and the output's weights
+            new.with_part("record", State().rows(y=prev_emb_t, s=s, d=d, c=c))
         return self.output(s, d, c, extra), new.with_part("summary", summary), alpha
 
     def word_input(self, emb: torch.Tensor) -> torch.Tensor:
@@ -200,6 +202,23 @@ class ConditionalGRUDecoder(Decoder):
     def output_weights(self, enc, prev_emb, tgt_mask):
         S, D, C, _ = self.readout_inputs(enc, prev_emb, tgt_mask)
         return self.output.weights(S, D, C)
+
+    def recording(self, state):
+        # each step replaces the record with its own (a steady state, which graphs can replay)
+        return state.with_part("record", State()) if self.has_target_attention() or self.has_adaptive_output() \
+            else state
+
+    def recorded(self, state):
+        return state.part("record") if "record" in state.parts else None
+
+    def signals(self, record):
+        Y, S, D, C = (record[k] for k in ("y", "s", "d", "c"))
+        found = {}
+        if self.has_target_attention():
+            found["target_attention"] = self.summary.weights(Y, None, S, C)
+        if self.has_adaptive_output():
+            found["output_weights"] = self.output.weights(S, D, C).mean(-1).permute(1, 2, 0)
+        return found
 
 
 @DECODERS.register("self-attentive-rnn")

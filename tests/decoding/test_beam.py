@@ -218,8 +218,14 @@ class _LongSourcesEndFirst(torch.nn.Module):
         self.model, self.long = model, long
         self.vocab_size = model.vocab_size
 
-    def encode(self, src, src_mask, context=None, beam=1):
-        return self.model.encode(src, src_mask, context, beam)
+    def encode(self, src, src_mask, context=None, beam=1, signals=False):
+        return self.model.encode(src, src_mask, context, beam, signals)
+
+    def recorded(self, state):
+        return self.model.recorded(state)
+
+    def signals(self, enc, record, rows, beam):
+        return self.model.signals(enc, record, rows, beam)
 
     def init_state(self, enc, beam=1):
         return self.model.init_state(enc, beam)
