@@ -47,6 +47,8 @@ class ConditionalGRUDecoder(Decoder):
     no (N, S, 3H) values to read at every step.
     """
 
+    words = "conditional GRU decoder"
+
     def __init__(self, emb_dim: int, hidden_dim: int, att_dim: int, ctx_dim: int, out_dim: int,
                  config: ModelConfig, **_):
         """`config`: the model section, which names the cell, target context, output and
@@ -230,6 +232,8 @@ class SelfAttentiveRNNDecoder(ConditionalGRUDecoder):
     The query is the current state s_t, as the appendix's score has it; the memory holds
     s_1 … s_{t-1} (eq. 19), so s̃_1 = 0, the empty sum (nothing to attend to yet)."""
 
+    words = "conditional GRU decoder that also attends to its own previous states"
+
     def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
         super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)
         self.W_m = nn.Linear(hidden_dim, hidden_dim)
@@ -291,6 +295,8 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
     unread); the query of t = 2 is then W_q s_0.  Padding comes after every real step, so
     causality keeps it out of the memory of real steps.  Cost: O(t) per step (the scores
     depend on the query); W_x E y is computed for all steps before the loop."""
+
+    words = "conditional GRU decoder whose recurrence attends to its own previous states"
 
     def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
         super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)

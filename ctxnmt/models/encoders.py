@@ -88,6 +88,8 @@ class BiRNNLayer(nn.Module):
 class BiRNNEncoder(BiRNNLayer, RecurrentEncoder):
     """h_i = [→h_i; ←h_i] from a forward and a backward GRU over the embeddings."""
 
+    words = "bidirectional GRU encoder"
+
     def __init__(self, emb_dim: int, hidden_dim: int, cell: str = "gru", **_):
         super().__init__(emb_dim, hidden_dim, cell)
         self.out_dim = 2 * hidden_dim
@@ -105,6 +107,8 @@ class StackedSettings(ComponentSettings):
 class StackedBiRNNEncoder(RecurrentEncoder):
     """N bidirectional layers; layer k reads [→h_i; ←h_i] of layer k − 1 (the first
     reads the embeddings); the annotations are the top layer's."""
+
+    words = "stacked bidirectional GRU encoder ({encoder_layers} layers)"
 
     def __init__(self, emb_dim: int, hidden_dim: int, cell: str = "gru", layers: int = 2, **_):
         super().__init__()
@@ -195,11 +199,15 @@ class ContextAwareEncoder(RecurrentEncoder):
 class ForwardContextAwareEncoder(ContextAwareEncoder):
     """Context-aware layer left → right, future context right → left."""
 
+    words = "context-aware encoder (left to right, with the future context right to left)"
+
     context_reverse = False
 
 
 @ENCODERS.register("bcae")
 class BackwardContextAwareEncoder(ContextAwareEncoder):
     """Context-aware layer right → left, future context left → right (the released code)."""
+
+    words = "context-aware encoder (right to left, with the future context left to right)"
 
     context_reverse = True

@@ -39,6 +39,9 @@ class Encoder(nn.Module):
 
     out_dim: int  # C, the width of the annotations
     state_dim: int  # the size of the initial state h0 that `forward` accepts
+    # plain words for a reader who does not know the config's names (the server's model list),
+    # formatted with the model section's keys; None: it is named by its registry name
+    words: str | None = None
 
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> Encoder:
@@ -76,6 +79,7 @@ class Decoder(nn.Module):
     state and writes into neither."""
 
     out_dim: int  # the width of the readout t_t
+    words: str | None = None  # as Encoder.words
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, ctx_dim: int) -> Decoder:
