@@ -100,17 +100,6 @@ TRIM_SHARE = Fraction(3, 4)
 
 
 @torch.no_grad()
-def beam_search(model: Searchable, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5, nbest: int = 1,
-                length: LengthControl = DEFAULT_LENGTH, return_attention: bool = False,
-                context=None) -> list[list[Hypothesis]]:
-    """Translate a padded batch; returns for each sentence its `nbest` best hypotheses.
-    `context` (ctxnmt.data.batching.Context): previous source sentences, for document-context models."""
-    results = search_batches(model, [(list(range(src.size(0))), src, src_mask, context)], beam, nbest,
-                             length, return_attention)
-    return [results[i] for i in range(src.size(0))]
-
-
-@torch.no_grad()
 def search_batches(model: Searchable, batches, beam: int = 5, nbest: int = 1, length: LengthControl = DEFAULT_LENGTH,
                    return_attention: bool = False, refill_below: int = 0) -> dict[int, list[Hypothesis]]:
     """Search batches of (indices, padded src, src_mask, context or None); returns the

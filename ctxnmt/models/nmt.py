@@ -53,8 +53,7 @@ class NMTModel(nn.Module):
     @property
     def capabilities(self) -> Capabilities:
         encoder, decoder = self.encoder.recurrence_cells(), self.decoder.recurrence_cells()
-        return Capabilities(encoder_recurrences=tuple(encoder), decoder_recurrences=tuple(decoder),
-                            encoder_hyper_gates=hyper_gated(encoder), decoder_hyper_gates=hyper_gated(decoder),
+        return Capabilities(encoder_hyper_gates=hyper_gated(encoder), decoder_hyper_gates=hyper_gated(decoder),
                             target_attention=self.decoder.has_target_attention(),
                             adaptive_output=self.decoder.has_adaptive_output(),
                             document_context=self.context_reader is not None)
