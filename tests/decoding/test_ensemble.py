@@ -11,10 +11,10 @@ import torch
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
-from tests.decoding.search import search_batch
 from ctxnmt.decoding.length import LengthControl
 from ctxnmt.decoding.ensemble import Ensemble, pack, unpack
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 from tests.decoding.test_beam import SRC, random_model, sequence_logprob
 
 

@@ -13,10 +13,10 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding import graphs
-from tests.decoding.search import search_batch
 from ctxnmt.decoding.graphs import GraphedSearch
 from ctxnmt.decoding.length import LengthControl
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 
 SRC = [[5, 6, 7, 8, 9], [10, 11], [4, 12, 13, 5, 6, 7, 8], [9, 9, 9], [7, 8, 9, 10, 11, 12], [13, 4]]
 

@@ -20,9 +20,9 @@ from ctxnmt.data.vocab import EOS
 from ctxnmt.data.words import WordBoundaries, count_words, goes_on, word_starts
 from ctxnmt.decoding import beam as search_module
 from ctxnmt.decoding.beam import search_batches
-from tests.decoding.search import search_batch
 from ctxnmt.decoding.length import LengthControl, coverage_penalty, length_control
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 from tests.decoding.test_beam import SRC, random_model, sequence_logprob
 from tests.test_cli import small_corpus, write_config
 

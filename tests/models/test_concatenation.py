@@ -10,12 +10,12 @@ import torch
 from ctxnmt.config import Config, ModelConfig, TrainingConfig, validate
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.vocab import EOS, PAD
-from tests.decoding.search import search_batch
 from ctxnmt.decoding.ensemble import Ensemble
 from ctxnmt.decoding.forced import _step_through, forced_log_probs
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.context import Concatenation, context_sentences, reads_target_context
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 
 V = 30
 BRK = V  # the break: one past the vocabulary

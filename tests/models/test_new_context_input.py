@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from ctxnmt.config import ModelConfig
-from tests.decoding.search import search_batch
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.interfaces import ContextNeeds, ContextReader
 from ctxnmt.models.nmt import build_model
 from ctxnmt.models.registry import CONTEXTS
+from tests.decoding.search import search_batch
 from tests.training.test_pronoun_from_context import accuracy, trained
 
 

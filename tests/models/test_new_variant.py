@@ -16,7 +16,6 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding.beam import search_batches
-from tests.decoding.search import search_batch
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.decoders import ConditionalGRUDecoder
 from ctxnmt.models.interfaces import Decoder
@@ -25,6 +24,7 @@ from ctxnmt.models.output import readout_dim
 from ctxnmt.models.registry import DECODERS, TARGET_CONTEXTS
 from ctxnmt.models.state import State
 from ctxnmt.models.target_context import TargetContext
+from tests.decoding.search import search_batch
 from tests.decoding.test_beam import SRC
 
 

@@ -7,8 +7,8 @@ import torch
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
-from tests.decoding.search import search_batch
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 
 
 def synthetic_pairs(n=20, vocab=30, seed=0):
