@@ -48,6 +48,8 @@ class Translation:
     tokens: list[str] = field(default_factory=list)  # output subwords, without EOS
     attention: torch.Tensor | None = None  # (len(tokens) + 1, len(src_tokens))
     nbest: list[Translation] = field(default_factory=list)  # includes the best one first
+    signals: dict = field(default_factory=dict)  # with the attention: the rest the model shows (Searchable.signals)
+    context: list[int] = field(default_factory=list)  # the input lines it read as document context
 
 
 def _sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -152,7 +154,8 @@ def _to_translation(hyps: list[Hypothesis], preprocessor, tgt_vocab: Vocab, src_
     items = []
     for h in hyps:
         tokens = tgt_vocab.decode(h.tokens)
-        items.append(Translation(preprocessor.decode(tokens, "tgt"), h.score, src_tokens, tokens, h.attention))
+        items.append(Translation(preprocessor.decode(tokens, "tgt"), h.score, src_tokens, tokens, h.attention,
+                                 signals=h.signals))
     best = items[0] if items else Translation("")
     best.nbest = items
     return best
@@ -251,6 +254,8 @@ class Translator:
                 out[line_no] = Translation(text, sum(p.score for p in parts), src_tokens[line_no],
                                            [t for p in parts for t in p.tokens])
                 out[line_no].nbest = [out[line_no]]
+            if parts and previous is not None:
+                out[line_no].context = previous[owners[line_no][0]]
         return out
 
     def score(self, lines: list[str], targets: list[str | None], doc_ids: list[str] | None = None,

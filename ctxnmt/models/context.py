@@ -145,6 +145,11 @@ class Concatenation(ContextReader):
     def memory_lengths(self, enc: State) -> list[int]:
         return enc["memory_len"].tolist()
 
+    def own_positions(self, values, enc, width):
+        start = enc["memory_len"] - width  # the encoder read the context and its breaks first
+        index = start.unsqueeze(1) + torch.arange(width, device=values.device)
+        return values.gather(1, index.clamp(max=values.size(1) - 1))
+
     def embed_target(self, table: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
         return self.embed(table, ids, "target")
 

@@ -26,6 +26,10 @@ class ReadoutSettings(ComponentSettings):
             raise ConfigError("model.tie_embeddings needs model.out_dim equal to model.emb_dim")
 
 
+# The weights' names, in the order of `weights`' first axis.
+OUTPUT_WEIGHTS = ("alpha_s", "alpha_y", "alpha_c")
+
+
 def readout_dim(cfg: ComponentSection) -> int:
     """The size of the readout t_t, which the output layer and W_o share."""
     settings = cfg.settings(ReadoutSettings)
