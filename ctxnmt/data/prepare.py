@@ -21,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ctxnmt.config import Config, DataConfig, first_difference, lookup
+from ctxnmt.config import Config, first_difference, lookup
 from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import read_parallel
 from ctxnmt.data.indexed import META, TokenArrays, id_dtype, read_meta
 from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor, PreprocessOptions
+from ctxnmt.data.settings import DataConfig
 from ctxnmt.data.sampling import Sampling, TrainingSamples
 from ctxnmt.data.stream import Cleaning, check_aligned, prepare_training
 from ctxnmt.data.vocab import Vocab

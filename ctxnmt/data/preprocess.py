@@ -27,12 +27,13 @@ from sacremoses import MosesDetokenizer, MosesDetruecaser, MosesTokenizer, Moses
 from subword_nmt import learn_bpe as _learn_bpe_module
 from subword_nmt.apply_bpe import BPE
 
+from ctxnmt.data.settings import DataConfig
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.options import choices, field_problem
 
 SIDES = ("src", "tgt")
-BPE_SCHEME, SENTENCEPIECE_SCHEME = "bpe", "sentencepiece"  # the subword schemes (data.subwords)
-SENTENCEPIECE_TYPES = ("unigram", "bpe")
+BPE_SCHEME, SENTENCEPIECE_SCHEME = choices(DataConfig, "subwords")
 BPE_SEPARATOR = "@@"
 WORD_START = "\u2581"  # "▁": SentencePiece's mark of a piece that starts a word
 OPTIONS_FILE = "preprocess.json"
@@ -64,11 +65,10 @@ class PreprocessOptions:
                 raise ConfigError(f"preprocessing: {name} must be true or false, not {getattr(self, name)!r}")
         if isinstance(self.bpe_merges, bool) or not isinstance(self.bpe_merges, int) or self.bpe_merges < 0:
             raise ConfigError(f"preprocessing: bpe_merges must be a non-negative integer, not {self.bpe_merges!r}")
-        if self.subwords not in (BPE_SCHEME, SENTENCEPIECE_SCHEME):
-            raise ConfigError(f"preprocessing: subwords must be 'bpe' or 'sentencepiece', not {self.subwords!r}")
-        if self.sentencepiece_type not in SENTENCEPIECE_TYPES:
-            raise ConfigError("preprocessing: sentencepiece_type must be 'unigram' or 'bpe', "
-                              f"not {self.sentencepiece_type!r}")
+        for name in ("subwords", "sentencepiece_type"):  # as the data section declares them
+            problem = field_problem(getattr(self, name), choices(DataConfig, name))
+            if problem:
+                raise ConfigError(f"preprocessing: {name} {problem}")
         vocab = self.sentencepiece_vocab
         if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
             raise ConfigError(f"preprocessing: sentencepiece_vocab must be a positive integer, not {vocab!r}")

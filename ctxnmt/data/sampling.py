@@ -26,7 +26,7 @@ from pathlib import Path
 import sentencepiece
 from subword_nmt.apply_bpe import BPE
 
-from ctxnmt.config import DataConfig
+from ctxnmt.data.settings import DataConfig
 from ctxnmt.data.indexed import META, TokenArrays
 from ctxnmt.data.preprocess import SentencePieceModel
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from ctxnmt.config import SEARCH_PRECISIONS, Config, DecodingConfig, load_config, model_kind, read_raw
+from ctxnmt.config import Config, load_config, model_kind, read_raw
+from ctxnmt.decoding.settings import DecodingConfig
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
@@ -38,6 +39,7 @@ from ctxnmt.models.nmt import build_model
 from ctxnmt.models.migrations import load_model_checkpoint
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_model_state
 from ctxnmt.utils.messages import Log, warn
+from ctxnmt.utils.options import choices, field_problem
 
 
 @dataclass
@@ -324,8 +326,9 @@ class Translator:
         """Search and score in `precision` (`decoding.precision`), whatever the model directory's
         config says: bf16 only on CUDA (on one H200, beam 5 of the papers'-size model ran 1.19× as
         fast as float32; the scores differ in their last digits), int8 only on the CPU."""
-        if precision not in SEARCH_PRECISIONS:
-            raise ConfigError(f"decoding.precision must be one of {', '.join(SEARCH_PRECISIONS)}, not '{precision}'")
+        problem = field_problem(precision, choices(DecodingConfig, "precision"))
+        if problem:
+            raise ConfigError(f"decoding.precision {problem}")
         if precision == "bf16":
             self._needs_cuda(flag or f"--precision {precision}")
         if precision == "int8" and torch.device(self.device).type != "cpu":

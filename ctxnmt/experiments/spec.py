@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.config import _coerce, _field_types, _unknown_key, read_yaml_mapping
+from ctxnmt.config import _coerce, read_yaml_mapping
 from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import METRICS
 from ctxnmt.evaluation.significance import TESTS
+from ctxnmt.utils.options import field_types, unknown_key
 
 DEFAULT_SEEDS = (1234,)
 TRANSLATION, LANGUAGE_MODEL = "translation", "language-model"
@@ -160,11 +161,11 @@ def _convert(value: Any, typ: Any, key: str) -> Any:
 def _build(cls: type, raw: Any, where: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"experiment key '{where.rstrip('.')}' must be a mapping, got {raw!r}")
-    types = _field_types(cls)
+    types = field_types(cls)
     kwargs = {}
     for key, value in raw.items():
         if key not in types:
-            raise _unknown_key(str(key), list(types), where)
+            raise unknown_key(str(key), list(types), where)
         kwargs[key] = _convert(value, types[key], f"{where}{key}")
     return cls(**kwargs)
 

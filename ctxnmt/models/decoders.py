@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.config import ModelConfig
+from ctxnmt.models.settings import ModelConfig
 from ctxnmt.models.attention import AdditiveAttention
 from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.document import input_from_config as document_input

@@ -12,12 +12,11 @@ state.  Besides `forward`, an encoder lists its recurrences by name with their c
 the time loop."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ctxnmt.config import ComponentSettings, ModelConfig, check_ranges
+from ctxnmt.models.settings import ModelConfig, StackedSettings
 from ctxnmt.models.cells import GRUCell, RecurrentCell, scan
 from ctxnmt.models.functional import bigru, biscan, hold_on_padding, read_every_step, step_product
 from ctxnmt.models.interfaces import Encoder, Recurrence
@@ -95,15 +94,7 @@ class BiRNNEncoder(BiRNNLayer, RecurrentEncoder):
         self.out_dim = 2 * hidden_dim
 
 
-@dataclass(frozen=True)
-class StackedSettings(ComponentSettings):
-    encoder_layers: int = 2  # bidirectional layers
-
-    def check(self, config) -> None:
-        check_ranges(self, "model", {"encoder_layers": ">=1"})
-
-
-@ENCODERS.register("stacked-birnn", settings=StackedSettings)
+@ENCODERS.register("stacked-birnn")
 class StackedBiRNNEncoder(RecurrentEncoder):
     """N bidirectional layers; layer k reads [→h_i; ←h_i] of layer k − 1 (the first
     reads the embeddings); the annotations are the top layer's."""

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ctxnmt.config import ModelConfig
+from ctxnmt.models.settings import ModelConfig
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.state import State

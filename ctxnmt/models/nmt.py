@@ -8,9 +8,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.config import ModelConfig
+from ctxnmt.models.settings import ModelConfig
 from ctxnmt.data.batching import Context
 from ctxnmt.data.vocab import EOS, PAD
+from ctxnmt.models import components  # noqa: F401  (the registry entries it builds from)
 from ctxnmt.models.capabilities import Capabilities, hyper_gated
 from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.context import after_prefix, reader_from_config

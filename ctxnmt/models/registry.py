@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Callable
 from typing import TypeVar
 
-from ctxnmt.config import declare_model_settings
+from ctxnmt.models.settings import declare_model_settings
 from ctxnmt.errors import ConfigError
 
 T = TypeVar("T")

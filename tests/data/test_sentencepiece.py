@@ -99,8 +99,8 @@ def test_a_vocabulary_below_the_corpus_characters_is_a_one_line_error(corpus, tm
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("subwords", "wordpiece", "data.subwords must be 'bpe' or 'sentencepiece', got 'wordpiece'"),
-    ("sentencepiece_type", "char", "data.sentencepiece_type must be 'unigram' or 'bpe', got 'char'"),
+    ("subwords", "wordpiece", "data.subwords must be one of bpe, sentencepiece, not 'wordpiece'"),
+    ("sentencepiece_type", "char", "data.sentencepiece_type must be one of unigram, bpe, not 'char'"),
     ("sentencepiece_vocab", "0", "data.sentencepiece_vocab must be at least 1, got 0"),
 ])
 def test_bad_settings_are_one_line_errors_naming_the_key(tmp_path, key, value, message):

@@ -129,7 +129,7 @@ def test_the_data_side_reads_k_and_the_target_flag_from_the_context_input():
 @pytest.mark.parametrize("keys, message", [
     (dict(context="concat", doc_aux="aux"), "model.context: concat reads no hierarchical summary"),
     (dict(context="concat", concat_sents=0), "model.concat_sents must be"),
-    (dict(context="concat", concat_loss="prefix"), "model.concat_loss must be 'current' or 'all'"),
+    (dict(context="concat", concat_loss="prefix"), "model.concat_loss must be one of current, all"),
     (dict(context="concat", concat_loss="all"), "model.concat_loss: all needs model.concat_target"),
     (dict(context="concat", concat_target=True, decoder="memory-rnn"), "model.concat_target needs"),
     (dict(context="concatenate"), "unknown context 'concatenate'"),

@@ -96,5 +96,5 @@ def test_mixed_precision_training_follows_float32(cfg, tmp_path, precision):
 
 
 def test_unknown_precision_is_refused(cfg):
-    with pytest.raises(ConfigError, match="training.precision must be 'fp32', 'bf16' or 'fp16', got 'fp8'"):
+    with pytest.raises(ConfigError, match="training.precision must be one of fp32, bf16, fp16, not 'fp8'"):
         load_config(cfg, ["training.precision=fp8"])
