@@ -25,7 +25,7 @@ from ctxnmt.config import Config, first_difference, lookup
 from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import read_parallel
 from ctxnmt.data.indexed import META, TokenArrays, id_dtype, read_meta
-from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor, PreprocessOptions
+from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor
 from ctxnmt.data.settings import DataConfig
 from ctxnmt.data.sampling import Sampling, TrainingSamples
 from ctxnmt.data.stream import Cleaning, check_aligned, prepare_training
@@ -237,11 +237,10 @@ def _prepare_into(out: Path, d: DataConfig, log: Log, workers: int) -> None:
     src, tgt, doc = split_paths(d, "train")
     check_aligned((str(src), str(tgt), str(doc) if doc.is_file() else None))
     dev = read_split(d, "dev")  # a broken dev split is found before the long work
-    options = PreprocessOptions.of(d)
     workers = _workers(workers, src)
     subwords = "SentencePiece" if d.subwords == SENTENCEPIECE_SCHEME else "BPE"
     log(f"prepare: learning tokenisation, truecasing and {subwords} on {src} and {tgt}")
-    result = prepare_training(options, (str(src), str(tgt), str(doc) if doc.is_file() else None), out / "train",
+    result = prepare_training(d, (str(src), str(tgt), str(doc) if doc.is_file() else None), out / "train",
                               out / "work", d.max_len, d.vocab_size, cleaning(d), workers, log,
                               sampling=Sampling.of(d))
     shutil.rmtree(out / "work", ignore_errors=True)
@@ -252,7 +251,7 @@ def _prepare_into(out: Path, d: DataConfig, log: Log, workers: int) -> None:
     log(f"prepare: dropped {c.too_long} training pairs longer than {d.max_len} subwords and {c.empty} empty ones")
     src_vocab, tgt_vocab = result.src_vocab, result.tgt_vocab
     log(f"prepare: vocabulary {len(src_vocab)} source / {len(tgt_vocab)} target symbols")
-    pre = Preprocessor(options, result.truecasers, result.codes)
+    pre = Preprocessor(d, result.truecasers, result.codes)
     dtype = id_dtype(max(len(src_vocab), len(tgt_vocab)))
     encode_split(pre, src_vocab, tgt_vocab, dev.src, dev.tgt, dev.docs).save(out / DEV, dtype, references=dev.tgt)
     pre.save(out / "preprocess")

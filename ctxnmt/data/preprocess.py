@@ -19,7 +19,6 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
 from unittest import mock
 
 import sentencepiece
@@ -27,10 +26,11 @@ from sacremoses import MosesDetokenizer, MosesDetruecaser, MosesTokenizer, Moses
 from subword_nmt import learn_bpe as _learn_bpe_module
 from subword_nmt.apply_bpe import BPE
 
-from ctxnmt.data.settings import DataConfig
+from ctxnmt.config import build_typed
+from ctxnmt.data.settings import PIPELINE_KEYS, DataConfig
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.utils.io import atomic_write
-from ctxnmt.utils.options import choices, field_problem
+from ctxnmt.utils.options import check_section, choices
 
 SIDES = ("src", "tgt")
 BPE_SCHEME, SENTENCEPIECE_SCHEME = choices(DataConfig, "subwords")
@@ -39,47 +39,6 @@ WORD_START = "\u2581"  # "▁": SentencePiece's mark of a piece that starts a wo
 OPTIONS_FILE = "preprocess.json"
 FORMAT_VERSION = 1
 _BPE_JOIN = re.compile(re.escape(BPE_SEPARATOR) + r"(?: |$)")
-
-
-@dataclass(frozen=True)
-class PreprocessOptions:
-    """What the pipeline does; stored in ``preprocess.json``."""
-
-    src_lang: str
-    tgt_lang: str
-    tokenize: bool = True
-    truecase: bool = True
-    bpe_merges: int = 0
-    joint_bpe: bool = True  # one subword model (BPE or SentencePiece) learned on both sides
-    subwords: str = BPE_SCHEME
-    sentencepiece_vocab: int = 8000
-    sentencepiece_type: str = "unigram"
-
-    def __post_init__(self) -> None:
-        for name in ("src_lang", "tgt_lang"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]+)?", value):
-                raise ConfigError(f"preprocessing: {name} must be a language code such as 'en', not {value!r}")
-        for name in ("tokenize", "truecase", "joint_bpe"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"preprocessing: {name} must be true or false, not {getattr(self, name)!r}")
-        if isinstance(self.bpe_merges, bool) or not isinstance(self.bpe_merges, int) or self.bpe_merges < 0:
-            raise ConfigError(f"preprocessing: bpe_merges must be a non-negative integer, not {self.bpe_merges!r}")
-        for name in ("subwords", "sentencepiece_type"):  # as the data section declares them
-            problem = field_problem(getattr(self, name), choices(DataConfig, name))
-            if problem:
-                raise ConfigError(f"preprocessing: {name} {problem}")
-        vocab = self.sentencepiece_vocab
-        if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
-            raise ConfigError(f"preprocessing: sentencepiece_vocab must be a positive integer, not {vocab!r}")
-
-    @classmethod
-    def of(cls, data) -> PreprocessOptions:
-        """The pipeline settings of a data section (a DataConfig, which holds these fields by name)."""
-        return cls(**{field.name: getattr(data, field.name) for field in fields(cls)})
-
-    def lang(self, side: str) -> str:
-        return self.src_lang if side == "src" else self.tgt_lang
 
 
 # Words whose segmentation is remembered: a corpus's vocabulary fits many times over, and a
@@ -222,7 +181,7 @@ class Preprocessor:
     """Tokenise, truecase and segment text into subwords; made from what ctxnmt.data.stream
     learned, or by :meth:`load`."""
 
-    def __init__(self, options: PreprocessOptions, truecase_models: dict[str, MosesTruecaser],
+    def __init__(self, options: DataConfig, truecase_models: dict[str, MosesTruecaser],
                  bpe_codes: dict[str, str | bytes]):
         """``truecase_models`` maps each side to its model (empty without truecasing);
         ``bpe_codes`` maps "joint", or "src" and "tgt", to the learned subword model:
@@ -290,7 +249,7 @@ class Preprocessor:
             with atomic_write(os.path.join(directory, name), "wb" if binary else "w") as handle:
                 handle.write(codes)
         # Written last: a directory with preprocess.json is a complete one.
-        record = {"format": FORMAT_VERSION, "options": asdict(self.options), "files": files}
+        record = {"format": FORMAT_VERSION, "options": self.options.pipeline(), "files": files}
         with atomic_write(os.path.join(directory, OPTIONS_FILE)) as handle:
             json.dump(record, handle, indent=2)
             handle.write("\n")
@@ -328,15 +287,20 @@ def moses_words(lines: Sequence[str], lang: str) -> list[list[str]]:
 # --- helpers ---------------------------------------------------------------------------
 
 
-def make_options(options: dict) -> PreprocessOptions:
-    known = {field.name for field in fields(PreprocessOptions)}
-    unknown = sorted(set(options) - known)
+def make_options(options: dict) -> DataConfig:
+    """The data settings a preprocess.json records (DataConfig.pipeline), checked as a config's are."""
+    unknown = sorted(set(options) - set(PIPELINE_KEYS))
     if unknown:
-        raise ConfigError(f"preprocessing: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise ConfigError(f"preprocessing: unknown option(s) {', '.join(unknown)}; known: {', '.join(PIPELINE_KEYS)}")
     missing = sorted({"src_lang", "tgt_lang"} - set(options))
     if missing:
         raise ConfigError(f"preprocessing: missing option(s) {', '.join(missing)}")
-    return PreprocessOptions(**options)
+    try:
+        data = build_typed(DataConfig, options)
+        check_section(data, "data", None)
+    except ConfigError as err:
+        raise ConfigError(f"preprocessing: {err}") from None
+    return data
 
 
 def _unique_map(function, lines: Iterable[str]) -> dict[str, list[str]]:
@@ -348,7 +312,7 @@ def _unique_map(function, lines: Iterable[str]) -> dict[str, list[str]]:
     return result
 
 
-def learn_subwords(opts: PreprocessOptions, counts: dict[str, Counter],
+def learn_subwords(opts: DataConfig, counts: dict[str, Counter],
                    sentences: Callable[[tuple[str, ...]], Iterator[str]]) -> dict[str, str | bytes]:
     """The subword model(s) of `opts`: BPE codes learned from the word `counts`, or SentencePiece
     models from the lines of words that `sentences(sides)` yields, each side's in turn."""
@@ -368,7 +332,7 @@ SENTENCEPIECE_SENTENCES = 2_000_000
 SENTENCEPIECE_THREADS = 8
 
 
-def _learn_sentencepiece(opts: PreprocessOptions, lines: Iterator[str]) -> bytes:
+def _learn_sentencepiece(opts: DataConfig, lines: Iterator[str]) -> bytes:
     """A SentencePiece model of at most sentencepiece_vocab pieces (fewer where the corpus has
     fewer: a tiny corpus cannot fill a large vocabulary), on the text as it is ("identity": NFKC
     would change what decoding gives back, and can split a word in two)."""
@@ -386,13 +350,13 @@ def _learn_sentencepiece(opts: PreprocessOptions, lines: Iterator[str]) -> bytes
     return model.getvalue()
 
 
-def make_segmenter(opts: PreprocessOptions, model: str | bytes | None) -> BPE | SentencePieceModel | None:
+def make_segmenter(opts: DataConfig, model: str | bytes | None) -> BPE | SentencePieceModel | None:
     if model is None:
         return None
     return SentencePieceModel(model) if opts.subwords == SENTENCEPIECE_SCHEME else make_bpe(model)
 
 
-def learn_codes(opts: PreprocessOptions, counts: dict[str, Counter]) -> dict[str, str]:
+def learn_codes(opts: DataConfig, counts: dict[str, Counter]) -> dict[str, str]:
     if opts.bpe_merges == 0:
         return {}
     if opts.joint_bpe:

@@ -3,10 +3,18 @@ here, with each setting's default, values and help (ctxnmt.utils.options); torch
 reading a config loads no model code."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from ctxnmt.errors import ConfigError
 from ctxnmt.utils.options import option
+
+LANGUAGE = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]+)?")
+# The keys that decide what the text pipeline does (ctxnmt.data.preprocess): a prepared
+# directory's preprocess.json records them, in this order.
+PIPELINE_KEYS = ("src_lang", "tgt_lang", "tokenize", "truecase", "bpe_merges", "joint_bpe", "subwords",
+                 "sentencepiece_vocab", "sentencepiece_type")
 
 
 @dataclass
@@ -43,8 +51,20 @@ class DataConfig:
     subword_samples: int = option(8, ">=1", "sampled segmentations written at prepare; epoch e trains on sample "
                                             "e mod this")
 
+    def pipeline(self) -> dict[str, Any]:
+        """The settings the text pipeline follows, as preprocess.json records them."""
+        return {key: getattr(self, key) for key in PIPELINE_KEYS}
+
+    def lang(self, side: str) -> str:
+        return self.src_lang if side == "src" else self.tgt_lang
+
     def check(self, config) -> None:
-        """Each scheme's own regularisation: a probability set for the other scheme would be silently unused."""
+        """Language codes (they name the files and choose the tokeniser's rules); each scheme's own
+        regularisation: a probability set for the other scheme would be silently unused."""
+        for key in ("src_lang", "tgt_lang"):
+            if not LANGUAGE.fullmatch(getattr(self, key)):
+                raise ConfigError(f"data.{key} must be a language code such as 'en', not {getattr(self, key)!r}",
+                                  key=f"data.{key}")
         if self.bpe_dropout and self.subwords != "bpe":
             raise ConfigError(f"data.bpe_dropout is for subwords: bpe, not {self.subwords}; SentencePiece samples "
                               "with data.sentencepiece_alpha", key="data.bpe_dropout")

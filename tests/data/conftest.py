@@ -9,8 +9,9 @@ from ctxnmt.data.preprocess import Preprocessor, make_options
 
 def learned_pipeline(directory: Path, src: list[str], tgt: list[str], **options) -> Preprocessor:
     """The pipeline that ctxnmt.data.stream learns on these training lines, with `options` (the
-    fields of PreprocessOptions: a ConfigError as preprocess.json would give for a bad one)."""
-    options = make_options(options)
+    data settings preprocess.json records, no BPE unless asked: a ConfigError as preprocess.json would
+    give for a bad one)."""
+    options = make_options({"bpe_merges": 0, **options})
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, lines in (("train.src", src), ("train.tgt", tgt)):

@@ -21,8 +21,9 @@ from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
 from ctxnmt.data.documents import PreviousSentences, document_runs, previous_sentences
 from ctxnmt.data.indexed import TokenArrays
 from ctxnmt.data.prepare import OLD_DATA, prepare
-from ctxnmt.data.preprocess import (Preprocessor, PreprocessOptions, SidePipeline, learn_codes, line_start_only,
+from ctxnmt.data.preprocess import (Preprocessor, SidePipeline, learn_codes, line_start_only,
                                     truecase_tokens)
+from ctxnmt.data.settings import DataConfig
 from ctxnmt.data.vocab import EOS, PAD, Vocab
 from ctxnmt.errors import DataError
 from tests.training.conftest import tiny_config, write_corpus
@@ -116,7 +117,7 @@ def write(out: Path, src, tgt, docs=None) -> tuple[str, str, str | None]:
     return paths[0], paths[1], paths[2] if docs is not None else None
 
 
-OPTIONS = PreprocessOptions(src_lang="es", tgt_lang="en", bpe_merges=30)
+OPTIONS = DataConfig(src_lang="es", tgt_lang="en", bpe_merges=30)
 
 
 def one_pass_pipeline(src: list[str], tgt: list[str]) -> Preprocessor:
