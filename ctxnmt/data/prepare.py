@@ -26,8 +26,8 @@ from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import read_parallel
 from ctxnmt.data.indexed import META, TokenArrays, id_dtype, read_meta
 from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor
-from ctxnmt.data.settings import DataConfig
 from ctxnmt.data.sampling import Sampling, TrainingSamples
+from ctxnmt.data.settings import DataConfig
 from ctxnmt.data.stream import Cleaning, check_aligned, prepare_training
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.data.words import count_words, goes_on, joins_back

@@ -14,9 +14,9 @@ from ctxnmt.decoding.export import export_model
 from ctxnmt.decoding.settings import DecodingConfig
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
+from ctxnmt.training.settings import DEVICE
 from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dirs, add_output, check_at_least
 from ctxnmt.utils.checkpoint import checkpoint_file
-from ctxnmt.training.settings import DEVICE
 from ctxnmt.utils.io import atomic_write, check_writable
 from ctxnmt.utils.options import choices
 

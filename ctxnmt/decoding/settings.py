@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ctxnmt.length_options import LengthOptions, check, decoding_options
 from ctxnmt.errors import ConfigError
+from ctxnmt.length_options import LengthOptions, check, decoding_options
 from ctxnmt.utils.options import option
 
 

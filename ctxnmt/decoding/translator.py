@@ -19,24 +19,24 @@ from typing import Any
 import torch
 
 from ctxnmt.config import Config, load_config, model_kind, read_raw
-from ctxnmt.decoding.settings import DecodingConfig
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
 from ctxnmt.data.vocab import EOS, Vocab
+from ctxnmt.data.words import WordBoundaries
 from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
 from ctxnmt.decoding.forced import ForcedScore, forced_log_probs
 from ctxnmt.decoding.graphs import graphed
-from ctxnmt.data.words import WordBoundaries
 from ctxnmt.decoding.length import LengthControl, length_control, needs_word_ratio, uses_ratios
 from ctxnmt.decoding.searchable import TranslationModel
+from ctxnmt.decoding.settings import DecodingConfig
 from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
 from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.int8 import int8_products
-from ctxnmt.models.nmt import build_model
 from ctxnmt.models.migrations import load_model_checkpoint
+from ctxnmt.models.nmt import build_model
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_model_state
 from ctxnmt.utils.messages import Log, warn
 from ctxnmt.utils.options import choices, field_problem

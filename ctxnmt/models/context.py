@@ -22,11 +22,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.models.settings import ComponentSection, ConcatenationSettings
 from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.models.document import document_settings
 from ctxnmt.models.interfaces import ContextNeeds, ContextReader
 from ctxnmt.models.registry import CONTEXTS
+from ctxnmt.models.settings import ComponentSection, ConcatenationSettings
 from ctxnmt.models.state import State
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.models.settings import ModelConfig
 from ctxnmt.models.attention import AdditiveAttention
 from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.document import input_from_config as document_input
@@ -22,6 +21,7 @@ from ctxnmt.models.functional import additive_energy, mix, read_each_every_step,
 from ctxnmt.models.interfaces import Decoder
 from ctxnmt.models.output import readout_dim
 from ctxnmt.models.registry import CELLS, DECODERS, OUTPUTS, TARGET_CONTEXTS
+from ctxnmt.models.settings import ModelConfig
 from ctxnmt.models.state import State
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.models.settings import ComponentSection, DocumentSettings
 from ctxnmt.data.vocab import PAD, UNK
 from ctxnmt.models.cells import final_state
 from ctxnmt.models.functional import mix
 from ctxnmt.models.interfaces import ContextNeeds, ContextReader
 from ctxnmt.models.registry import CELLS, CONTEXTS, DOC_INPUTS
+from ctxnmt.models.settings import ComponentSection, DocumentSettings
 from ctxnmt.models.state import State
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.models.settings import ModelConfig, StackedSettings
 from ctxnmt.models.cells import GRUCell, RecurrentCell, scan
 from ctxnmt.models.functional import bigru, biscan, hold_on_padding, read_every_step, step_product
 from ctxnmt.models.interfaces import Encoder, Recurrence
 from ctxnmt.models.registry import CELLS, ENCODERS
+from ctxnmt.models.settings import ModelConfig, StackedSettings
 
 
 def earlier_states(states: torch.Tensor, reverse: bool = False, h0: torch.Tensor | None = None) -> torch.Tensor:

@@ -18,9 +18,10 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ctxnmt.models.settings import ModelConfig
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.cells import RecurrentCell
+from ctxnmt.models.functional import step_product
+from ctxnmt.models.settings import ModelConfig
 from ctxnmt.models.state import State
 
 
@@ -31,7 +32,8 @@ class Recurrence(NamedTuple):
 
     def hyper_gate(self) -> torch.Tensor:
         """The hyper-gate g at each position, its mean over the hidden units (B, S)."""
-        return self.cell.hyper_gate(self.inputs, self.previous @ self.cell.hidden_weight()).mean(-1)
+        # through the step's own product, so that under int8 the gates are those the int8 search computed
+        return self.cell.hyper_gate(self.inputs, step_product(self.previous, self.cell.hidden_weight())).mean(-1)
 
 
 class Encoder(nn.Module):

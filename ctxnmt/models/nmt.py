@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.models.settings import ModelConfig
 from ctxnmt.data.batching import Context
 from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.models import components  # noqa: F401  (the registry entries it builds from)
@@ -18,6 +17,7 @@ from ctxnmt.models.context import after_prefix, reader_from_config
 from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
 from ctxnmt.models.interfaces import ContextReader
 from ctxnmt.models.registry import CELLS, CONTEXTS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
+from ctxnmt.models.settings import ModelConfig
 from ctxnmt.models.state import State
 
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.models.settings import ComponentSection
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.functional import additive_energy
 from ctxnmt.models.registry import TARGET_CONTEXTS
+from ctxnmt.models.settings import ComponentSection
 from ctxnmt.models.state import State
 
 
