@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.config import _coerce, read_yaml_mapping
+from ctxnmt.config import LANGUAGE_MODEL, TRANSLATION, _coerce, read_yaml_mapping
 from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import METRICS
 from ctxnmt.evaluation.significance import TESTS
 from ctxnmt.utils.options import field_types, unknown_key
 
 DEFAULT_SEEDS = (1234,)
-TRANSLATION, LANGUAGE_MODEL = "translation", "language-model"
 # Names become directory names and report rows.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 # The config key each budget kind sets; the other two are zeroed so that a
