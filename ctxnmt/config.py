@@ -33,8 +33,13 @@ from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.options import check_section, field_types, unknown_key
 
 
+# The tasks (ctxnmt.tasks) by the names a config's and an experiment's `task:` key give them.
+TRANSLATION, LANGUAGE_MODEL = "translation", "language-model"
+
+
 @dataclass
 class Config:
+    task: str = TRANSLATION
     name: str = "rnnsearch"
     model_dir: str = "runs/rnnsearch"
     data: DataConfig = field(default_factory=DataConfig)
@@ -137,7 +142,10 @@ def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_dict(raw: dict[str, Any]) -> Config:
-    return _build(Config, _renamed(raw), "")
+    """The checked config of a raw mapping: a file's, or a model directory's saved config.yaml."""
+    config = build_typed(Config, _renamed(raw))
+    validate(config)
+    return config
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -213,27 +221,19 @@ def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_typed(cls: type, raw: dict[str, Any]) -> Any:
-    """An instance of the config dataclass `cls` from a raw mapping, with the same errors
-    for unknown keys and wrong types as the translation config (for other config kinds)."""
+    """An instance of the config dataclass `cls` (a task's: Config, LMConfig) from a raw mapping.
+    Its `task:` key, where given, must name the task `cls` is read for: another task's config is
+    refused as such, before its keys are read as the wrong task's (`unknown config key`)."""
+    task = getattr(cls.__dataclass_fields__.get("task"), "default", None)
+    if task is not None and raw.get("task", task) != task:
+        raise ConfigError(f"config key 'task' is {raw['task']!r}, but a {task} config is read here", key="task")
     return _build(cls, raw, "")
-
-
-def model_kind(raw: dict[str, Any]) -> str | None:
-    """'translation model' or 'language model', by what only that kind's saved config holds (a
-    decoding section; training.bptt), so that a command given the other kind's directory says so."""
-    if isinstance(raw.get("decoding"), dict):
-        return "translation model"
-    if isinstance(raw.get("training"), dict) and "bptt" in raw["training"]:
-        return "language model"
-    return None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     raw = read_raw(path, overrides)
     with naming_the_file(path, overrides):
-        config = from_dict(raw)
-        validate(config)
-    return config
+        return from_dict(raw)
 
 
 @contextlib.contextmanager

@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("decoding",),
     ("training",),
     ("analysis",),  # reads what training writes (its train.log)
-    ("lm",),  # the language model: a task of the trainer
+    ("lm",),  # the language model: its config, data, network and scoring
+    ("tasks",),  # translation and the language model, each whole: config, training, validation, inference, runs
     ("experiments", "serve"),
     ("cli", "examples"),
     ("__main__",),

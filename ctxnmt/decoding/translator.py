@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ctxnmt.config import Config, load_config, model_kind, read_raw
+from ctxnmt.config import TRANSLATION, Config, load_config, read_raw
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
@@ -35,7 +35,7 @@ from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
 from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.int8 import int8_products
-from ctxnmt.models.migrations import load_model_checkpoint
+from ctxnmt.models.migrations import load_model_checkpoint, saved_task
 from ctxnmt.models.nmt import build_model
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_model_state
 from ctxnmt.utils.messages import Log, warn
@@ -195,13 +195,10 @@ class Translator:
         config_path = model_dir / "config.yaml"
         if not config_path.is_file():
             raise CheckpointError(f"{model_dir}: not a model directory (no config.yaml)")
-        try:
-            config = load_config(config_path)
-        except ConfigError:  # read again only to say why: another kind of model's config.yaml
-            if model_kind(read_raw(config_path)) == "language model":
-                raise CheckpointError(f"{model_dir}: a language model's directory (ctxnmt lm score reads it), "
-                                      "not a translation model's") from None
-            raise
+        if saved_task(read_raw(config_path)) != TRANSLATION:
+            raise CheckpointError(f"{model_dir}: a language model's directory (ctxnmt lm score reads it), "
+                                  "not a translation model's")
+        config = load_config(config_path)
         pre, src_vocab, tgt_vocab = load_pipeline(model_dir / "prep")
         path = Path(checkpoint) if checkpoint else default_checkpoint(model_dir)
         payload = load_model_checkpoint(path)

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.config import _coerce, read_yaml_mapping
+from ctxnmt.config import LANGUAGE_MODEL, TRANSLATION, _coerce, read_yaml_mapping
 from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import METRICS
 from ctxnmt.evaluation.significance import TESTS
+from ctxnmt.tasks.registry import TASKS
 from ctxnmt.utils.options import field_types, unknown_key
 
 DEFAULT_SEEDS = (1234,)
-TRANSLATION, LANGUAGE_MODEL = "translation", "language-model"
 # Names become directory names and report rows.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 # The config key each budget kind sets; the other two are zeroed so that a
@@ -111,7 +111,7 @@ class SignificanceSpec:
 @dataclass
 class Experiment:
     name: str = ""
-    task: str = TRANSLATION  # or LANGUAGE_MODEL
+    task: str = TRANSLATION  # a name of TASKS (ctxnmt.tasks.registry)
     out_dir: str = ""  # default runs/exp/{name}
     baseline: str = ""
     budget: Budget = field(default_factory=Budget)
@@ -193,8 +193,8 @@ def load_experiment(path: str | Path) -> Experiment:
 def validate(e: Experiment) -> None:
     if not _NAME.match(e.name):
         raise ConfigError(f"experiment 'name' must be a plain name (letters, digits, . _ + -), got {e.name!r}")
-    if e.task not in (TRANSLATION, LANGUAGE_MODEL):
-        raise ConfigError(f"task must be {TRANSLATION} or {LANGUAGE_MODEL}, got {e.task!r}")
+    if e.task not in TASKS:
+        raise ConfigError(f"task must be {' or '.join(TASKS)}, got {e.task!r}")
     _validate_systems(e)
     if e.task == LANGUAGE_MODEL and e.significance.test != "ar":
         raise ConfigError(f"significance.test: a language-model experiment tests by approximate randomisation "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typing import ClassVar
 
-from ctxnmt.config import build_typed, naming_the_file, read_raw
+from ctxnmt.config import LANGUAGE_MODEL, build_typed, naming_the_file, read_raw
 from ctxnmt.errors import ConfigError
 from ctxnmt.models import components  # noqa: F401  (the summaries' registry entries)
 from ctxnmt.models.registry import TARGET_CONTEXTS
@@ -73,6 +73,7 @@ class LMTrainingConfig(LoopConfig):
 
 @dataclass
 class LMConfig:
+    task: str = LANGUAGE_MODEL
     name: str = "lm"
     model_dir: str = "runs/lm"
     data: LMDataConfig = field(default_factory=LMDataConfig)
@@ -83,16 +84,17 @@ class LMConfig:
 def load_lm_config(path: str | Path | None, overrides: list[str] | None = None) -> LMConfig:
     raw = read_raw(path, overrides)
     with naming_the_file(path, overrides):
-        config = build_typed(LMConfig, raw)
-        validate(config)
+        return lm_from_dict(raw)
+
+
+def lm_from_dict(raw: dict) -> LMConfig:
+    """The checked LM config of a raw mapping: a file's, or a model directory's saved config.yaml."""
+    config = build_typed(LMConfig, raw)
+    for name in ("model", "training", "data"):
+        check_section(getattr(config, name), name, config)
     return config
 
 
 def registered_name(summary: str) -> str:
     """The name a summary is registered under in TARGET_CONTEXTS."""
     return REGISTERED_AS.get(summary, summary)
-
-
-def validate(config: LMConfig) -> None:
-    for name in ("model", "training", "data"):
-        check_section(getattr(config, name), name, config)

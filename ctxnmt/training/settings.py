@@ -58,7 +58,7 @@ class TrainingConfig(LoopConfig):
     valid_max_sents: int = option(0, ">=0", "0 = the whole dev set")
     early_stop_metric: str = option("bleu", ("bleu", "ppl"))
     # Ours: the last cooldown_updates of max_updates take the learning rate linearly to zero.
-    cooldown_updates: int = option(0, ">=0", "0 = off")
+    cooldown_updates: int = option(0, help="0 = off; otherwise at most max_updates (checked with it)")
     precision: str = option("fp32", ("fp32", "bf16", "fp16"),
                             "autocast for the training forward pass (docs/distributed.md)")
     # Ours: each training step's forward and backward pass replayed from a CUDA

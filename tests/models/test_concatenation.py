@@ -151,7 +151,7 @@ def test_coword_dropout_needs_a_document_model_and_a_probability():
 
 def test_coword_dropout_masks_the_current_words_only_at_its_rate_and_the_same_on_resume():
     from ctxnmt.data.vocab import UNK
-    from ctxnmt.training.translation import coword_dropout
+    from ctxnmt.tasks.translation import coword_dropout
 
     src = torch.randint(4, V, (200, 30))
     mask = torch.ones(200, 30)

@@ -16,7 +16,7 @@ from ctxnmt.data.indexed import TokenArrays
 from ctxnmt.data.vocab import EOS
 from ctxnmt.models.context import context_sentences
 from ctxnmt.models.nmt import build_model
-from ctxnmt.training.validate import dev_perplexity, validate
+from ctxnmt.tasks.translation import dev_perplexity, validate
 from tests.training.conftest import train_updates
 
 LABEL_SRC, LABEL_TGT = [4, 5, 6, 7], [8, 9, 10, 11]
@@ -87,7 +87,7 @@ def test_trained_on_other_documents_context_the_context_model_learns_nothing_fro
 def test_the_trainer_trains_on_the_context_the_config_names(tiny_corpus, tmp_path):
     from ctxnmt.config import load_config
     from ctxnmt.training.trainer import Trainer
-    from ctxnmt.training.translation import TranslationTask
+    from ctxnmt.tasks.translation import TranslationTask
     from tests.training.conftest import tiny_config
 
     cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")
@@ -167,7 +167,7 @@ def test_the_trainer_draws_context_sizes_only_when_asked(tiny_corpus, tmp_path):
     from ctxnmt.config import load_config
     from ctxnmt.errors import ConfigError
     from ctxnmt.training.trainer import Trainer
-    from ctxnmt.training.translation import TranslationTask
+    from ctxnmt.tasks.translation import TranslationTask
     from tests.training.conftest import tiny_config
 
     cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")

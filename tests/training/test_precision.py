@@ -16,7 +16,7 @@ from ctxnmt.errors import ConfigError
 from ctxnmt.models.nmt import build_model
 from ctxnmt.utils.checkpoint import load_checkpoint
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
+from ctxnmt.tasks.translation import TranslationTask
 from tests.training.conftest import tiny_config
 from tests.training.test_overfit import synthetic_pairs
 

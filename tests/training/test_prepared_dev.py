@@ -17,8 +17,7 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
 from ctxnmt.models.nmt import build_model
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
-from ctxnmt.training.validate import document_context, validate
+from ctxnmt.tasks.translation import TranslationTask, document_context, validate
 from tests.training.conftest import tiny_config
 
 QUIET = {"log": lambda line: None}
