@@ -60,7 +60,7 @@ def test_sources(cfg, data, count: int | None = None) -> list[list[int]]:
 
     test = read_split(cfg.data, "test")
     n = len(test.src) if count is None else min(count, len(test.src))
-    return encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:n], test.tgt[:n]).src
+    return list(encode_split(data.preprocessor, data.src_vocab, data.tgt_vocab, test.src[:n], test.tgt[:n]).src)
 
 
 class CtxnmtUpdate:

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ctxnmt.errors import ConfigError
+from ctxnmt.utils.options import field_problem, option
 
 RULES = ("fixed", "data")
-
-
-def _option(default: Any, within: tuple, help: str) -> Any:
-    """`within`: the inclusive range of a number, or the choices of a string."""
-    return field(default=default, metadata={"within": within, "help": help})
 
 
 @dataclass
@@ -27,21 +23,21 @@ class LengthOptions:
     the experiments that ran before pin power, α = 1, fixed, a = 2, b = 10.  Beyond the
     ranges the penalties are degenerate (powers that overflow) or the output limit lets one
     request keep the server busy for minutes."""
-    length_penalty: float = _option(0.6, (0.0, 10.0), "α of the length penalty; 0 = raw log-probability")
-    length_penalty_kind: str = _option("wu", ("power", "wu", "none"),
+    length_penalty: float = option(0.6, (0.0, 10.0), "α of the length penalty; 0 = raw log-probability")
+    length_penalty_kind: str = option("wu", ("power", "wu", "none"),
                                        "power: logP / |y|^α; wu: logP / ((5+|y|)/6)^α (GNMT); none")
-    coverage_penalty: float = _option(0.0, (0.0, 10.0), "β of GNMT's coverage penalty; 0 = off")
-    max_len_a: float = _option(2.0, (0.0, 10.0), "an output has at most max_len_a·|x| + max_len_b subwords, "
+    coverage_penalty: float = option(0.0, (0.0, 10.0), "β of GNMT's coverage penalty; 0 = off")
+    max_len_a: float = option(2.0, (0.0, 10.0), "an output has at most max_len_a·|x| + max_len_b subwords, "
                                                  "as fairseq's --max-len-a, --max-len-b")
-    max_len_b: int = _option(5, (0, 1000), "see max_len_a")
-    max_len_rule: str = _option("data", RULES, "fixed: max_len_a as given; data: the training pairs' "
+    max_len_b: int = option(5, (0, 1000), "see max_len_a")
+    max_len_rule: str = option("data", RULES, "fixed: max_len_a as given; data: the training pairs' "
                                                "99th-percentile target/source ratio")
-    block_ngram_repeat: int = _option(0, (0, 10), "n > 0: no output repeats an n-gram of its own subwords "
+    block_ngram_repeat: int = option(0, (0, 10), "n > 0: no output repeats an n-gram of its own subwords "
                                                   "(OpenNMT-py's); 0 = off")
-    length_ratio_penalty: float = _option(0.0, (0.0, 100.0), "λ of the length-ratio prior "
+    length_ratio_penalty: float = option(0.0, (0.0, 100.0), "λ of the length-ratio prior "
                                                              "−λ·|log(words(y) / (r·words(x)))| (ours); 0 = off")
-    length_ratio: float = _option(1.1, (0.05, 10.0), "r, output words per source word")
-    length_ratio_rule: str = _option("data", RULES, "fixed: length_ratio as given; data: the training pairs' "
+    length_ratio: float = option(1.1, (0.05, 10.0), "r, output words per source word")
+    length_ratio_rule: str = option("data", RULES, "fixed: length_ratio as given; data: the training pairs' "
                                                     "median word ratio")
 
 
@@ -55,13 +51,9 @@ def problem(values: Mapping[str, Any], name: Callable[[str], str] = str) -> tupl
     """(option, what is wrong with it) for the first option of `values` out of range, or None;
     another option the text mentions is called `name(option)`."""
     for f in FIELDS:
-        if f.name not in values:
-            continue
-        value, within = values[f.name], f.metadata["within"]
-        if isinstance(f.default, str) and value not in within:
-            return f.name, f"must be one of {', '.join(within)}, not {value!r}"
-        if not isinstance(f.default, str) and not within[0] <= value <= within[1]:  # NaN fails this too
-            return f.name, f"must be between {within[0]:g} and {within[1]:g}, not {value!r}"
+        found = field_problem(values[f.name], f.metadata["within"]) if f.name in values else None
+        if found:
+            return f.name, found
     if values.get("max_len_a", 1) == 0 and values.get("max_len_b", 1) == 0:
         return "max_len_b", f"must be at least 1 when {name('max_len_a')} is 0 (every output would be one subword)"
     return None

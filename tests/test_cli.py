@@ -123,7 +123,7 @@ def test_mismatched_parallel_files(tmp_path, capsys):
 def test_a_document_model_without_document_ids_is_refused_before_anything_is_made(tmp_path, capsys, monkeypatch):
     """The refusal came from training, after the data was prepared; now it comes first, from
     prepare and train alike, and names model.context and the missing file."""
-    from ctxnmt.training import commands
+    from ctxnmt.tasks import commands
 
     def no_work(*args, **kwargs):
         raise AssertionError("prepared")

@@ -46,7 +46,7 @@ def test_cross_field_checks():
         load_config(None, ["model.tie_embeddings=true", "model.out_dim=7"])
     with pytest.raises(ConfigError, match="optimizer"):
         load_config(None, ["training.optimizer=sgd"])
-    with pytest.raises(ConfigError, match=r"^training.document_context must be 'own' or 'other-document', got 'r"):
+    with pytest.raises(ConfigError, match=r"^training.document_context must be one of own, other-document, not 'r"):
         load_config(None, ["model.doc_aux=aux", "training.document_context=random"])
     with pytest.raises(ConfigError, match=r"^training.document_context=other-document needs a document-context model"):
         load_config(None, ["training.document_context=other-document"])
@@ -121,7 +121,7 @@ def test_an_empty_section_in_a_child_keeps_its_base(tmp_path):
 
 
 @pytest.mark.parametrize("item, message", [
-    ("training.threads=-1", "training.threads must be 0 (every core) or a number of threads, got -1"),
+    ("training.threads=-1", "training.threads must be 0 or more, got -1"),
     ("training.log_every=0", "training.log_every must be at least 1, got 0"),
     ("training.device=gpu", "training.device must be 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
 ])
@@ -267,6 +267,7 @@ def test_every_shipped_config_resolves_to_its_recorded_effective_config(path):
         for key, default in (("bpe_dropout", 0.0), ("sentencepiece_alpha", 0.0), ("subword_samples", 8)):
             expected["data"].setdefault(key, default)  # issue 65, subword regularisation: off
     expected["training"].setdefault("keep_checkpoints", 0)  # issue 65, both kinds of config
+    expected.setdefault("task", "language-model" if path.name.startswith("lm-") else "translation")  # issue 63
     assert now == expected
 
 
@@ -308,7 +309,8 @@ class _WindowSettings:
 
 
 def test_a_components_declared_setting_is_a_flat_model_key(tmp_path):
-    from ctxnmt.config import declare_model_settings, save_config
+    from ctxnmt.config import save_config
+    from ctxnmt.models.settings import declare_model_settings
 
     declare_model_settings(_WindowSettings, "target_context", "cfgtest-window")
     path = tmp_path / "c.yaml"
@@ -330,7 +332,7 @@ def test_a_components_declared_setting_is_a_flat_model_key(tmp_path):
 
 
 def test_a_declared_setting_keeps_one_type_and_needs_a_default():
-    from ctxnmt.config import declare_model_settings
+    from ctxnmt.models.settings import declare_model_settings
 
     @dataclasses.dataclass
     class Clash:
@@ -348,3 +350,30 @@ def test_a_declared_setting_keeps_one_type_and_needs_a_default():
     for settings in (Clash, NoDefault, WrongOwnType):
         with pytest.raises(ValueError, match=settings.__name__):
             declare_model_settings(settings)
+
+
+def test_a_config_names_its_task_and_a_reader_of_one_task_refuses_another_tasks(tmp_path):
+    """The task is what the `task:` key says (translation unless it says otherwise), never guessed
+    from the other keys; a model directory saves it."""
+    from ctxnmt.config import Config, save_config
+    from ctxnmt.lm.config import LMConfig, load_lm_config
+
+    assert (load_config(None).task, LMConfig().task) == ("translation", "language-model")
+    lm = Path(__file__).parent.parent / "configs" / "lm-mean.yaml"
+    assert load_lm_config(lm).task == "language-model"
+    with pytest.raises(ConfigError, match=r"lm-mean\.yaml:\d+: config key 'task' is 'language-model', "
+                                          "but a translation config is read here"):
+        load_config(lm)
+    (tmp_path / "nmt.yaml").write_text("task: translation\n")
+    with pytest.raises(ConfigError, match="config key 'task' is 'translation', but a language-model config"):
+        load_lm_config(tmp_path / "nmt.yaml")
+    save_config(Config(), tmp_path / "config.yaml")
+    assert (tmp_path / "config.yaml").read_text().startswith("task: translation\n")
+
+
+def test_an_old_model_directory_without_a_task_key_is_read_by_the_one_migration_rule():
+    from ctxnmt.models.migrations import saved_task
+
+    assert saved_task({"task": "language-model", "decoding": {}}) == "language-model"  # the key decides
+    assert saved_task({"training": {"bptt": 35}, "model": {}}) == "language-model"  # only an LM's has bptt
+    assert saved_task({"training": {"lr": 0.001}, "decoding": {"beam": 5}}) == "translation"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import ctxnmt.models  # noqa: F401  (registers every component)
+import ctxnmt.models.components  # noqa: F401  (registers every component)
 from ctxnmt.lm.config import SUMMARIES
 from ctxnmt.models import registry
 

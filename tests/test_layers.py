@@ -5,6 +5,8 @@ source with `ast`: nothing is imported, so a hidden cycle cannot hide from it.""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,17 +15,20 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ctxnmt"
 # From the bottom up.  A part may import its own modules and those of the parts on the
 # layers below it; parts on one layer do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors",),
-    ("utils", "length_options"),  # files, checkpoints, signals, processes, messages; the length options
+    ("errors", "__init__"),
+    ("utils",),  # files, checkpoints, signals, processes, messages, the options of a config section
+    ("length_options",),
+    ("settings",),  # each part's config section (ctxnmt/*/settings.py), torch-free
     ("config",),
     ("data",),
     ("models", "evaluation", "judge"),
     ("decoding",),
     ("training",),
     ("analysis",),  # reads what training writes (its train.log)
-    ("lm",),  # the language model: a task of the trainer
+    ("lm",),  # the language model: its config, data, network and scoring
+    ("tasks",),  # translation and the language model, each whole: config, training, validation, inference, runs
     ("experiments", "serve"),
-    ("cli", "examples", "__init__"),
+    ("cli", "examples"),
     ("__main__",),
 )
 
@@ -53,11 +58,12 @@ MODULES = modules()
 
 
 def part(module: str) -> str:
-    """The layer unit a module belongs to: `ctxnmt.training.trainer` → training, `ctxnmt.cli` → cli."""
+    """The layer unit a module belongs to: `ctxnmt.training.trainer` → training, `ctxnmt.cli` → cli,
+    `ctxnmt.training.settings` → settings; a package's `__init__` → __init__."""
     pieces = module.split(".")
-    if len(pieces) == 1:
+    if len(pieces) == 1 or MODULES[module].name == "__init__.py":
         return "__init__"
-    return pieces[1]
+    return "settings" if pieces[-1] == "settings" and len(pieces) == 3 else pieces[1]
 
 
 def imports(path: Path) -> Iterator[tuple[ast.stmt, str, bool]]:
@@ -165,3 +171,12 @@ def test_the_check_sees_a_circle_and_a_wrong_way_import(tmp_path):
     source.write_text("import os\n\ndef f():\n    from ctxnmt.training import trainer\n", encoding="utf-8")
     assert [(target, inside) for _, target, inside in imports(source)] == [("os", False),
                                                                            ("ctxnmt.training.trainer", True)]
+
+
+def test_reading_a_config_loads_no_model_code_and_no_torch():
+    """The settings are declared torch-free; the components register only where a model is built."""
+    code = ("import sys, ctxnmt.config as c; c.load_config('configs/doc-gated-aux.yaml'); "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('ctxnmt.models.')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['ctxnmt.models.settings']"]

@@ -28,8 +28,8 @@ import numpy as np
 from ctxnmt.analysis.context import CONDITIONS, ContextInput, add_document_inputs, context_conditions, read_aligned
 from ctxnmt.analysis.tagger import apertium_tags
 from ctxnmt.data.words import join_word, word_groups
-from ctxnmt.decoding.forced import ForcedScore
 from ctxnmt.decoding.commands import add_precision, use_precision_flag
+from ctxnmt.decoding.forced import ForcedScore
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.utils.arguments import add_checkpoint, add_output, check_at_least

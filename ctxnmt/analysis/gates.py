@@ -39,11 +39,10 @@ from ctxnmt.data.words import join_word, word_groups
 from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.models.cells import AdaptiveGRUCell
+from ctxnmt.models.output import OUTPUT_WEIGHTS
 from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir, add_output, check_at_least
 from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write
-
-OUTPUT_WEIGHTS = ("alpha_s", "alpha_y", "alpha_c")  # the order of AdaptiveOutput.weights
 
 
 # -- gate values per token ------------------------------------------------------------------
@@ -53,15 +52,10 @@ def encoder_gates(model, src_ids: list[list[int]]) -> dict[str, list[torch.Tenso
     """{recurrence: [mean hyper-gate value per source token (len_i,), one per sentence]} of the
     encoder recurrences with a hyper-gate (Capabilities.encoder_hyper_gates)."""
     model.eval()
-    gated = model.capabilities.encoder_hyper_gates
     src, mask = (t.to(model.device) for t in pad(src_ids))
-    out: dict[str, list[torch.Tensor]] = {}
-    for name, rec in model.encoder_recurrences(src, mask).items():
-        if name not in gated:
-            continue
-        g = rec.cell.hyper_gate(rec.inputs, rec.previous @ rec.cell.hidden_weight()).mean(-1)  # (B, S)
-        out[name] = [g[b, : len(ids)] for b, ids in enumerate(src_ids)]
-    return out
+    recurrences = model.encoder.recurrences(model.src_emb(src), mask)
+    gates = {name: recurrences[name].hyper_gate() for name in model.capabilities.encoder_hyper_gates}  # (B, S)
+    return {name: [g[b, : len(ids)] for b, ids in enumerate(src_ids)] for name, g in gates.items()}
 
 
 @torch.no_grad()

@@ -90,17 +90,12 @@ def context_block(src: Side, context, rows: np.ndarray, tgt: Side | None = None)
     return Context(*block(src), *(block(tgt) if tgt is not None else (None, None)))
 
 
-def as_side(seqs) -> Side:
-    return seqs if isinstance(seqs, Side) else Side.from_lists(seqs)
-
-
-def make_batch(indices, src, tgt, context=None, k: int = 0, target_context: bool = False) -> Batch:
-    """The batch of the sentences at `indices` of `src` and `tgt` (each a Side, or id lists).
-    `context` names each sentence's previous sentences (ctxnmt.data.documents: a context
-    source, or lists of positions, of which the last k count); with it the batch carries
-    their source ids, and with `target_context` their reference translations too."""
+def make_batch(indices, src: Side, tgt: Side, context=None, k: int = 0, target_context: bool = False) -> Batch:
+    """The batch of the sentences at `indices` of `src` and `tgt`.  `context` names each
+    sentence's previous sentences (ctxnmt.data.documents: a context source, or lists of
+    positions, of which the last k count); with it the batch carries their source ids, and
+    with `target_context` their reference translations too."""
     rows = np.asarray(indices, dtype=np.int64)
-    src, tgt = as_side(src), as_side(tgt)
     s, sm = src.gather(rows)
     t, tm = tgt.gather(rows)
     ctx = None

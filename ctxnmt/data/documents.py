@@ -17,18 +17,47 @@ from ctxnmt.errors import DataError
 
 
 def check_document_ids(doc_ids: list[str], name: str, n_lines: int | None = None) -> None:
-    """Refuse ids that cannot describe documents: a wrong line count, an empty id, or a
-    document whose lines are not consecutive (its id reappearing after another's)."""
+    """Refuse ids that cannot describe documents: a wrong line count, or the first problem
+    DocumentRuns finds."""
     if n_lines is not None and len(doc_ids) != n_lines:
         raise DataError(f"{name}: {len(doc_ids)} document ids for {n_lines} input lines")
-    first_line: dict[str, int] = {}
-    for number, doc in enumerate(doc_ids, start=1):
-        if not doc.strip():
-            raise DataError(f"{name}:{number}: empty document id")
-        if doc in first_line and doc_ids[number - 2] != doc:
-            raise DataError(f"{name}:{number}: document '{doc}' (first at line {first_line[doc]}) continues "
-                            "after another document; a document's lines must be consecutive")
-        first_line.setdefault(doc, number)
+    problem = document_runs(doc_ids)[1]
+    if problem:
+        raise DataError(f"{name}:{problem}")
+
+
+def document_runs(doc_ids) -> tuple[np.ndarray, str]:
+    """Each line's document number (a new one wherever the id changes), and the first reason the
+    ids cannot describe documents ("" if they can)."""
+    runs = DocumentRuns()
+    return runs.number(doc_ids), runs.problem
+
+
+class DocumentRuns:
+    """Numbers documents block by block as a corpus streams past, and finds the first line whose
+    id cannot describe a document: an empty id, or a document whose lines are not consecutive
+    (its id reappearing after another's); the problem starts with the line number."""
+
+    def __init__(self):
+        self.problem = ""
+        self._first_line: dict[str, int] = {}
+        self._last: str | None = None
+        self._number, self._lines = -1, 0
+
+    def number(self, docs) -> np.ndarray:
+        out = np.empty(len(docs), dtype=np.int32)
+        for row, doc in enumerate(docs):
+            self._lines += 1
+            if doc != self._last:
+                if not self.problem and doc.strip() and doc in self._first_line:
+                    self.problem = (f"{self._lines}: document '{doc}' (first at line {self._first_line[doc]}) "
+                                    "continues after another document; a document's lines must be consecutive")
+                self._first_line.setdefault(doc, self._lines)
+                self._last, self._number = doc, self._number + 1
+            if not self.problem and not doc.strip():
+                self.problem = f"{self._lines}: empty document id"
+            out[row] = self._number
+        return out
 
 
 def previous_sentences(doc_ids: list[str], k: int, usable: list[bool] | None = None) -> list[list[int]]:

@@ -1,4 +1,4 @@
-"""The training split as flat integer arrays on disk, memory-mapped by every process that reads it.
+"""Every prepared split as flat integer arrays on disk, memory-mapped by every process that reads it.
 
 A corpus of millions of pairs held as Python lists costs tens of bytes per token in every
 data-parallel rank; as arrays mapped from one file it costs the tokens' own bytes once, in
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ctxnmt.data.documents import document_runs
 from ctxnmt.data.vocab import PAD
 from ctxnmt.errors import DataError
 from ctxnmt.utils.io import atomic_write, read_json_object
@@ -56,6 +57,10 @@ class Side:
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def head(self, n: int) -> Side:
+        """The first n sentences, a view of the same arrays."""
+        return Side(self.ids, self.offsets[:n + 1])
+
     def gather(self, rows: np.ndarray, lens: np.ndarray | None = None, pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
         """The sentences `rows` as a (B, W) long tensor padded with `pad`, and its float mask;
         W is the longest one's length (at least 1).  `lens` overrides a row's length (0: an
@@ -72,7 +77,7 @@ class Side:
 
 @dataclass
 class TokenArrays:
-    """A prepared training split: both sides, and where there are document ids, each
+    """A prepared split: both sides, and where there are document ids, each
     sentence's document number (`docs`) and why they cannot describe documents, if they
     cannot (`doc_problem`, raised only for a model that reads documents)."""
 
@@ -102,6 +107,13 @@ class TokenArrays:
         docs = _map(directory / "doc.bin", np.int32, meta["sentences"]) if meta["docs"] else None
         return cls(side("src"), side("tgt"), docs, meta.get("doc_problem", ""))
 
+    def save(self, directory: Path, dtype: np.dtype, **meta) -> None:
+        """Write the arrays in the form `open` maps (a split small enough to be held whole, as
+        the dev split is); `meta` goes into meta.json."""
+        writer = ArrayWriter(directory, dtype, self.docs is not None)
+        writer.add(self.src.ids, self.src.lens, self.tgt.ids, self.tgt.lens, self.docs)
+        writer.close(self.doc_problem, **meta)
+
 
 def read_meta(directory: Path) -> dict:
     meta = read_json_object(directory / META)
@@ -122,40 +134,6 @@ def _map(path: Path, dtype, count: int) -> np.ndarray:
     if count == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
-
-
-def document_runs(doc_ids) -> tuple[np.ndarray, str]:
-    """Each line's document number (a new one wherever the id changes), and the first reason the
-    ids cannot describe documents ("" if they can)."""
-    runs = DocumentRuns()
-    return runs.number(doc_ids), runs.problem
-
-
-class DocumentRuns:
-    """Numbers documents block by block as a corpus streams past, and finds the first line whose
-    id cannot describe a document: an empty id, or a document whose lines are not consecutive
-    (the messages of ctxnmt.data.documents.check_document_ids, with the line number first)."""
-
-    def __init__(self):
-        self.problem = ""
-        self._first_line: dict[str, int] = {}
-        self._last: str | None = None
-        self._number, self._lines = -1, 0
-
-    def number(self, docs) -> np.ndarray:
-        out = np.empty(len(docs), dtype=np.int32)
-        for row, doc in enumerate(docs):
-            self._lines += 1
-            if doc != self._last:
-                if not self.problem and doc.strip() and doc in self._first_line:
-                    self.problem = (f"{self._lines}: document '{doc}' (first at line {self._first_line[doc]}) "
-                                    "continues after another document; a document's lines must be consecutive")
-                self._first_line.setdefault(doc, self._lines)
-                self._last, self._number = doc, self._number + 1
-            if not self.problem and not doc.strip():
-                self.problem = f"{self._lines}: empty document id"
-            out[row] = self._number
-        return out
 
 
 class ArrayWriter:

@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ctxnmt.config import Config, DataConfig, first_difference, lookup
-from ctxnmt.data.batching import as_side
+from ctxnmt.config import Config, first_difference, lookup
 from ctxnmt.data.bible import build_bible
 from ctxnmt.data.corpus import read_parallel
-from ctxnmt.data.indexed import META, TokenArrays
-from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor, make_options
+from ctxnmt.data.indexed import META, TokenArrays, id_dtype, read_meta
+from ctxnmt.data.preprocess import BPE_SCHEME, SENTENCEPIECE_SCHEME, Preprocessor
 from ctxnmt.data.sampling import Sampling, TrainingSamples
+from ctxnmt.data.settings import DataConfig
 from ctxnmt.data.stream import Cleaning, check_aligned, prepare_training
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.data.words import count_words, goes_on, joins_back
@@ -37,23 +37,13 @@ from ctxnmt.utils.messages import Log, to_stderr
 
 
 @dataclass
-class Split:
-    """One encoded split: ids per sentence (targets end in EOS) and raw text for scoring."""
-
-    src: list[list[int]]
-    tgt: list[list[int]]
-    raw_src: list[str]
-    raw_tgt: list[str]
-    docs: list[str] | None = None
-
-
-@dataclass
 class Prepared:
     preprocessor: Preprocessor
     src_vocab: Vocab
     tgt_vocab: Vocab
     train: TokenArrays
-    dev: Split
+    dev: TokenArrays  # every dev pair (none filtered), in the training split's form
+    references: list[str]  # the dev split's target text, which BLEU scores against
     directory: Path | None = None
     # the training pairs' sampled segmentations (ctxnmt.data.sampling), row for row `train`'s; none
     # where the data section samples none
@@ -247,14 +237,10 @@ def _prepare_into(out: Path, d: DataConfig, log: Log, workers: int) -> None:
     src, tgt, doc = split_paths(d, "train")
     check_aligned((str(src), str(tgt), str(doc) if doc.is_file() else None))
     dev = read_split(d, "dev")  # a broken dev split is found before the long work
-    options = make_options({"src_lang": d.src_lang, "tgt_lang": d.tgt_lang, "tokenize": d.tokenize,
-                            "truecase": d.truecase, "bpe_merges": d.bpe_merges, "joint_bpe": d.joint_bpe,
-                            "subwords": d.subwords, "sentencepiece_vocab": d.sentencepiece_vocab,
-                            "sentencepiece_type": d.sentencepiece_type})
     workers = _workers(workers, src)
     subwords = "SentencePiece" if d.subwords == SENTENCEPIECE_SCHEME else "BPE"
     log(f"prepare: learning tokenisation, truecasing and {subwords} on {src} and {tgt}")
-    result = prepare_training(options, (str(src), str(tgt), str(doc) if doc.is_file() else None), out / "train",
+    result = prepare_training(d, (str(src), str(tgt), str(doc) if doc.is_file() else None), out / "train",
                               out / "work", d.max_len, d.vocab_size, cleaning(d), workers, log,
                               sampling=Sampling.of(d))
     shutil.rmtree(out / "work", ignore_errors=True)
@@ -265,18 +251,17 @@ def _prepare_into(out: Path, d: DataConfig, log: Log, workers: int) -> None:
     log(f"prepare: dropped {c.too_long} training pairs longer than {d.max_len} subwords and {c.empty} empty ones")
     src_vocab, tgt_vocab = result.src_vocab, result.tgt_vocab
     log(f"prepare: vocabulary {len(src_vocab)} source / {len(tgt_vocab)} target symbols")
-    pre = Preprocessor(options, result.truecasers, result.codes)
-    dev_split = encode_split(pre, src_vocab, tgt_vocab, dev.src, dev.tgt, dev.docs)
+    pre = Preprocessor(d, result.truecasers, result.codes)
+    dtype = id_dtype(max(len(src_vocab), len(tgt_vocab)))
+    encode_split(pre, src_vocab, tgt_vocab, dev.src, dev.tgt, dev.docs).save(out / DEV, dtype, references=dev.tgt)
     pre.save(out / "preprocess")
     src_vocab.save(out / "vocab.src")
     tgt_vocab.save(out / "vocab.tgt")
-    with atomic_write(out / DEV, "wb") as fh:
-        torch.save(dataclasses.asdict(dev_split), fh)
     with atomic_write(out / LENGTHS, "w") as fh:
         json.dump(length_ratios(TokenArrays.open(out / "train"), src_vocab, tgt_vocab, d.subwords), fh, indent=1)
 
 
-DEV = "dev.pt"
+DEV = "dev"
 LENGTHS = "lengths.json"
 RATIO_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
 WORD_RATIO = "words 0.5"  # the median output/source ratio in words (see length_ratios)
@@ -284,12 +269,12 @@ WORD_RATIO = "words 0.5"  # the median output/source ratio in words (see length_
 
 def length_ratios(split, src_vocab: Vocab | None = None, tgt_vocab: Vocab | None = None,
                   scheme: str = BPE_SCHEME) -> dict[str, float]:
-    """Quantiles of |y| / |x| over the pairs of a split (a Split or TokenArrays), in subwords (the
+    """Quantiles of |y| / |x| over the pairs of a split (TokenArrays), in subwords (the
     target's </s> not counted): the smallest ratio that at least that share of the pairs do not
     exceed.  Read by `decoding.max_len_rule: data` (ctxnmt.decoding.length).  Given the
     vocabularies, also `words 0.5`: the median of W(y) / W(x) in words (subwords joined as the
     subword `scheme` joins them, ctxnmt.data.words), which `decoding.length_ratio_rule: data` reads."""
-    src, tgt = as_side(split.src), as_side(split.tgt)
+    src, tgt = split.src, split.tgt
     rows = np.flatnonzero(src.lens > 0)
     if not len(rows):
         raise DataError("no pair with a non-empty source to measure length ratios on")
@@ -329,10 +314,11 @@ def _holds_pairs(prep_dir: Path) -> bool:
 
 
 def encode_split(pre: Preprocessor, src_vocab: Vocab, tgt_vocab: Vocab, src: list[str], tgt: list[str],
-                 docs: list[str] | None = None) -> Split:
+                 docs: list[str] | None = None) -> TokenArrays:
+    """Every pair of a split as ids (targets end in EOS), none filtered: a dev pair's line is its file's."""
     src_ids = [src_vocab.encode(t, add_eos=False) for t in pre.encode_many(src, "src")]
     tgt_ids = [tgt_vocab.encode(t) for t in pre.encode_many(tgt, "tgt")]
-    return Split(src_ids, tgt_ids, list(src), list(tgt), list(docs) if docs else None)
+    return TokenArrays.from_lists(src_ids, tgt_ids, docs or None)
 
 
 def load_pipeline(prep_dir: Path) -> tuple[Preprocessor, Vocab, Vocab]:
@@ -342,25 +328,37 @@ def load_pipeline(prep_dir: Path) -> tuple[Preprocessor, Vocab, Vocab]:
     return Preprocessor.load(prep_dir / "preprocess"), *vocabs
 
 
-OLD_DATA = "data.pt"  # the form before the arrays: both splits as pickled lists
-
-
 def load_prepared(prep_dir: Path, log: Log = to_stderr) -> Prepared:
-    """The prepared pipeline and splits; the training split memory-mapped, never read whole.  A
-    directory prepared in the older form (prep/data.pt) is read as it is, into memory."""
+    """The prepared pipeline and splits, memory-mapped, never read whole; a directory prepared by
+    an older ctxnmt is read as it is, into memory (see _read_old)."""
     pre, src_vocab, tgt_vocab = load_pipeline(prep_dir)
-    samples = ()
-    if (prep_dir / "train" / META).is_file():
-        train = TokenArrays.open(prep_dir / "train")
-        samples = TrainingSamples(prep_dir / "train", train)
-        dev = Split(**torch.load(prep_dir / DEV, weights_only=True))
-    elif (prep_dir / OLD_DATA).is_file():
-        log(f"prepare: {prep_dir / OLD_DATA} is the older form of prepared data, read into memory as it is "
-            "(a directory prepared again holds the memory-mapped form)")
-        data = torch.load(prep_dir / OLD_DATA, weights_only=True)
-        old = data["train"]
-        train = TokenArrays.from_lists(old["src"], old["tgt"], old.get("docs"))
-        dev = Split(**data["dev"])
+    if not (prep_dir / "train" / META).is_file():
+        return Prepared(pre, src_vocab, tgt_vocab, *_read_old(prep_dir, log), Path(prep_dir))
+    train = TokenArrays.open(prep_dir / "train")
+    if (prep_dir / OLD_DEV).is_file():
+        dev, references = _old_split(torch.load(prep_dir / OLD_DEV, weights_only=True))
     else:
+        dev, references = TokenArrays.open(prep_dir / DEV), read_meta(prep_dir / DEV)["references"]
+    return Prepared(pre, src_vocab, tgt_vocab, train, dev, references, Path(prep_dir),
+                    TrainingSamples(prep_dir / "train", train))
+
+
+# -- directories prepared by an older ctxnmt: read, never written ----------------------------------
+
+OLD_DATA = "data.pt"  # before the arrays: both splits as pickled lists
+OLD_DEV = "dev.pt"  # before the dev split was arrays too: it alone as pickled lists
+
+
+def _read_old(prep_dir: Path, log: Log) -> tuple[TokenArrays, TokenArrays, list[str]]:
+    """The training split, dev split and references of prep/data.pt."""
+    if not (prep_dir / OLD_DATA).is_file():
         raise DataError(f"{prep_dir}: no prepared training pairs here; run 'ctxnmt prepare CONFIG' again")
-    return Prepared(pre, src_vocab, tgt_vocab, train, dev, Path(prep_dir), samples)
+    log(f"prepare: {prep_dir / OLD_DATA} is the older form of prepared data, read into memory as it is "
+        "(a directory prepared again holds the memory-mapped form)")
+    data = torch.load(prep_dir / OLD_DATA, weights_only=True)
+    return _old_split(data["train"])[0], *_old_split(data["dev"])
+
+
+def _old_split(split: dict) -> tuple[TokenArrays, list[str]]:
+    """A pickled split (id lists, text and document ids) as the arrays read, and its target text."""
+    return TokenArrays.from_lists(split["src"], split["tgt"], split.get("docs")), split["raw_tgt"]

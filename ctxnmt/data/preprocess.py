@@ -1,8 +1,8 @@
 """The text pipeline: Moses tokenisation, truecasing and BPE, learned once and stored.
 
-A :class:`Preprocessor` is fitted on the training corpus and saved next to the
-model, so that ``translate`` segments its input exactly as the training data
-was. Everything is stored as plain text or JSON (never pickle), so a model
+A :class:`Preprocessor` is learned on the training corpus (ctxnmt.data.stream) and
+saved next to the model, so that ``translate`` segments its input exactly as the
+training data was. Everything is stored as plain text or JSON (never pickle), so a model
 directory can be inspected and shared safely.
 
 Pipeline per side, in order: tokenise (sacremoses, no XML escaping), truecase
@@ -19,7 +19,6 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
 from unittest import mock
 
 import sentencepiece
@@ -27,54 +26,19 @@ from sacremoses import MosesDetokenizer, MosesDetruecaser, MosesTokenizer, Moses
 from subword_nmt import learn_bpe as _learn_bpe_module
 from subword_nmt.apply_bpe import BPE
 
+from ctxnmt.config import build_typed
+from ctxnmt.data.settings import PIPELINE_KEYS, DataConfig
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.utils.io import atomic_write
+from ctxnmt.utils.options import check_section, choices
 
 SIDES = ("src", "tgt")
-BPE_SCHEME, SENTENCEPIECE_SCHEME = "bpe", "sentencepiece"  # the subword schemes (data.subwords)
-SENTENCEPIECE_TYPES = ("unigram", "bpe")
+BPE_SCHEME, SENTENCEPIECE_SCHEME = choices(DataConfig, "subwords")
 BPE_SEPARATOR = "@@"
 WORD_START = "\u2581"  # "▁": SentencePiece's mark of a piece that starts a word
 OPTIONS_FILE = "preprocess.json"
 FORMAT_VERSION = 1
 _BPE_JOIN = re.compile(re.escape(BPE_SEPARATOR) + r"(?: |$)")
-
-
-@dataclass(frozen=True)
-class PreprocessOptions:
-    """What the pipeline does; stored in ``preprocess.json``."""
-
-    src_lang: str
-    tgt_lang: str
-    tokenize: bool = True
-    truecase: bool = True
-    bpe_merges: int = 0
-    joint_bpe: bool = True  # one subword model (BPE or SentencePiece) learned on both sides
-    subwords: str = BPE_SCHEME
-    sentencepiece_vocab: int = 8000
-    sentencepiece_type: str = "unigram"
-
-    def __post_init__(self) -> None:
-        for name in ("src_lang", "tgt_lang"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]+)?", value):
-                raise ConfigError(f"preprocessing: {name} must be a language code such as 'en', not {value!r}")
-        for name in ("tokenize", "truecase", "joint_bpe"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"preprocessing: {name} must be true or false, not {getattr(self, name)!r}")
-        if isinstance(self.bpe_merges, bool) or not isinstance(self.bpe_merges, int) or self.bpe_merges < 0:
-            raise ConfigError(f"preprocessing: bpe_merges must be a non-negative integer, not {self.bpe_merges!r}")
-        if self.subwords not in (BPE_SCHEME, SENTENCEPIECE_SCHEME):
-            raise ConfigError(f"preprocessing: subwords must be 'bpe' or 'sentencepiece', not {self.subwords!r}")
-        if self.sentencepiece_type not in SENTENCEPIECE_TYPES:
-            raise ConfigError("preprocessing: sentencepiece_type must be 'unigram' or 'bpe', "
-                              f"not {self.sentencepiece_type!r}")
-        vocab = self.sentencepiece_vocab
-        if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
-            raise ConfigError(f"preprocessing: sentencepiece_vocab must be a positive integer, not {vocab!r}")
-
-    def lang(self, side: str) -> str:
-        return self.src_lang if side == "src" else self.tgt_lang
 
 
 # Words whose segmentation is remembered: a corpus's vocabulary fits many times over, and a
@@ -214,13 +178,12 @@ def truecase_tokens(truecaser: MosesTruecaser, tokens: list[str]) -> list[str]:
 
 
 class Preprocessor:
-    """Tokenise, truecase and segment text into subwords; built by :meth:`fit` or :meth:`load`."""
+    """Tokenise, truecase and segment text into subwords; made from what ctxnmt.data.stream
+    learned, or by :meth:`load`."""
 
-    def __init__(self, options: PreprocessOptions, truecase_models: dict[str, MosesTruecaser],
+    def __init__(self, options: DataConfig, truecase_models: dict[str, MosesTruecaser],
                  bpe_codes: dict[str, str | bytes]):
-        """Use :meth:`fit` or :meth:`load` rather than calling this directly.
-
-        ``truecase_models`` maps each side to its model (empty without truecasing);
+        """``truecase_models`` maps each side to its model (empty without truecasing);
         ``bpe_codes`` maps "joint", or "src" and "tgt", to the learned subword model:
         subword-nmt codes text, or a SentencePiece model's bytes (``options.subwords``).
         """
@@ -236,33 +199,6 @@ class Preprocessor:
             )
             for side in SIDES
         }
-        # Lines already tokenised and truecased during fit, so that encoding the
-        # training data right after fitting does not redo the slowest step.
-        self._fit_words: dict[str, dict[str, list[str]]] = {side: {} for side in SIDES}
-
-    # --- learning ---------------------------------------------------------------
-
-    @classmethod
-    def fit(cls, src_lines: Sequence[str], tgt_lines: Sequence[str], **options) -> Preprocessor:
-        """Learn the truecasing and subword models from training text.
-
-        ``options`` are the fields of :class:`PreprocessOptions`: ``src_lang``,
-        ``tgt_lang``, ``tokenize``, ``truecase``, ``bpe_merges``, ``joint_bpe``,
-        ``subwords``, ``sentencepiece_vocab`` and ``sentencepiece_type``.
-        """
-        opts = make_options(options)
-        lines = {"src": src_lines, "tgt": tgt_lines}
-        words: dict[str, dict[str, list[str]]] = {}
-        truecasers: dict[str, MosesTruecaser] = {}
-        for side in SIDES:
-            words[side], truecaser = _fit_words_and_truecaser(opts, side, lines[side])
-            if truecaser is not None:
-                truecasers[side] = truecaser
-        codes = learn_subwords(opts, {side: _word_counts(lines[side], words[side]) for side in SIDES},
-                               lambda sides: (" ".join(words[side][line]) for side in sides for line in lines[side]))
-        preprocessor = cls(opts, truecasers, codes)
-        preprocessor._fit_words = words
-        return preprocessor
 
     # --- applying ---------------------------------------------------------------
 
@@ -274,7 +210,6 @@ class Preprocessor:
     def encode_many(self, lines: Iterable[str], side: str) -> list[list[str]]:
         """Encode many lines; repeated lines and words are processed once."""
         pipeline = self._side(side)
-        fitted = self._fit_words[side]
         done: dict[str, list[str]] = {}
         result = []
         for line in lines:
@@ -282,10 +217,7 @@ class Preprocessor:
             if encoded is not None:
                 result.append(list(encoded))  # a copy: callers may modify their lists
                 continue
-            # Taken out of the fit memo, not copied: the memo holds a token string
-            # per running word, too much to keep for a whole training run.
-            words = fitted.pop(line, None)
-            encoded = done[line] = pipeline.subwords(words if words is not None else pipeline.words(line))
+            encoded = done[line] = pipeline.subwords(pipeline.words(line))
             result.append(encoded)
         return result
 
@@ -317,7 +249,7 @@ class Preprocessor:
             with atomic_write(os.path.join(directory, name), "wb" if binary else "w") as handle:
                 handle.write(codes)
         # Written last: a directory with preprocess.json is a complete one.
-        record = {"format": FORMAT_VERSION, "options": asdict(self.options), "files": files}
+        record = {"format": FORMAT_VERSION, "options": self.options.pipeline(), "files": files}
         with atomic_write(os.path.join(directory, OPTIONS_FILE)) as handle:
             json.dump(record, handle, indent=2)
             handle.write("\n")
@@ -355,28 +287,20 @@ def moses_words(lines: Sequence[str], lang: str) -> list[list[str]]:
 # --- helpers ---------------------------------------------------------------------------
 
 
-def make_options(options: dict) -> PreprocessOptions:
-    known = {field.name for field in fields(PreprocessOptions)}
-    unknown = sorted(set(options) - known)
+def make_options(options: dict) -> DataConfig:
+    """The data settings a preprocess.json records (DataConfig.pipeline), checked as a config's are."""
+    unknown = sorted(set(options) - set(PIPELINE_KEYS))
     if unknown:
-        raise ConfigError(f"preprocessing: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise ConfigError(f"preprocessing: unknown option(s) {', '.join(unknown)}; known: {', '.join(PIPELINE_KEYS)}")
     missing = sorted({"src_lang", "tgt_lang"} - set(options))
     if missing:
         raise ConfigError(f"preprocessing: missing option(s) {', '.join(missing)}")
-    return PreprocessOptions(**options)
-
-
-def _fit_words_and_truecaser(
-    opts: PreprocessOptions, side: str, lines: Sequence[str]
-) -> tuple[dict[str, list[str]], MosesTruecaser | None]:
-    """Tokenise the distinct lines of one side and, if asked, learn and apply truecasing."""
-    plain = SidePipeline(opts.lang(side), opts.tokenize, None, None)
-    tokenised = _unique_map(plain.words, lines)
-    if not opts.truecase:
-        return tokenised, None
-    truecaser = line_start_only(MosesTruecaser())
-    truecaser.train([tokenised[line] for line in lines])  # every occurrence counts, as in Moses
-    return {line: truecase_tokens(truecaser, tokens) for line, tokens in tokenised.items()}, truecaser
+    try:
+        data = build_typed(DataConfig, options)
+        check_section(data, "data", None)
+    except ConfigError as err:
+        raise ConfigError(f"preprocessing: {err}") from None
+    return data
 
 
 def _unique_map(function, lines: Iterable[str]) -> dict[str, list[str]]:
@@ -388,14 +312,7 @@ def _unique_map(function, lines: Iterable[str]) -> dict[str, list[str]]:
     return result
 
 
-def _word_counts(lines: Iterable[str], words: dict[str, list[str]]) -> Counter:
-    counts: Counter = Counter()
-    for line in lines:
-        counts.update(words[line])
-    return counts
-
-
-def learn_subwords(opts: PreprocessOptions, counts: dict[str, Counter],
+def learn_subwords(opts: DataConfig, counts: dict[str, Counter],
                    sentences: Callable[[tuple[str, ...]], Iterator[str]]) -> dict[str, str | bytes]:
     """The subword model(s) of `opts`: BPE codes learned from the word `counts`, or SentencePiece
     models from the lines of words that `sentences(sides)` yields, each side's in turn."""
@@ -415,7 +332,7 @@ SENTENCEPIECE_SENTENCES = 2_000_000
 SENTENCEPIECE_THREADS = 8
 
 
-def _learn_sentencepiece(opts: PreprocessOptions, lines: Iterator[str]) -> bytes:
+def _learn_sentencepiece(opts: DataConfig, lines: Iterator[str]) -> bytes:
     """A SentencePiece model of at most sentencepiece_vocab pieces (fewer where the corpus has
     fewer: a tiny corpus cannot fill a large vocabulary), on the text as it is ("identity": NFKC
     would change what decoding gives back, and can split a word in two)."""
@@ -433,13 +350,13 @@ def _learn_sentencepiece(opts: PreprocessOptions, lines: Iterator[str]) -> bytes
     return model.getvalue()
 
 
-def make_segmenter(opts: PreprocessOptions, model: str | bytes | None) -> BPE | SentencePieceModel | None:
+def make_segmenter(opts: DataConfig, model: str | bytes | None) -> BPE | SentencePieceModel | None:
     if model is None:
         return None
     return SentencePieceModel(model) if opts.subwords == SENTENCEPIECE_SCHEME else make_bpe(model)
 
 
-def learn_codes(opts: PreprocessOptions, counts: dict[str, Counter]) -> dict[str, str]:
+def learn_codes(opts: DataConfig, counts: dict[str, Counter]) -> dict[str, str]:
     if opts.bpe_merges == 0:
         return {}
     if opts.joint_bpe:

@@ -26,9 +26,9 @@ from pathlib import Path
 import sentencepiece
 from subword_nmt.apply_bpe import BPE
 
-from ctxnmt.config import DataConfig
 from ctxnmt.data.indexed import META, TokenArrays
 from ctxnmt.data.preprocess import SentencePieceModel
+from ctxnmt.data.settings import DataConfig
 
 
 @dataclass(frozen=True)

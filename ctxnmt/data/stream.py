@@ -28,10 +28,12 @@ from pathlib import Path
 import numpy as np
 from sacremoses import MosesTruecaser
 
-from ctxnmt.data.indexed import ArrayWriter, DocumentRuns, id_dtype
-from ctxnmt.data.preprocess import (SIDES, PreprocessOptions, SidePipeline, learn_subwords, line_start_only,
+from ctxnmt.data.documents import DocumentRuns
+from ctxnmt.data.indexed import ArrayWriter, id_dtype
+from ctxnmt.data.preprocess import (SIDES, SidePipeline, learn_subwords, line_start_only,
                                     make_segmenter, truecase_tokens)
 from ctxnmt.data.sampling import Sampler, Sampling, sample_directory, seeded
+from ctxnmt.data.settings import DataConfig
 from ctxnmt.data.vocab import EOS, SPECIALS, UNK, Vocab
 from ctxnmt.errors import DataError
 
@@ -63,7 +65,7 @@ class Counts:
 class Job:
     """What every worker needs, set before the workers fork."""
 
-    options: PreprocessOptions
+    options: DataConfig
     paths: tuple[str, str, str | None]
     work: Path
     cleaning: Cleaning
@@ -340,7 +342,7 @@ class StreamResult:
     pairs_kept: int
 
 
-def prepare_training(options: PreprocessOptions, paths: tuple[str, str, str | None], out: Path, work: Path,
+def prepare_training(options: DataConfig, paths: tuple[str, str, str | None], out: Path, work: Path,
                      max_len: int | None, vocab_size: int, cleaning: Cleaning, workers: int,
                      log: Callable[[str], None], block_lines: int | None = None,
                      sampling: Sampling | None = None) -> StreamResult:

@@ -96,11 +96,10 @@ def join_word(pieces: Sequence[str], group: list[int], scheme: str = BPE_SCHEME)
 CHUNK = 4096  # sequences padded together: memory stays bounded whatever the corpus size
 
 
-def count_words(seqs, continues: torch.Tensor, rows=None, lens=None, joins_back: torch.Tensor | None = None
+def count_words(side: Side, continues: torch.Tensor, rows=None, lens=None, joins_back: torch.Tensor | None = None
                 ) -> np.ndarray:
     """The words of each subword sequence (a word cut short still counts; an empty one has none):
-    of `seqs` (a Side or id lists), the sequences `rows` (default: all), each cut to `lens`."""
-    side = seqs if isinstance(seqs, Side) else Side.from_lists(seqs)
+    of `side`, the sequences `rows` (default: all), each cut to `lens`."""
     rows = np.arange(len(side)) if rows is None else np.asarray(rows, dtype=np.int64)
     lens = side.lens[rows] if lens is None else np.asarray(lens, dtype=np.int64)
     counts = np.zeros(len(rows), dtype=np.int64)

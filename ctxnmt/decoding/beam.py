@@ -39,6 +39,7 @@ class Hypothesis:
     score: float  # log-probability / lp(y) + cp(x; y) (ctxnmt.decoding.length)
     logprob: float
     attention: torch.Tensor | None = None  # (len(tokens) + 1, S): per output incl. EOS, per source position
+    signals: dict = field(default_factory=dict)  # with the attention: the rest the model shows (Searchable.signals)
 
 
 @dataclass
@@ -76,6 +77,7 @@ class _Part:
     # where each sentence's memory ends when its model attends to more than its source (a
     # concatenation model's context, after the source positions); None: the source lengths
     memory_lens: list[int] | None = None
+    record: State | None = None  # each row's Searchable.recorded over its steps (n·K, L, …); with attention
 
     def attended(self) -> list[int]:
         return self.memory_lens if self.memory_lens is not None else self.src_lens
@@ -95,17 +97,6 @@ DROP_SHARE = Fraction(1, 8)
 BLOCKED = -1e9
 # The encoder side is trimmed once its longest source is at most this share of its padded width.
 TRIM_SHARE = Fraction(3, 4)
-
-
-@torch.no_grad()
-def beam_search(model: Searchable, src: torch.Tensor, src_mask: torch.Tensor, beam: int = 5, nbest: int = 1,
-                length: LengthControl = DEFAULT_LENGTH, return_attention: bool = False,
-                context=None) -> list[list[Hypothesis]]:
-    """Translate a padded batch; returns for each sentence its `nbest` best hypotheses.
-    `context` (ctxnmt.data.batching.Context): previous source sentences, for document-context models."""
-    results = search_batches(model, [(list(range(src.size(0))), src, src_mask, context)], beam, nbest,
-                             length, return_attention)
-    return [results[i] for i in range(src.size(0))]
 
 
 @torch.no_grad()
@@ -243,7 +234,8 @@ class _Search:
         for i, n, w in zip(indices, src_lens, src_words):
             self.sentences[i] = _Sentence(max_len=self.length.max_len(n), src_words=w, src_len=n, keep=self.keep)
         B, K = src.size(0), self.K
-        enc = self.model.encode(src, src_mask, context, K)  # one copy per sentence, shared by its K rows
+        # one copy per sentence, shared by its K rows
+        enc = self.model.encode(src, src_mask, context, K, signals=self.return_attention)
         memory_lens = self.model.memory_lengths(enc)
         width = src.size(1) if memory_lens is None else max(src.size(1), max(memory_lens))
         scores = torch.full((B, K), float("-inf"), device=src.device)
@@ -270,16 +262,16 @@ class _Search:
             steps = torch.tensor(part.steps, device=row_tok.device).repeat_interleave(K)
             row_logp = row_logp.masked_fill(
                 repeats_an_ngram(part.history, steps, row_tok, self.length.block_ngram_repeat), BLOCKED)
-        att_history = self._attention_history(part, alpha)
+        att_history, record = self._attention_history(part, alpha), self._record(part, state)
         coverage, row_cp = self._coverage(part, alpha)
         candidates = self._candidates(part, row_logp, row_tok, row_cp)
         alive_scores, beam_of, tok_of = self._continuations(candidates)
         seen = _OnHost.of(candidates, alive_scores, beam_of, row_cp, words, tok_of)
         sentences = [None if i is None else self.sentences[i] for i in part.active]
         lengths = [t + 1 for t in part.steps]  # words of each hypothesis with this step's
-        self._collect_finished(part, sentences, lengths, seen, att_history, words)
+        self._collect_finished(part, record, sentences, lengths, seen, att_history, words)
         if row_eos is not None:
-            self._collect_row_ends(part, sentences, lengths, row_eos, row_cp, words, att_history)
+            self._collect_row_ends(part, record, sentences, lengths, row_eos, row_cp, words, att_history)
         keep = self._searching(sentences, lengths, seen)
         if not keep:
             return None
@@ -300,8 +292,9 @@ class _Search:
             history, state = history.index_select(0, row_index), state.select(row_index)
             att_history, coverage = (None if x is None else x.index_select(0, row_index)
                                      for x in (att_history, coverage))
+            record = record.select(row_index) if record is not None else None
         return _Part(active, [lengths[j] for j in keep], src_lens, width, enc, state, alive_scores,
-                     torch.cat([history, prev.view(-1, 1)], dim=1), att_history, prev, coverage, memory_lens)
+                     torch.cat([history, prev.view(-1, 1)], dim=1), att_history, prev, coverage, memory_lens, record)
 
     def _attention_history(self, part: _Part, alpha: torch.Tensor) -> torch.Tensor | None:
         """Each row's attention over its steps, this step's included, where it is returned."""
@@ -309,6 +302,14 @@ class _Search:
             return part.att_history
         step_att = alpha.unsqueeze(1)
         return step_att if part.att_history is None else torch.cat([part.att_history, step_att], 1)
+
+    def _record(self, part: _Part, state: State) -> State | None:
+        """Each row's record over its steps, this step's included, where attention is returned."""
+        step = self.model.recorded(state) if self.return_attention else None
+        if step is None:
+            return None
+        return State().rows(**{name: torch.cat([part.record[name], value.unsqueeze(1)], 1) if part.record is not None
+                               else value.unsqueeze(1) for name, value in step.items()})
 
     def _coverage(self, part: _Part, alpha: torch.Tensor):
         """Each row's coverage with this step's α_t, and its coverage penalty as (n, K);
@@ -329,7 +330,7 @@ class _Search:
         return _Candidates(scores, beam, row_tok.view(n, K * C).gather(1, index),
                            row_cp.gather(1, beam) if row_cp is not None else None)
 
-    def _collect_finished(self, part: _Part, sentences, lengths: list[int], seen: _OnHost,
+    def _collect_finished(self, part: _Part, record: State | None, sentences, lengths: list[int], seen: _OnHost,
                           att_history: torch.Tensor | None, words: _RowWords | None = None) -> None:
         """Move to `finished` every EOS candidate ranked among the first K (and, at a
         sentence's length limit, the K best candidates whatever they end with).  With a
@@ -354,15 +355,17 @@ class _Search:
                                    top.cp[js, cs] if top.cp is not None else None, prior).tolist()
         history, width = part.history.cpu(), part.history.size(1)  # one transfer for every hypothesis ending here
         rows, ends_with = (js * K + top.beam[js, cs]).tolist(), top.tokens[js, cs].tolist()
-        for j, row, token, score, logprob in zip(js.tolist(), rows, ends_with, scores, logprobs.tolist()):
+        signals = self._signals(part, record, rows)
+        for j, row, token, score, logprob, shown in zip(js.tolist(), rows, ends_with, scores, logprobs.tolist(),
+                                                        signals):
             tokens = history[row, width - part.steps[j]:].tolist()
             if token != EOS:
                 tokens.append(token)  # cut off at the length limit
             att = _attention(att_history, row, lengths[j], sentences[j])
-            sentences[j].finished.append(Hypothesis(tokens, score, logprob, att))
+            sentences[j].finished.append(Hypothesis(tokens, score, logprob, att, shown))
         _settle(sentences, set(js.tolist()))
 
-    def _collect_row_ends(self, part: _Part, sentences, lengths: list[int], row_eos: torch.Tensor,
+    def _collect_row_ends(self, part: _Part, record: State | None, sentences, lengths: list[int], row_eos: torch.Tensor,
                           row_cp: torch.Tensor | None, words: _RowWords, att_history: torch.Tensor | None) -> None:
         """With a length-ratio prior: every open row of a sentence still searched, ended here
         by </s>, is a finished hypothesis."""
@@ -380,12 +383,18 @@ class _Search:
         if not rows:
             return
         history, width = part.history.cpu(), part.history.size(1)
-        for row in rows:
+        for row, shown in zip(rows, self._signals(part, record, rows)):
             j = row // K
             tokens = history[row, width - part.steps[j]:].tolist()
             att = _attention(att_history, row, lengths[j], sentences[j])
-            sentences[j].finished.append(Hypothesis(tokens, float(scores[row]), float(logprob[row]), att))
+            sentences[j].finished.append(Hypothesis(tokens, float(scores[row]), float(logprob[row]), att, shown))
         _settle(sentences, {row // K for row in rows})
+
+    def _signals(self, part: _Part, record: State | None, rows: list[int]) -> list[dict]:
+        """The model's signals of the rows `rows` that end here, where attention is returned."""
+        if not self.return_attention:
+            return [{} for _ in rows]
+        return self.model.signals(part.enc, record, torch.tensor(rows, device=part.scores.device), self.K)
 
     def _continuations(self, candidates: _Candidates):
         """The K best candidates of each sentence that do not end here: their scores (n, K), and

@@ -5,16 +5,20 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 from ctxnmt import length_options as length
-from ctxnmt.config import SEARCH_PRECISIONS, check_device
 from ctxnmt.data.corpus import decode_lines, read_lines
 from ctxnmt.data.documents import blank_line_documents, check_document_ids
 from ctxnmt.decoding.export import export_model
+from ctxnmt.decoding.settings import DecodingConfig
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
+from ctxnmt.training.settings import DEVICE
 from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dirs, add_output, check_at_least
 from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write, check_writable
+from ctxnmt.utils.options import choices
 
 
 def register(sub) -> None:
@@ -62,7 +66,19 @@ PRECISION_HELP = {
 }
 
 
-def add_precision(p, choices: tuple[str, ...] = SEARCH_PRECISIONS) -> None:
+def check_device(device: str) -> None:
+    """`--device`: cpu, cuda or cuda:N, and a GPU that is there (else a traceback from torch
+    once the model is loaded)."""
+    if not DEVICE.fullmatch(device):
+        raise ConfigError(f"--device must be cpu, cuda or cuda:N, got '{device}'")
+    if device == "cpu":
+        return
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise ConfigError(f"--device {device}: {torch.cuda.device_count()} CUDA device(s) visible")
+
+
+def add_precision(p, choices: tuple[str, ...] = choices(DecodingConfig, "precision")) -> None:
     """--precision, one meaning for every command that searches or scores: decoding.precision for this run."""
     said = "; ".join(PRECISION_HELP[c] for c in choices if c in PRECISION_HELP)
     p.add_argument("--precision", choices=choices, help=f"{said}; default: the config's decoding.precision")

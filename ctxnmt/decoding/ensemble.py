@@ -66,9 +66,17 @@ class Ensemble(nn.Module):
         document context where any member does."""
         return Capabilities(document_context=any(m.capabilities.document_context for m in self.members))
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context=None, beam: int = 1) -> State:
-        """`context`: previous source sentences, read by the document-context members."""
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context=None, beam: int = 1,
+               signals: bool = False) -> State:
+        """`context`: previous source sentences, read by the document-context members.  No signals:
+        one member's values would not describe the ensemble's search."""
         return pack([m.encode(src, src_mask, context, beam) for m in self.members])
+
+    def recorded(self, state) -> None:
+        return None
+
+    def signals(self, enc, record, rows, beam: int) -> list[dict]:
+        return [{} for _ in rows]
 
     def memory_lengths(self, enc) -> list[int] | None:
         """The furthest any member's memory reaches (a concatenation member's holds its context too)."""

@@ -177,12 +177,18 @@ class GraphedSearch:
     def vocab_size(self) -> int:
         return self.model.vocab_size
 
-    def encode(self, src, src_mask, context=None, beam: int = 1) -> State:
+    def encode(self, src, src_mask, context=None, beam: int = 1, signals: bool = False) -> State:
         weights = _weights_key(self.model)
         if weights != self.weights:  # the graphs read the old weights' memory
             self.graphs.clear()
             self.weights = weights
-        return self.model.encode(src, src_mask, context, beam)
+        return self.model.encode(src, src_mask, context, beam, signals)
+
+    def recorded(self, state: State) -> State | None:
+        return self.model.recorded(state)
+
+    def signals(self, enc: State, record: State | None, rows: torch.Tensor, beam: int) -> list[dict]:
+        return self.model.signals(enc, record, rows, beam)
 
     def memory_lengths(self, enc: State) -> list[int] | None:
         return self.model.memory_lengths(enc)

@@ -24,10 +24,10 @@ class Searchable(Protocol):
         """V."""
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context: Context | None = None,
-               beam: int = 1) -> State:
+               beam: int = 1, signals: bool = False) -> State:
         """The encoder side (B rows) of a padded batch (B, S): one row per sentence, shared by its
         `beam` hypotheses.  `context`: each sentence's previous source sentences (None: none
-        given); a model without document context ignores it."""
+        given); a model without document context ignores it.  `signals`: `signals` will be asked."""
 
     def memory_lengths(self, enc: State) -> list[int] | None:
         """Where each sentence's memory ends: the positions up to its last annotation (its own
@@ -46,6 +46,15 @@ class Searchable(Protocol):
                         k: int) -> tuple[torch.Tensor, torch.Tensor, State, torch.Tensor]:
         """As `step`, but only each row's k most probable next words: their log-probabilities
         and ids (R, k), best first."""
+
+    def recorded(self, state: State) -> State | None:
+        """What the step that made `state` recorded of each row for `signals`, entries (R, …) of a
+        steady shape; None where the encoder side asked for none or the model shows nothing."""
+
+    def signals(self, enc: State, record: State | None, rows: torch.Tensor, beam: int) -> list[dict]:
+        """For each of the rows `rows` (`beam` per sentence of `enc`) of `record` (every step's
+        `recorded`, stacked on axis 1 and reordered with the beams): what it showed besides source
+        attention, by name (ctxnmt.models.nmt.NMTModel.signals)."""
 
 
 @runtime_checkable

@@ -18,26 +18,28 @@ from typing import Any
 
 import torch
 
-from ctxnmt.config import SEARCH_PRECISIONS, Config, DecodingConfig, load_config, model_kind, read_raw
+from ctxnmt.config import TRANSLATION, Config, load_config, read_raw
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
 from ctxnmt.data.vocab import EOS, Vocab
+from ctxnmt.data.words import WordBoundaries
 from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
 from ctxnmt.decoding.forced import ForcedScore, forced_log_probs
 from ctxnmt.decoding.graphs import graphed
-from ctxnmt.data.words import WordBoundaries
 from ctxnmt.decoding.length import LengthControl, length_control, needs_word_ratio, uses_ratios
 from ctxnmt.decoding.searchable import TranslationModel
+from ctxnmt.decoding.settings import DecodingConfig
 from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
 from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.int8 import int8_products
+from ctxnmt.models.migrations import load_model_checkpoint, saved_task
 from ctxnmt.models.nmt import build_model
-from ctxnmt.models.migrations import load_model_checkpoint
 from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_model_state
 from ctxnmt.utils.messages import Log, warn
+from ctxnmt.utils.options import choices, field_problem
 
 
 @dataclass
@@ -48,6 +50,8 @@ class Translation:
     tokens: list[str] = field(default_factory=list)  # output subwords, without EOS
     attention: torch.Tensor | None = None  # (len(tokens) + 1, len(src_tokens))
     nbest: list[Translation] = field(default_factory=list)  # includes the best one first
+    signals: dict = field(default_factory=dict)  # with the attention: the rest the model shows (Searchable.signals)
+    context: list[int] = field(default_factory=list)  # the input lines it read as document context
 
 
 def _sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -152,7 +156,8 @@ def _to_translation(hyps: list[Hypothesis], preprocessor, tgt_vocab: Vocab, src_
     items = []
     for h in hyps:
         tokens = tgt_vocab.decode(h.tokens)
-        items.append(Translation(preprocessor.decode(tokens, "tgt"), h.score, src_tokens, tokens, h.attention))
+        items.append(Translation(preprocessor.decode(tokens, "tgt"), h.score, src_tokens, tokens, h.attention,
+                                 signals=h.signals))
     best = items[0] if items else Translation("")
     best.nbest = items
     return best
@@ -190,13 +195,10 @@ class Translator:
         config_path = model_dir / "config.yaml"
         if not config_path.is_file():
             raise CheckpointError(f"{model_dir}: not a model directory (no config.yaml)")
-        try:
-            config = load_config(config_path)
-        except ConfigError:  # read again only to say why: another kind of model's config.yaml
-            if model_kind(read_raw(config_path)) == "language model":
-                raise CheckpointError(f"{model_dir}: a language model's directory (ctxnmt lm score reads it), "
-                                      "not a translation model's") from None
-            raise
+        if saved_task(read_raw(config_path)) != TRANSLATION:
+            raise CheckpointError(f"{model_dir}: a language model's directory (ctxnmt lm score reads it), "
+                                  "not a translation model's")
+        config = load_config(config_path)
         pre, src_vocab, tgt_vocab = load_pipeline(model_dir / "prep")
         path = Path(checkpoint) if checkpoint else default_checkpoint(model_dir)
         payload = load_model_checkpoint(path)
@@ -251,6 +253,8 @@ class Translator:
                 out[line_no] = Translation(text, sum(p.score for p in parts), src_tokens[line_no],
                                            [t for p in parts for t in p.tokens])
                 out[line_no].nbest = [out[line_no]]
+            if parts and previous is not None:
+                out[line_no].context = previous[owners[line_no][0]]
         return out
 
     def score(self, lines: list[str], targets: list[str | None], doc_ids: list[str] | None = None,
@@ -319,8 +323,9 @@ class Translator:
         """Search and score in `precision` (`decoding.precision`), whatever the model directory's
         config says: bf16 only on CUDA (on one H200, beam 5 of the papers'-size model ran 1.19× as
         fast as float32; the scores differ in their last digits), int8 only on the CPU."""
-        if precision not in SEARCH_PRECISIONS:
-            raise ConfigError(f"decoding.precision must be one of {', '.join(SEARCH_PRECISIONS)}, not '{precision}'")
+        problem = field_problem(precision, choices(DecodingConfig, "precision"))
+        if problem:
+            raise ConfigError(f"decoding.precision {problem}")
         if precision == "bf16":
             self._needs_cuda(flag or f"--precision {precision}")
         if precision == "int8" and torch.device(self.device).type != "cpu":

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ctxnmt.errors import ConfigError
 from ctxnmt.experiments.export import export_results, restore_results
 from ctxnmt.experiments.report import train_command
-from ctxnmt.errors import ConfigError
 from ctxnmt.experiments.runner import run_experiment
-from ctxnmt.experiments.runs import TASKS, plan_runs, run_state
+from ctxnmt.experiments.runs import plan_runs, run_state
 from ctxnmt.experiments.spec import load_experiment
+from ctxnmt.tasks.registry import TASKS
 
 
 def register(sub) -> None:

@@ -21,9 +21,10 @@ from ctxnmt.errors import DataError
 from ctxnmt.evaluation.replicates import seed_t_test, stratified_result
 from ctxnmt.evaluation.significance import DEFAULT_SAMPLES, SigResult
 from ctxnmt.experiments.report import train_command
-from ctxnmt.experiments.runs import TASKS, Run
+from ctxnmt.experiments.runs import Run
 from ctxnmt.experiments.spec import Experiment
 from ctxnmt.lm.scoring import LINE_SCORES
+from ctxnmt.tasks.registry import TASKS
 from ctxnmt.training.log import NOT_INTERRUPTED, logged_interruptions
 from ctxnmt.utils.io import atomic_write, make_directory, read_json_object
 from ctxnmt.utils.messages import Log

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ctxnmt.config import LANGUAGE_MODEL
 from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import length_buckets, mean_buckets
 from ctxnmt.experiments import perplexity
@@ -44,7 +45,7 @@ from ctxnmt.experiments.runs import (
     train,
     training_record,
 )
-from ctxnmt.experiments.spec import LANGUAGE_MODEL, Experiment
+from ctxnmt.experiments.spec import Experiment
 from ctxnmt.utils.messages import Log, stderr_log
 from ctxnmt.utils.processes import check_jobs, run_side_by_side
 from ctxnmt.utils.selectors import label

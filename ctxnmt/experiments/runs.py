@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,19 +23,13 @@ from typing import Any
 import yaml
 
 from ctxnmt.analysis.curves import last_quarter_gain
-from ctxnmt.config import (build_typed, config_dict, config_difference, from_dict, load_config, override,
-                           read_yaml_mapping, validate)
+from ctxnmt.config import TRANSLATION, config_dict, config_difference, override, read_yaml_mapping
 from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import CheckpointError, ConfigError, DataError
-from ctxnmt.experiments.spec import LANGUAGE_MODEL, TRANSLATION, Experiment, SystemSpec
-from ctxnmt.lm.config import LMConfig, load_lm_config
-from ctxnmt.lm.config import validate as validate_lm
-from ctxnmt.lm.run import train_and_score
+from ctxnmt.experiments.spec import Experiment, SystemSpec
 from ctxnmt.models.migrations import DEFINITIONS, directory_definitions, upgrade_model_config
-from ctxnmt.models.nmt import check_names
+from ctxnmt.tasks.registry import TASKS
 from ctxnmt.training.log import logged_interruptions, read_validations
-from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
 from ctxnmt.utils.io import atomic_write, read_json_object
 from ctxnmt.utils.selectors import select
 
@@ -104,47 +97,6 @@ def restate(directory: Path, raw: dict[str, Any]) -> None:
                 json.dump({**stated, "definitions": DEFINITIONS}, fh, indent=1)
 
 
-def _translation_config(path: str | None, overrides: list[str]):
-    config = load_config(path, overrides)
-    check_names(config.model)
-    return config
-
-
-def _checked(config, check: Callable[[Any], None]):
-    check(config)
-    return config
-
-
-def _train_translation(config, state: RunState, quiet: bool) -> None:
-    Trainer(TranslationTask(config), resume=state is RunState.RESUME, quiet=quiet).train()
-
-
-def _train_language_model(config, state: RunState, quiet: bool) -> None:
-    train_and_score(config, quiet, resume=state is RunState.RESUME, score_only=state is RunState.TRAINED)
-
-
-@dataclass(frozen=True)
-class RunTask:
-    """What a run of one task is to an experiment."""
-
-    load: Callable[[str | None, list[str]], Any]  # a config file and overrides: the checked config
-    from_raw: Callable[[dict[str, Any]], Any]  # a saved config.yaml's mapping: the checked config
-    train: Callable[[Any, RunState, bool], None]  # (config, state, quiet): train on from the state
-    finished: str  # the run's last record: there, the run is done
-    kept: str  # the record an exported run needs to stand in for the run (--restore)
-    command: tuple[str, ...]  # the command that trains one run alone
-    shares_preparation: bool  # whether runs of equal data sections share one {out_dir}/prep
-
-
-TASKS = {
-    TRANSLATION: RunTask(_translation_config, lambda raw: _checked(from_dict(raw), validate), _train_translation,
-                         "done.json", "decode.json", ("ctxnmt", "train"), True),
-    # the scores (results.json) come after training: a run with done.json alone is only scored
-    LANGUAGE_MODEL: RunTask(load_lm_config, lambda raw: _checked(build_typed(LMConfig, raw), validate_lm),
-                            _train_language_model, "results.json", "results.json", ("ctxnmt", "lm", "train"), False),
-}
-
-
 @dataclass
 class Run:
     system: str
@@ -173,19 +125,8 @@ def plan_run(experiment: Experiment, system: SystemSpec, seed: int) -> Run:
 def plan_runs(experiment: Experiment) -> list[Run]:
     """Every trained system × its seeds, in the experiment's order."""
     runs = [plan_run(experiment, system, seed) for system in experiment.trained for seed in experiment.seeds_of(system)]
-    if experiment.task == LANGUAGE_MODEL:
-        _check_same_text(runs)
+    TASKS[experiment.task].check_runs(runs)
     return runs
-
-
-def _check_same_text(runs: list[Run]) -> None:
-    """Perplexities compare only over one text cut into one vocabulary: another vocab_size
-    changes what <unk> covers, another tokenisation what a token is."""
-    for run in runs:
-        differs = config_difference(dataclasses.asdict(runs[0].config.data), dataclasses.asdict(run.config.data))
-        if differs:
-            raise ConfigError(f"system '{run.system}': its data section differs from '{runs[0].system}''s "
-                              f"(data.{differs}); perplexities over other texts or vocabularies do not compare")
 
 
 def run_key(run: Run) -> tuple[str, int]:
@@ -205,7 +146,7 @@ def run_state(run: Run, rewrite: bool = True) -> RunState:
 
     def difference(saved_path: Path) -> str:
         try:
-            saved = config_dict(task.from_raw(saved_as_trained(saved_path, task.finished, rewrite)))
+            saved = config_dict(task.from_dict(saved_as_trained(saved_path, task.finished, rewrite)))
         except ConfigError as err:
             raise ConfigError(f"{run.model_dir}: its config.yaml no longer loads ({err})") from None
         return config_difference(saved, config_dict(run.config), ignore=NOT_COMPARED)
@@ -264,7 +205,7 @@ def train(run: Run, quiet: bool = False) -> None:
     process (an --only beside this one) may have finished or begun the run since."""
     state = run_state(run)
     if state is not RunState.DONE:
-        TASKS[run.task].train(run.config, state, quiet)
+        TASKS[run.task].train_run(run.config, state is RunState.RESUME, state is RunState.TRAINED, quiet)
 
 
 def training_record(run: Run) -> dict[str, Any]:

@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.config import _coerce, _field_types, _unknown_key, read_yaml_mapping
+from ctxnmt.config import LANGUAGE_MODEL, TRANSLATION, _coerce, read_yaml_mapping
 from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import METRICS
 from ctxnmt.evaluation.significance import TESTS
+from ctxnmt.tasks.registry import TASKS
+from ctxnmt.utils.options import field_types, unknown_key
 
 DEFAULT_SEEDS = (1234,)
-TRANSLATION, LANGUAGE_MODEL = "translation", "language-model"
 # Names become directory names and report rows.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 # The config key each budget kind sets; the other two are zeroed so that a
@@ -110,7 +111,7 @@ class SignificanceSpec:
 @dataclass
 class Experiment:
     name: str = ""
-    task: str = TRANSLATION  # or LANGUAGE_MODEL
+    task: str = TRANSLATION  # a name of TASKS (ctxnmt.tasks.registry)
     out_dir: str = ""  # default runs/exp/{name}
     baseline: str = ""
     budget: Budget = field(default_factory=Budget)
@@ -160,11 +161,11 @@ def _convert(value: Any, typ: Any, key: str) -> Any:
 def _build(cls: type, raw: Any, where: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"experiment key '{where.rstrip('.')}' must be a mapping, got {raw!r}")
-    types = _field_types(cls)
+    types = field_types(cls)
     kwargs = {}
     for key, value in raw.items():
         if key not in types:
-            raise _unknown_key(str(key), list(types), where)
+            raise unknown_key(str(key), list(types), where)
         kwargs[key] = _convert(value, types[key], f"{where}{key}")
     return cls(**kwargs)
 
@@ -192,8 +193,8 @@ def load_experiment(path: str | Path) -> Experiment:
 def validate(e: Experiment) -> None:
     if not _NAME.match(e.name):
         raise ConfigError(f"experiment 'name' must be a plain name (letters, digits, . _ + -), got {e.name!r}")
-    if e.task not in (TRANSLATION, LANGUAGE_MODEL):
-        raise ConfigError(f"task must be {TRANSLATION} or {LANGUAGE_MODEL}, got {e.task!r}")
+    if e.task not in TASKS:
+        raise ConfigError(f"task must be {' or '.join(TASKS)}, got {e.task!r}")
     _validate_systems(e)
     if e.task == LANGUAGE_MODEL and e.significance.test != "ar":
         raise ConfigError(f"significance.test: a language-model experiment tests by approximate randomisation "

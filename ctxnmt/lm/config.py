@@ -7,9 +7,13 @@ from pathlib import Path
 
 from typing import ClassVar
 
-from ctxnmt.config import ComponentSection, build_typed, check_ranges, naming_the_file, read_raw, validate_loop
+from ctxnmt.config import LANGUAGE_MODEL, build_typed, naming_the_file, read_raw
 from ctxnmt.errors import ConfigError
+from ctxnmt.models import components  # noqa: F401  (the summaries' registry entries)
 from ctxnmt.models.registry import TARGET_CONTEXTS
+from ctxnmt.models.settings import ComponentSection
+from ctxnmt.training.settings import LoopConfig
+from ctxnmt.utils.options import Section, check_section, option, redefault
 
 # The LM section's names that the decoder's registry spells otherwise: its self-attentive
 # summary sums over the words (eqs. 12–13), the decoder's follows the released code and keeps
@@ -22,7 +26,7 @@ SUMMARIES = (NO_SUMMARY, "previous", "mean", "mean-with-start", "self-attentive"
 
 
 @dataclass
-class LMDataConfig:
+class LMDataConfig(Section):
     """A monolingual corpus: {dir}/{train}.{lang}, likewise dev and test, one sentence a line."""
 
     dir: str = "data/bible"
@@ -30,9 +34,9 @@ class LMDataConfig:
     train: str = "train"
     dev: str = "dev"
     test: str = "test"
-    tokenize: bool = True  # Moses tokeniser (as for translation)
-    lowercase: bool = True  # PTB-style: a 10k vocabulary should not spend entries on case variants
-    vocab_size: int = 10000  # most frequent training words; the rest become <unk>
+    tokenize: bool = option(True, help="Moses tokeniser (as for translation)")
+    lowercase: bool = option(True, help="PTB-style: a 10k vocabulary should not spend entries on case variants")
+    vocab_size: int = option(10000, ">=1", "most frequent training words; the rest become <unk>")
 
 
 @dataclass(eq=False)
@@ -42,39 +46,34 @@ class LMModelConfig(ComponentSection):
     # words (previous, mean, mean-with-start, self-attentive, self-attentive-with-start, …),
     # with its settings as keys of this section
     summary: str = "previous"
-    emb_dim: int = 150
-    hidden_dim: int = 300
-    layers: int = 1
-    tie_embeddings: bool = True  # Press & Wolf: the softmax layer is the input embedding matrix
-    dropout: float = 0.5  # on the embeddings, the LSTM output and g(s_t, d_t)
+    emb_dim: int = option(150, ">=1")
+    hidden_dim: int = option(300, ">=1")
+    layers: int = option(1, ">=1")
+    tie_embeddings: bool = option(True, help="Press & Wolf: the softmax layer is the input embedding matrix")
+    dropout: float = option(0.5, "[0,1)", "on the embeddings, the LSTM output and g(s_t, d_t)")
+
+    def check(self, config: LMConfig) -> None:
+        summary = self.summary != NO_SUMMARY and TARGET_CONTEXTS.get(registered_name(self.summary), "model.summary")
+        if summary and summary.reads_decoder:
+            raise ConfigError(f"model.summary '{self.summary}' reads the decoder's state or context vector, "
+                              "which a language model has not")
+        super().check(config)
 
 
 @dataclass
-class LMTrainingConfig:
-    optimizer: str = "adam"  # adam | adadelta
-    lr: float = 1e-3
-    clip_norm: float = 1.0
-    batch_size: int = 20  # parallel streams
-    bptt: int = 35  # tokens per truncated-BPTT segment
-    max_updates: int = 0  # 0 = unlimited
-    max_epochs: int = 0  # 0 = unlimited
-    max_minutes: float = 0.0  # training time (validation excluded); 0 = unlimited
-    valid_every: int = 500  # updates between dev perplexities
-    patience: int = 5  # validations without improvement before stopping; 0 = never
-    lr_decay: float = 0.5  # applied when dev perplexity plateaus; 1.0 = off
-    lr_patience: int = 1
-    min_lr: float = 1e-5
-    stop_at_min_lr: bool = False  # stop once lr_decay has brought the learning rate down to min_lr
-    seed: int = 1234
-    threads: int = 0  # 0 = all cores
-    log_every: int = 100
-    checkpoint_every: int = 0  # updates between writes of last.pt, independent of validation; 0 = at validation only
-    keep_checkpoints: int = 0  # the weights at each of the last N writes of last.pt (`ctxnmt average`); 0 = none
-    device: str = "cpu"
+class LMTrainingConfig(LoopConfig):
+    """The training loop's settings (ctxnmt.training.settings), three with the LM's own defaults,
+    and the streams of truncated BPTT."""
+    patience: int = redefault(LoopConfig, "patience", 5)
+    lr_patience: int = redefault(LoopConfig, "lr_patience", 1)
+    log_every: int = redefault(LoopConfig, "log_every", 100)
+    batch_size: int = option(20, ">=1", "parallel streams")
+    bptt: int = option(35, ">=1", "tokens per truncated-BPTT segment")
 
 
 @dataclass
 class LMConfig:
+    task: str = LANGUAGE_MODEL
     name: str = "lm"
     model_dir: str = "runs/lm"
     data: LMDataConfig = field(default_factory=LMDataConfig)
@@ -85,28 +84,17 @@ class LMConfig:
 def load_lm_config(path: str | Path | None, overrides: list[str] | None = None) -> LMConfig:
     raw = read_raw(path, overrides)
     with naming_the_file(path, overrides):
-        config = build_typed(LMConfig, raw)
-        validate(config)
+        return lm_from_dict(raw)
+
+
+def lm_from_dict(raw: dict) -> LMConfig:
+    """The checked LM config of a raw mapping: a file's, or a model directory's saved config.yaml."""
+    config = build_typed(LMConfig, raw)
+    for name in ("model", "training", "data"):
+        check_section(getattr(config, name), name, config)
     return config
-
-
-# The language model's own fields' ranges, beyond the training loop's (config.LOOP_RANGES).
-LM_RANGES = {"model": {"emb_dim": ">=1", "hidden_dim": ">=1", "layers": ">=1", "dropout": "[0,1)"},
-             "training": {"batch_size": ">=1", "bptt": ">=1"}, "data": {"vocab_size": ">=1"}}
 
 
 def registered_name(summary: str) -> str:
     """The name a summary is registered under in TARGET_CONTEXTS."""
     return REGISTERED_AS.get(summary, summary)
-
-
-def validate(config: LMConfig) -> None:
-    m, t = config.model, config.training
-    if m.summary != NO_SUMMARY and TARGET_CONTEXTS.get(registered_name(m.summary), "model.summary").reads_decoder:
-        raise ConfigError(f"model.summary '{m.summary}' reads the decoder's state or context vector, "
-                          "which a language model has not")
-    for name, ranges in LM_RANGES.items():
-        check_ranges(getattr(config, name), name, ranges)
-    if t.optimizer not in ("adam", "adadelta"):
-        raise ConfigError(f"training.optimizer must be 'adam' or 'adadelta', got '{t.optimizer}'")
-    validate_loop(t)

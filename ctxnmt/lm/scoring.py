@@ -7,14 +7,14 @@ from pathlib import Path
 
 import torch
 
-from ctxnmt.config import first_difference, lookup, model_kind, read_raw
+from ctxnmt.config import LANGUAGE_MODEL, first_difference, lookup, read_raw
 from ctxnmt.data.corpus import read_lines
 from ctxnmt.data.vocab import Vocab
-from ctxnmt.errors import CheckpointError, ConfigError
+from ctxnmt.errors import CheckpointError
 from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig, load_lm_config
 from ctxnmt.lm.model import ResidualLM
-from ctxnmt.models.migrations import load_model_checkpoint
+from ctxnmt.models.migrations import load_model_checkpoint, saved_task
 from ctxnmt.utils.checkpoint import checkpoint_file, default_checkpoint, load_model_state
 from ctxnmt.utils.threads import setup_threads
 
@@ -67,13 +67,10 @@ def load_lm(model_dir: str | Path, checkpoint: str | None = None) -> tuple[LMCon
     model_dir = Path(model_dir)
     if not (model_dir / "config.yaml").is_file():
         raise CheckpointError(f"{model_dir}: not an LM model directory (no config.yaml; made by ctxnmt lm train?)")
-    try:
-        config = load_lm_config(model_dir / "config.yaml")
-    except ConfigError:  # read again only to say why: another kind of model's config.yaml
-        if model_kind(read_raw(model_dir / "config.yaml")) == "translation model":
-            raise CheckpointError(f"{model_dir}: a translation model's directory (ctxnmt translate reads it), "
-                                  "not a language model's") from None
-        raise
+    if saved_task(read_raw(model_dir / "config.yaml")) != LANGUAGE_MODEL:
+        raise CheckpointError(f"{model_dir}: a translation model's directory (ctxnmt translate reads it), "
+                              "not a language model's")
+    config = load_lm_config(model_dir / "config.yaml")
     vocab = Vocab.load(model_dir / "vocab.txt")
     path = checkpoint_file(model_dir, checkpoint) if checkpoint else default_checkpoint(model_dir)
     payload = load_model_checkpoint(path)

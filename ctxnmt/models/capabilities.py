@@ -12,9 +12,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Capabilities:
-    encoder_recurrences: tuple[str, ...] = ()  # by name, as Encoder.recurrences gives them
-    decoder_recurrences: tuple[str, ...] = ()  # by name, as Decoder.recurrence_cells gives them
-    encoder_hyper_gates: tuple[str, ...] = ()  # the encoder recurrences whose cell has a hyper-gate
+    encoder_hyper_gates: tuple[str, ...] = ()  # the encoder recurrences (Encoder.recurrences) whose cell has a hyper-gate
     decoder_hyper_gates: tuple[str, ...] = ()  # the decoder's
     target_attention: bool = False  # d_t attends over the previous target words
     adaptive_output: bool = False  # the readout weighs s_t, d_t and c_t (α_s, α_y, α_c)

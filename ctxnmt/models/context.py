@@ -18,17 +18,15 @@ can split it or read it from text.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ctxnmt.config import CUDA_GRAPHS_NEED, ComponentSection, ComponentSettings, check_ranges
 from ctxnmt.data.vocab import EOS, PAD
-from ctxnmt.errors import ConfigError
 from ctxnmt.models.document import document_settings
 from ctxnmt.models.interfaces import ContextNeeds, ContextReader
 from ctxnmt.models.registry import CONTEXTS
+from ctxnmt.models.settings import ComponentSection, ConcatenationSettings
 from ctxnmt.models.state import State
 
 
@@ -45,42 +43,7 @@ class SentenceLevel(ContextReader):
         return None
 
 
-@dataclass(frozen=True)
-class ConcatenationSettings(ComponentSettings):
-    concat_sents: int = 1  # K previous sentences joined before the current one (Tiedemann & Scherrer: 1)
-    # 2-to-2: the previous target sentences and a break as a forced decoder prefix (the reference in
-    # training, the model's own translations at translation)
-    concat_target: bool = False
-    # current: the loss on the current sentence's words only (contextual-mt's default); all: on the
-    # prefix too, where the end of each earlier sentence is learned as </s>
-    concat_loss: str = "current"
-
-    def check(self, config) -> None:
-        check_ranges(self, "model", {"concat_sents": ">=1"})
-        if self.concat_loss not in ("current", "all"):
-            raise ConfigError(f"model.concat_loss must be 'current' or 'all', got '{self.concat_loss}'",
-                              key="model.concat_loss")
-        m, t = config.model, config.training
-        if document_settings(m).reads_document:
-            raise ConfigError("model.context: concat reads no hierarchical summary; set model.doc_aux: none and "
-                              "model.doc_init_enc/doc_init_dec: false", key="model.context")
-        if self.concat_target and (m.decoder != "cgru" or m.target_context not in STEADY_TARGET_CONTEXTS):
-            raise ConfigError("model.concat_target needs a decoder state that keeps its size while the prefix is "
-                              f"forced: decoder cgru with target_context {' or '.join(STEADY_TARGET_CONTEXTS)}",
-                              key="model.concat_target")
-        if self.concat_loss == "all" and not self.concat_target:
-            raise ConfigError("model.concat_loss: all needs model.concat_target: true (a target prefix to learn)",
-                              key="model.concat_loss")
-        if t.cuda_graphs:
-            raise ConfigError(CUDA_GRAPHS_NEED.format(device=t.device, precision=t.precision))
-
-
-# Target contexts whose search state is a fixed set of per-row tensors (a running sum, not a
-# growing memory), so that rows whose prefix is shorter can wait with their state held.
-STEADY_TARGET_CONTEXTS = ("previous", "mean", "mean-with-start", "self-attentive")
-
-
-@CONTEXTS.register("concat", settings=ConcatenationSettings)
+@CONTEXTS.register("concat")
 class Concatenation(ContextReader):
     """Joins the previous sentences to the current one, each followed by a break.
 
@@ -144,6 +107,11 @@ class Concatenation(ContextReader):
 
     def memory_lengths(self, enc: State) -> list[int]:
         return enc["memory_len"].tolist()
+
+    def own_positions(self, values, enc, width):
+        start = enc["memory_len"] - width  # the encoder read the context and its breaks first
+        index = start.unsqueeze(1) + torch.arange(width, device=values.device)
+        return values.gather(1, index.clamp(max=values.size(1) - 1))
 
     def embed_target(self, table: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
         return self.embed(table, ids, "target")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.config import ModelConfig
 from ctxnmt.models.attention import AdditiveAttention
 from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.document import input_from_config as document_input
@@ -22,6 +21,7 @@ from ctxnmt.models.functional import additive_energy, mix, read_each_every_step,
 from ctxnmt.models.interfaces import Decoder
 from ctxnmt.models.output import readout_dim
 from ctxnmt.models.registry import CELLS, DECODERS, OUTPUTS, TARGET_CONTEXTS
+from ctxnmt.models.settings import ModelConfig
 from ctxnmt.models.state import State
 
 
@@ -46,6 +46,8 @@ class ConditionalGRUDecoder(Decoder):
     instead multiplies c_t, which the step forms anyway: the same products, and
     no (N, S, 3H) values to read at every step.
     """
+
+    words = "conditional GRU decoder"
 
     def __init__(self, emb_dim: int, hidden_dim: int, att_dim: int, ctx_dim: int, out_dim: int,
                  config: ModelConfig, **_):
@@ -162,6 +164,8 @@ class ConditionalGRUDecoder(Decoder):
         c = mix(alpha, enc["annotations"]) if c is None else c
         d, summary = self.summary.step(state.part("summary"), prev_emb_t, s, c)
         extra = self.output_extra_step(state, s, new)
+        if "record" in state.parts:  # the step's inputs to the summary's and the output's weights
+            new.with_part("record", State().rows(y=prev_emb_t, s=s, d=d, c=c))
         return self.output(s, d, c, extra), new.with_part("summary", summary), alpha
 
     def word_input(self, emb: torch.Tensor) -> torch.Tensor:
@@ -201,6 +205,23 @@ class ConditionalGRUDecoder(Decoder):
         S, D, C, _ = self.readout_inputs(enc, prev_emb, tgt_mask)
         return self.output.weights(S, D, C)
 
+    def recording(self, state):
+        # each step replaces the record with its own (a steady state, which graphs can replay)
+        return state.with_part("record", State()) if self.has_target_attention() or self.has_adaptive_output() \
+            else state
+
+    def recorded(self, state):
+        return state.part("record") if "record" in state.parts else None
+
+    def signals(self, record):
+        Y, S, D, C = (record[k] for k in ("y", "s", "d", "c"))
+        found = {}
+        if self.has_target_attention():
+            found["target_attention"] = self.summary.weights(Y, None, S, C)
+        if self.has_adaptive_output():
+            found["output_weights"] = self.output.weights(S, D, C).mean(-1).permute(1, 2, 0)
+        return found
+
 
 @DECODERS.register("self-attentive-rnn")
 class SelfAttentiveRNNDecoder(ConditionalGRUDecoder):
@@ -210,6 +231,8 @@ class SelfAttentiveRNNDecoder(ConditionalGRUDecoder):
 
     The query is the current state s_t, as the appendix's score has it; the memory holds
     s_1 … s_{t-1} (eq. 19), so s̃_1 = 0, the empty sum (nothing to attend to yet)."""
+
+    words = "conditional GRU decoder that also attends to its own previous states"
 
     def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
         super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)
@@ -272,6 +295,8 @@ class MemoryRNNDecoder(ConditionalGRUDecoder):
     unread); the query of t = 2 is then W_q s_0.  Padding comes after every real step, so
     causality keeps it out of the memory of real steps.  Cost: O(t) per step (the scores
     depend on the query); W_x E y is computed for all steps before the loop."""
+
+    words = "conditional GRU decoder whose recurrence attends to its own previous states"
 
     def __init__(self, emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs):
         super().__init__(emb_dim, hidden_dim, att_dim, ctx_dim, out_dim, **kwargs)

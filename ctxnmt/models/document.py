@@ -20,86 +20,17 @@ its vocabulary does not hold, so here the one-word sentence of the unknown word.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ctxnmt.config import CUDA_GRAPHS_NEED, ComponentSection, ComponentSettings, check_ranges
 from ctxnmt.data.vocab import PAD, UNK
-from ctxnmt.errors import ConfigError
 from ctxnmt.models.cells import final_state
 from ctxnmt.models.functional import mix
 from ctxnmt.models.interfaces import ContextNeeds, ContextReader
 from ctxnmt.models.registry import CELLS, CONTEXTS, DOC_INPUTS
+from ctxnmt.models.settings import ComponentSection, DocumentSettings
 from ctxnmt.models.state import State
-
-
-@dataclass(frozen=True)
-class DocumentSettings(ComponentSettings):
-    """The document context's keys of the model section, each way of giving D to the model
-    combinable with the others (`doc_aux`, the decoder's input, names the DOC_INPUTS entry)."""
-
-    doc_aux: str = "none"  # ModelConfig's key, read here to say whether the model reads a document
-    doc_init_enc: bool = False  # D (projected if sizes differ) initialises every encoder GRU
-    doc_init_dec: bool = False  # s_0 = tanh(W_init mean(h) + W_D D)
-    doc_sents: int = 3  # K previous sentences
-    doc_dim: int = 0  # sentence- and document-RNN size; 0 = hidden_dim
-    doc_embeddings: str = "shared"  # history sentences use the source embeddings, or "separate" ones
-    # gated-aux: a bias b_z in the gate (ours, and what the earlier runs had); eq. 5 has
-    # none, and the paper's configs (configs/doc-*gated-aux*.yaml) set false
-    doc_gate_bias: bool = True
-    # D of a sentence without previous sentences (a document's first): zero (ours; every integration
-    # but the released gate is then the sentence model) | null-sentence (the released code's data
-    # format: a one-word pseudo-sentence NULL, read as the unknown word); the paper is silent, and
-    # its configs follow the released code
-    doc_start: str = "zero"
-    # s-hier-to-2 (Bawden et al. 2018): a second summary, of the previous target sentences (the
-    # references in training, the model's own translations in translation), with RNNs of its own
-    # over the target embeddings; D is the two summaries side by side.  Ours on this model.
-    doc_target: bool = False
-    hidden_dim: int = 512  # ModelConfig's: the size of doc_dim 0
-
-    @property
-    def reads_document(self) -> bool:
-        return self.doc_init_enc or self.doc_init_dec or self.doc_aux != "none"
-
-    @property
-    def sentences(self) -> int:
-        """K, the previous sentences the model reads; 0 for a sentence-level model."""
-        return self.doc_sents if self.reads_document else 0
-
-    @property
-    def dim(self) -> int:
-        return self.doc_dim or self.hidden_dim
-
-    @property
-    def summary_dim(self) -> int:
-        """The width of D: the source summary's, beside the target summary's with doc_target."""
-        return self.dim * (2 if self.doc_target else 1)
-
-    def check(self, config) -> None:
-        check_ranges(self, "model", {"doc_sents": ">=0", "doc_dim": ">=0"})
-        if self.doc_start not in ("zero", "null-sentence"):
-            raise ConfigError(f"model.doc_start must be 'zero' or 'null-sentence', got '{self.doc_start}'")
-        if self.doc_embeddings not in ("shared", "separate"):
-            raise ConfigError(f"model.doc_embeddings must be 'shared' or 'separate', got '{self.doc_embeddings}'")
-        if self.doc_target and not self.reads_document:
-            raise ConfigError("model.doc_target needs a hierarchical document model (model.doc_aux or doc_init_*)",
-                              key="model.doc_target")
-        if self.reads_document and self.doc_sents < 1:
-            raise ConfigError(f"model.doc_sents must be at least 1 for a document-context model, got {self.doc_sents}")
-        t = config.training
-        sentence_level = not self.reads_document and config.model.context == "none"
-        if sentence_level and t.context_size != "fixed":
-            raise ConfigError("training.context_size=random needs a document-context model (model.context)")
-        if sentence_level and t.document_context != "own":
-            raise ConfigError("training.document_context=other-document needs a document-context model "
-                              "(model.context)")
-        if sentence_level and t.coword_dropout:
-            raise ConfigError("training.coword_dropout needs a document-context model (model.context)")
-        if self.reads_document and t.cuda_graphs:
-            raise ConfigError(CUDA_GRAPHS_NEED.format(device=t.device, precision=t.precision))
 
 
 def document_settings(cfg: ComponentSection) -> DocumentSettings:
@@ -119,7 +50,7 @@ def per_row(rows: torch.Tensor, per_sentence: torch.Tensor) -> torch.Tensor:
     return per_sentence.unsqueeze(1).expand(N, rows.size(0) // N, F).reshape(-1, F)
 
 
-@CONTEXTS.register("hierarchical", settings=DocumentSettings)
+@CONTEXTS.register("hierarchical")
 class HierarchicalSummary(ContextReader):
     """D from a (B, K, L) block of context sentences: all B·K sentences go through the
     sentence RNN in one padded call, then the document RNN reads S_1 … S_K with empty
@@ -229,7 +160,7 @@ def _null_history(ids: torch.Tensor, mask: torch.Tensor):
 
 # -- how D reaches the cGRU decoder ---------------------------------------------------
 
-@DOC_INPUTS.register("none", settings=DocumentSettings)
+@DOC_INPUTS.register("none")
 class DocumentInput(nn.Module):
     """The decoder's interface to D.  This base adds D to no transition; with init_dec it
     adds W_D D inside s_0's tanh.  Subclasses change GRU_2's pre-activation terms:
@@ -264,7 +195,7 @@ class DocumentInput(nn.Module):
         return xp2, hp2
 
 
-@DOC_INPUTS.register("aux", settings=DocumentSettings)
+@DOC_INPUTS.register("aux")
 class AuxiliaryInput(DocumentInput):
     """D is an input of GRU_2 beside c_t: its pre-activation gains W_D D, a term
     constant over t, formed once per sentence and added at every step."""
@@ -280,7 +211,7 @@ class AuxiliaryInput(DocumentInput):
         return xp2 + per_row(xp2, enc["doc_input"]), hp2
 
 
-@DOC_INPUTS.register("gated-aux", settings=DocumentSettings)
+@DOC_INPUTS.register("gated-aux")
 class GatedAuxiliaryInput(AuxiliaryInput):
     """The paper's gate (eqs. 5–6): GRU_2 gains W_D (z_t ⊙ D) with
     z_t = σ(U_z s_{t-1} + W_z E y_{t-1} + C_z c_t), and + b_z with `gate_bias` (ours:
@@ -310,7 +241,7 @@ class GatedAuxiliaryInput(AuxiliaryInput):
         return xp2 + self.from_document(z * per_row(z, enc["doc"])), hp2
 
 
-@DOC_INPUTS.register("gated-aux-code", settings=DocumentSettings)
+@DOC_INPUTS.register("gated-aux-code")
 class CodeGatedAuxiliaryInput(AuxiliaryInput):
     """The gate of the authors' released code (tuzhaopeng/LC-NMT): one gate per GRU_2
     pre-activation unit, g_t = σ(G_s s'_t + G_c c_t + G_D D + b_g), interpolating the

@@ -12,24 +12,23 @@ state.  Besides `forward`, an encoder lists its recurrences by name with their c
 the time loop."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ctxnmt.config import ComponentSettings, ModelConfig, check_ranges
 from ctxnmt.models.cells import GRUCell, RecurrentCell, scan
 from ctxnmt.models.functional import bigru, biscan, hold_on_padding, read_every_step, step_product
 from ctxnmt.models.interfaces import Encoder, Recurrence
 from ctxnmt.models.registry import CELLS, ENCODERS
+from ctxnmt.models.settings import ModelConfig, StackedSettings
 
 
-def earlier_states(states: torch.Tensor, reverse: bool = False) -> torch.Tensor:
-    """The state each step read: h_{i−1} (h_{i+1} when reading right to left), h_0 = 0."""
-    zero = states.new_zeros(states.size(0), 1, states.size(2))
+def earlier_states(states: torch.Tensor, reverse: bool = False, h0: torch.Tensor | None = None) -> torch.Tensor:
+    """The state each step read: h_{i−1} (h_{i+1} when reading right to left), h_0 = `h0` or 0."""
+    start = states.new_zeros(states.size(0), 1, states.size(2)) if h0 is None else h0.unsqueeze(1)
     if reverse:
-        return torch.cat([states[:, 1:], zero], dim=1)
-    return torch.cat([zero, states[:, :-1]], dim=1)
+        return torch.cat([states[:, 1:], start], dim=1)
+    return torch.cat([start, states[:, :-1]], dim=1)
 
 
 class RecurrentEncoder(Encoder):
@@ -73,38 +72,34 @@ class BiRNNLayer(nn.Module):
     def recurrence_cells(self, prefix: str = "") -> dict[str, RecurrentCell]:
         return {f"{prefix}forward": self.fwd, f"{prefix}backward": self.bwd}
 
-    def traced(self, x, mask, prefix: str = "") -> tuple[torch.Tensor, dict[str, Recurrence]]:
+    def traced(self, x, mask, h0=None, prefix: str = "") -> tuple[torch.Tensor, dict[str, Recurrence]]:
         """The layer's output and its two recurrences."""
-        (xp_f, fwd), (xp_b, bwd) = self.directions(x, mask)
+        (xp_f, fwd), (xp_b, bwd) = self.directions(x, mask, h0)
         return torch.cat([fwd, bwd], dim=-1), {
-            f"{prefix}forward": Recurrence(self.fwd, xp_f, earlier_states(fwd)),
-            f"{prefix}backward": Recurrence(self.bwd, xp_b, earlier_states(bwd, reverse=True))}
+            f"{prefix}forward": Recurrence(self.fwd, xp_f, earlier_states(fwd, h0=h0)),
+            f"{prefix}backward": Recurrence(self.bwd, xp_b, earlier_states(bwd, reverse=True, h0=h0))}
 
-    def recurrences(self, x, mask):
-        return self.traced(x, mask)[1]
+    def recurrences(self, x, mask, h0=None):
+        return self.traced(x, mask, h0)[1]
 
 
 @ENCODERS.register("birnn")
 class BiRNNEncoder(BiRNNLayer, RecurrentEncoder):
     """h_i = [→h_i; ←h_i] from a forward and a backward GRU over the embeddings."""
 
+    words = "bidirectional GRU encoder"
+
     def __init__(self, emb_dim: int, hidden_dim: int, cell: str = "gru", **_):
         super().__init__(emb_dim, hidden_dim, cell)
         self.out_dim = 2 * hidden_dim
 
 
-@dataclass(frozen=True)
-class StackedSettings(ComponentSettings):
-    encoder_layers: int = 2  # bidirectional layers
-
-    def check(self, config) -> None:
-        check_ranges(self, "model", {"encoder_layers": ">=1"})
-
-
-@ENCODERS.register("stacked-birnn", settings=StackedSettings)
+@ENCODERS.register("stacked-birnn")
 class StackedBiRNNEncoder(RecurrentEncoder):
     """N bidirectional layers; layer k reads [→h_i; ←h_i] of layer k − 1 (the first
     reads the embeddings); the annotations are the top layer's."""
+
+    words = "stacked bidirectional GRU encoder ({encoder_layers} layers)"
 
     def __init__(self, emb_dim: int, hidden_dim: int, cell: str = "gru", layers: int = 2, **_):
         super().__init__()
@@ -130,10 +125,10 @@ class StackedBiRNNEncoder(RecurrentEncoder):
             cells.update(layer.recurrence_cells(prefix=f"layer{k + 1}-"))
         return cells
 
-    def recurrences(self, emb, mask):
+    def recurrences(self, emb, mask, h0=None):
         out, x = {}, emb
         for k, layer in enumerate(self.layers):
-            x, recs = layer.traced(x, mask, prefix=f"layer{k + 1}-")
+            x, recs = layer.traced(x, mask, h0, prefix=f"layer{k + 1}-")
             out.update(recs)
         return out
 
@@ -182,12 +177,12 @@ class ContextAwareEncoder(RecurrentEncoder):
     def recurrence_cells(self):
         return {"future": self.future, "context-lower": self.lower, "context-upper": self.upper}
 
-    def recurrences(self, emb, mask):
-        future, xp_lower, xp_upper, history, annotations = self._run(emb, mask)
+    def recurrences(self, emb, mask, h0=None):
+        future, xp_lower, xp_upper, history, annotations = self._run(emb, mask, h0)
         return {"future": Recurrence(self.future, self.future.input_proj(emb),
-                                     earlier_states(future, reverse=not self.context_reverse)),
+                                     earlier_states(future, reverse=not self.context_reverse, h0=h0)),
                 "context-lower": Recurrence(self.lower, xp_lower,
-                                            earlier_states(annotations, reverse=self.context_reverse)),
+                                            earlier_states(annotations, reverse=self.context_reverse, h0=h0)),
                 "context-upper": Recurrence(self.upper, xp_upper, history)}
 
 
@@ -195,11 +190,15 @@ class ContextAwareEncoder(RecurrentEncoder):
 class ForwardContextAwareEncoder(ContextAwareEncoder):
     """Context-aware layer left → right, future context right → left."""
 
+    words = "context-aware encoder (left to right, with the future context right to left)"
+
     context_reverse = False
 
 
 @ENCODERS.register("bcae")
 class BackwardContextAwareEncoder(ContextAwareEncoder):
     """Context-aware layer right → left, future context left → right (the released code)."""
+
+    words = "context-aware encoder (right to left, with the future context left to right)"
 
     context_reverse = True

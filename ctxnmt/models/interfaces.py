@@ -18,9 +18,10 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ctxnmt.config import ModelConfig
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.cells import RecurrentCell
+from ctxnmt.models.functional import step_product
+from ctxnmt.models.settings import ModelConfig
 from ctxnmt.models.state import State
 
 
@@ -29,12 +30,20 @@ class Recurrence(NamedTuple):
     inputs: torch.Tensor  # (B, S, G·H) the input projection W x_i
     previous: torch.Tensor  # (B, S, H) the state step i read
 
+    def hyper_gate(self) -> torch.Tensor:
+        """The hyper-gate g at each position, its mean over the hidden units (B, S)."""
+        # through the step's own product, so that under int8 the gates are those the int8 search computed
+        return self.cell.hyper_gate(self.inputs, step_product(self.previous, self.cell.hidden_weight())).mean(-1)
+
 
 class Encoder(nn.Module):
     """Source embeddings (B, S, E) to annotations h_i (B, S, out_dim)."""
 
     out_dim: int  # C, the width of the annotations
     state_dim: int  # the size of the initial state h0 that `forward` accepts
+    # plain words for a reader who does not know the config's names (the server's model list),
+    # formatted with the model section's keys; None: it is named by its registry name
+    words: str | None = None
 
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> Encoder:
@@ -52,9 +61,11 @@ class Encoder(nn.Module):
         """The encoder's recurrences by name, each with its cell; none by default."""
         return {}
 
-    def recurrences(self, emb: torch.Tensor, mask: torch.Tensor) -> dict[str, Recurrence]:
+    def recurrences(self, emb: torch.Tensor, mask: torch.Tensor,
+                    h0: torch.Tensor | None = None) -> dict[str, Recurrence]:
         """For each of `recurrence_cells`, its cell, input projection and the state each step
-        read: all an analysis needs to recompute the cell's gates outside the time loop."""
+        read (from `forward`'s h0): all an analysis needs to recompute the cell's gates outside
+        the time loop."""
         return {}
 
 
@@ -70,6 +81,7 @@ class Decoder(nn.Module):
     state and writes into neither."""
 
     out_dim: int  # the width of the readout t_t
+    words: str | None = None  # as Encoder.words
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, ctx_dim: int) -> Decoder:
@@ -130,6 +142,21 @@ class Decoder(nn.Module):
         forcing.  Only where `has_adaptive_output`."""
         raise ConfigError(f"the {type(self).__name__} decoder has no adaptive output")
 
+    def recording(self, state: State) -> State:
+        """`state` set to record, from its next step on, what `signals` reads: search asks for it
+        only where the values are wanted.  A decoder that shows nothing records nothing."""
+        return state
+
+    def recorded(self, state: State) -> State | None:
+        """What the step that made a recording `state` recorded (entries (R, …)); None: nothing."""
+        return None
+
+    def signals(self, record: State) -> dict[str, torch.Tensor]:
+        """What R rows showed at each of their T steps besides source attention, from each step's
+        `recorded` stacked on axis 1, as the teacher-forced methods give it: `target_attention`
+        (R, T, T) as `target_attention`'s, `output_weights` (R, T, 3) the mean α of s_t, d_t and c_t."""
+        return {}
+
 
 @dataclass(frozen=True)
 class ContextNeeds:
@@ -176,6 +203,10 @@ class ContextReader(nn.Module):
     def memory_lengths(self, enc: State) -> list[int] | None:
         """Positions each sentence's attention reads where that is more than its source."""
         return None
+
+    def own_positions(self, values: torch.Tensor, enc: State, width: int) -> torch.Tensor:
+        """Values (B, W) over the positions the encoder read, at the sentence's own `width` ones."""
+        return values
 
     def embed_target(self, table: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
         """Embeddings of target ids, those of a `target_prefix` included."""

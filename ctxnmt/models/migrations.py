@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ctxnmt.config import LANGUAGE_MODEL, TRANSLATION
 from ctxnmt.errors import CheckpointError
 from ctxnmt.models.document import DocumentSettings
 from ctxnmt.utils.checkpoint import load_checkpoint, save_checkpoint
@@ -40,6 +41,16 @@ def _document(model_config: dict) -> bool:
 # the definitions that added the key)
 UNRECORDED = [(lambda saved: saved.get("doc_aux") == "gated-aux", "doc_gate_bias", True, 5),
               (_document, "doc_start", "zero", 5)]
+
+
+def saved_task(raw: dict[str, Any]) -> str:
+    """The task (ctxnmt.tasks) a model directory's saved config.yaml names by its `task:` key.  A
+    directory saved before configs had the key is told by what only a language model's saved config
+    holds, training.bptt: the one place that reads an old directory's task from its other keys."""
+    if "task" in raw:
+        return raw["task"]
+    training = raw.get("training")
+    return LANGUAGE_MODEL if isinstance(training, dict) and "bptt" in training else TRANSLATION
 
 
 def save_model_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:

@@ -8,15 +8,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import Context
 from ctxnmt.data.vocab import EOS, PAD
+from ctxnmt.models import components  # noqa: F401  (the registry entries it builds from)
 from ctxnmt.models.capabilities import Capabilities, hyper_gated
 from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.context import after_prefix, reader_from_config
 from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
-from ctxnmt.models.interfaces import ContextReader, Recurrence
+from ctxnmt.models.interfaces import ContextReader
 from ctxnmt.models.registry import CELLS, CONTEXTS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
+from ctxnmt.models.settings import ModelConfig
 from ctxnmt.models.state import State
 
 
@@ -53,8 +54,7 @@ class NMTModel(nn.Module):
     @property
     def capabilities(self) -> Capabilities:
         encoder, decoder = self.encoder.recurrence_cells(), self.decoder.recurrence_cells()
-        return Capabilities(encoder_recurrences=tuple(encoder), decoder_recurrences=tuple(decoder),
-                            encoder_hyper_gates=hyper_gated(encoder), decoder_hyper_gates=hyper_gated(decoder),
+        return Capabilities(encoder_hyper_gates=hyper_gated(encoder), decoder_hyper_gates=hyper_gated(decoder),
                             target_attention=self.decoder.has_target_attention(),
                             adaptive_output=self.decoder.has_adaptive_output(),
                             document_context=self.context_reader is not None)
@@ -69,21 +69,32 @@ class NMTModel(nn.Module):
         return self.start.device
 
     # -- encoder ---------------------------------------------------------------
-    def encoder_recurrences(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict[str, Recurrence]:
-        """Encoder.recurrences of these source words."""
-        return self.encoder.recurrences(self.src_emb(src), src_mask)
-
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor,
-               context: Context | None = None, beam: int = 1) -> State:
+               context: Context | None = None, beam: int = 1, signals: bool = False) -> State:
         """`context`: each sentence's previous sentences; a document-context model given none
         reads the empty context, a sentence-level model ignores it.  `beam`: the hypotheses
-        that will read each sentence (Decoder.prepare)."""
+        that will read each sentence (Decoder.prepare).  `signals`: search will ask for
+        `signals`, so the hyper-gates of the encoder's pass are kept (and the decoder records)."""
         reader = self.context_reader
-        if reader is not None:
-            enc = reader.encode(self, src, src_mask, context, beam)
-        else:
-            annotations = self.dropout_hidden(self.encoder(self.dropout_emb(self.src_emb(src)), src_mask))
-            enc = self.decoder.prepare(annotations, src_mask, None, beam)
+        gated = self.capabilities.encoder_hyper_gates if signals else ()
+        read = []  # what the encoder read (its inputs and h0), under whichever context input
+        hook = self.encoder.register_forward_pre_hook(lambda _, inputs: read.append(inputs)) if gated else None
+        try:
+            if reader is not None:
+                enc = reader.encode(self, src, src_mask, context, beam)
+            else:
+                annotations = self.dropout_hidden(self.encoder(self.dropout_emb(self.src_emb(src)), src_mask))
+                enc = self.decoder.prepare(annotations, src_mask, None, beam)
+        finally:
+            if hook is not None:
+                hook.remove()
+        if gated:
+            own = reader.own_positions if reader is not None else (lambda values, _, width: values)
+            enc.with_part("encoder_gates", State().positions(**{
+                name: own(rec.hyper_gate(), enc, src.size(1))
+                for name, rec in self.encoder.recurrences(*read[0]).items() if name in gated}))
+        if signals:
+            enc.with_part("signals", State())
         prefix = self._target_prefix(context)
         if prefix is not None:
             enc.with_part("prefix", State().rows(ids=prefix[0], mask=prefix[1]))
@@ -173,9 +184,32 @@ class NMTModel(nn.Module):
     # -- incremental decoding ----------------------------------------------------
     def init_state(self, enc, beam: int = 1):
         if "prefix" not in enc.parts:
-            return self.decoder.init_state(enc, beam)
-        state = self._force_prefix(enc, enc.part("prefix"))
-        return state.select(torch.arange(state.batch_size(), device=self.device).repeat_interleave(beam))
+            state = self.decoder.init_state(enc, beam)
+        else:
+            state = self._force_prefix(enc, enc.part("prefix"))
+            state = state.select(torch.arange(state.batch_size(), device=self.device).repeat_interleave(beam))
+        # recording starts after a target prefix: its forced steps keep the state's shapes
+        return self.decoder.recording(state) if "signals" in enc.parts else state
+
+    def recorded(self, state: State) -> State | None:
+        return self.decoder.recorded(state)
+
+    def signals(self, enc: State, record: State | None, rows: torch.Tensor, beam: int) -> list[dict]:
+        """What the search rows `rows` show besides source attention, where `encode` was asked for
+        signals: per row, the decoder's values at each of its steps from `record` (Decoder.signals)
+        and `encoder_gates`, each hyper-gated encoder recurrence's mean hyper-gate at each of the
+        row's source positions, as the encoder computed them."""
+        found = self.decoder.signals(record.select(rows)) if record is not None else {}
+        out = [{name: values[i] for name, values in found.items()} for i in range(len(rows))]
+        if "encoder_gates" in enc.parts:
+            sentences = rows // beam
+            gates = enc.part("encoder_gates").select(sentences)
+            width = next(iter(gates.values())).size(1)
+            # the memory holds the sentence's own positions first (a concatenation's context after them)
+            lengths = enc["src_mask"][:, :width].sum(1).index_select(0, sentences).tolist()
+            for i, (row, n) in enumerate(zip(out, lengths)):
+                row["encoder_gates"] = {name: values[i, :int(n)] for name, values in gates.items()}
+        return out
 
     def _force_prefix(self, enc: State, prefix: State) -> State:
         """The decoder state (one row per sentence) after reading y_0 and each word of the target

@@ -4,26 +4,17 @@ vector c_t to the readout t_t, with p(y_t) = softmax(W_o t_t).  Registered under
 contributes (the self-attentive-RNN's W_mt s̃_t)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ctxnmt.config import ComponentSection, ComponentSettings, check_ranges
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.registry import OUTPUTS
+from ctxnmt.models.settings import ComponentSection, ReadoutSettings
 
 
-@dataclass(frozen=True)
-class ReadoutSettings(ComponentSettings):
-    out_dim: int = 0  # the readout t_t's size; 0 = emb_dim (as in dl4mt)
-    emb_dim: int = 256  # ModelConfig's
-    tie_embeddings: bool = False  # ModelConfig's: W_o is the target embedding matrix, of rows emb_dim wide
-
-    def check(self, config) -> None:
-        check_ranges(self, "model", {"out_dim": ">=0"})
-        if self.tie_embeddings and (self.out_dim or self.emb_dim) != self.emb_dim:
-            raise ConfigError("model.tie_embeddings needs model.out_dim equal to model.emb_dim")
+# The weights' names, in the order of `weights`' first axis.
+OUTPUT_WEIGHTS = ("alpha_s", "alpha_y", "alpha_c")
 
 
 def readout_dim(cfg: ComponentSection) -> int:
@@ -32,7 +23,7 @@ def readout_dim(cfg: ComponentSection) -> int:
     return settings.out_dim or settings.emb_dim
 
 
-@OUTPUTS.register("deep", settings=ReadoutSettings)
+@OUTPUTS.register("deep")
 class DeepOutput(nn.Module):
     """t_t = tanh(W_st s_t + W_yt d_t + W_ct c_t)."""
 
@@ -58,7 +49,7 @@ class DeepOutput(nn.Module):
         raise ConfigError(f"the {type(self).__name__} layer does not weigh its sources (only the adaptive outputs do)")
 
 
-@OUTPUTS.register("adaptive", settings=ReadoutSettings)
+@OUTPUTS.register("adaptive")
 class AdaptiveOutput(DeepOutput):
     """Adaptive output state (Li, Li, Zhang, eqs. 18–21), in the form of the authors' released code:
 
@@ -98,7 +89,7 @@ class AdaptiveOutput(DeepOutput):
         return torch.tanh(pre if extra is None else pre + extra)
 
 
-@OUTPUTS.register("adaptive-gain3", settings=ReadoutSettings)
+@OUTPUTS.register("adaptive-gain3")
 class Gain3AdaptiveOutput(AdaptiveOutput):
     """Ours, not the paper's: the adaptive output with K = 3.  The weights start near 1/3
     each, so with K = 1 the readout's pre-activation, and every step the optimiser takes on

@@ -12,8 +12,8 @@ import difflib
 from collections.abc import Callable
 from typing import TypeVar
 
-from ctxnmt.config import declare_model_settings
 from ctxnmt.errors import ConfigError
+from ctxnmt.models.settings import declare_model_settings
 
 T = TypeVar("T")
 

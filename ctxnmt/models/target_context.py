@@ -23,21 +23,23 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ctxnmt.config import ComponentSection
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.functional import additive_energy
 from ctxnmt.models.registry import TARGET_CONTEXTS
+from ctxnmt.models.settings import ComponentSection
 from ctxnmt.models.state import State
 
 
 # exp(START_SCORE) is 0 in float32 and bfloat16 (their smallest subnormal is about e^-103): a
 # start symbol scored so has no weight once any word follows it, and all of it while none does
 START_SCORE = -1e4
+SELF_ATTENTION = "self-attention over the previous target words"  # the self-attentive summaries' plain words
 
 
 class TargetContext(nn.Module):
     attends_to_previous_words = False  # whether `weights` has the attention α over y_0 … y_{t-1}
     reads_decoder = False  # whether d_t reads the decoder's s_t or c_t (a language model has no c_t)
+    words: str | None = None  # as Encoder.words ("": nothing to say, as of the baseline's)
 
     def __init__(self, emb_dim: int, **_):
         super().__init__()
@@ -129,6 +131,8 @@ def prefix_average(x: torch.Tensor, e: torch.Tensor, state: dict[str, torch.Tens
 class PreviousWord(TargetContext):
     """The baseline: d_t = E y_{t-1}."""
 
+    words = ""  # the previous target word, as every RNNsearch reads it
+
     def full(self, prev_emb, mask, states=None, contexts=None):
         return prev_emb
 
@@ -160,6 +164,8 @@ class MeanResidual(TargetContext):
     vector y_0, as for every other summary (zero by default: the baseline's y_0).
     No parameters; a running sum while decoding."""
 
+    words = "the mean of the previous target words as target context"
+
     def full(self, prev_emb, mask, states=None, contexts=None):
         words = prev_emb[:, 1:]  # E y_1 … E y_{T-1}
         steps = torch.arange(1, words.size(1) + 1, device=prev_emb.device, dtype=prev_emb.dtype)
@@ -186,6 +192,8 @@ class MeanWithStartResidual(TargetContext):
     y_0 counted as a word, i.e. (t−1)/t of eq. 9's value (half of it at t = 2) while y_0 is
     zero.  What `mean` computed before it followed eq. 9; the results rows trained with it
     are labelled so (docs/results.md)."""
+
+    words = "the mean of the previous target words and the start symbol as target context"
 
     def full(self, prev_emb, mask, states=None, contexts=None):
         steps = torch.arange(1, prev_emb.size(1) + 1, device=prev_emb.device, dtype=prev_emb.dtype)
@@ -214,6 +222,7 @@ class ContentSelfAttentiveResidual(TargetContext):
     log-sum-exp).  While decoding, O(1) per step from the same carried sums."""
 
     attends_to_previous_words = True
+    words = SELF_ATTENTION
     block = 16
     words_only = False  # the start slot y_0 is a key of every softmax (the released code)
 
@@ -282,6 +291,7 @@ class QuerySelfAttentiveResidual(TargetContext):
     (T × T) score matrix under teacher forcing.  Subclasses define `energy`."""
 
     attends_to_previous_words = True
+    words = SELF_ATTENTION
     reads_decoder = True
     query = "context"  # which decoder quantity the scores read: "context" (c_t) or "state" (s_t)
     additive = True  # vᵀ tanh(…) of W_y E y_i and the query; False: the keys are E y_i themselves

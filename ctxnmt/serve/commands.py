@@ -5,8 +5,7 @@ import signal
 import time
 
 from ctxnmt import length_options as length
-from ctxnmt.config import check_device
-from ctxnmt.decoding.commands import add_precision, use_precision_flag
+from ctxnmt.decoding.commands import add_precision, check_device, use_precision_flag
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, CtxnmtError
 from ctxnmt.serve import settings

@@ -6,7 +6,6 @@ its own document (`"document": true`: its sentences in order) or each sentence i
 """
 from __future__ import annotations
 
-from ctxnmt.data.documents import previous_sentences
 from ctxnmt.serve.batching import Batch
 from ctxnmt.serve.signals import Signals, attention_values
 
@@ -27,9 +26,9 @@ class BatchDecoder:
         out, start = [], 0
         for job in jobs:
             mine = translations[start: start + len(job.lines)]
-            start += len(job.lines)
             out.append({"batch": {"number": batch.number, "sentences": batch.sentences},
-                        "sentences": self._results(job, mine)})
+                        "sentences": self._results(job, mine, start)})
+            start += len(job.lines)
         return out
 
     @staticmethod
@@ -39,16 +38,15 @@ class BatchDecoder:
             ids += [f"{j}" if job.document else f"{j}.{i}" for i in range(len(job.lines))]
         return ids
 
-    def _results(self, job, translations) -> list[dict]:
+    def _results(self, job, translations, start: int) -> list[dict]:
+        """`start`: the batch's number of the job's first line (the translations' context counts in the batch)."""
         results = [{"translation": t.text, "score": round(t.score, 4),
                     "nbest": [{"translation": h.text, "score": round(h.score, 4)} for h in t.nbest]}
                    for t in translations]
         if job.attention:
-            for result, values in zip(results, attention_values(self.translator, self.signals, translations)):
+            for result, values in zip(results, attention_values(self.signals, translations)):
                 result.update(values)
         if job.document:
-            k = self.translator.document_sents  # an ensemble's, whichever member reads context
-            context = previous_sentences(["doc"] * len(translations), k, [bool(t.src_tokens) for t in translations])
-            for result, previous, t in zip(results, context, translations):
-                result["context"] = previous if t.src_tokens else []  # an empty line is not translated
+            for result, t in zip(results, translations):
+                result["context"] = [line - start for line in t.context]
         return results

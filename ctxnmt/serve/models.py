@@ -7,38 +7,24 @@ from pathlib import Path
 from ctxnmt.config import ModelConfig, load_config
 from ctxnmt.models.capabilities import Capabilities
 from ctxnmt.models.context import context_description
+from ctxnmt.models.registry import DECODERS, ENCODERS, TARGET_CONTEXTS, Registry
 from ctxnmt.serve.signals import Signals
 from ctxnmt.utils.checkpoint import checkpoint_record, default_checkpoint
 
 
-# Plain words for the registered components, for a reader who does not know the config's
-# names; a component missing here (a new variant) is named by its registry name.
-ENCODER_WORDS = {
-    "birnn": "bidirectional GRU encoder",
-    "stacked-birnn": "stacked bidirectional GRU encoder ({encoder_layers} layers)",
-    "fcae": "context-aware encoder (left to right, with the future context right to left)",
-    "bcae": "context-aware encoder (right to left, with the future context left to right)",
-}
-DECODER_WORDS = {
-    "cgru": "conditional GRU decoder",
-    "memory-rnn": "conditional GRU decoder whose recurrence attends to its own previous states",
-    "self-attentive-rnn": "conditional GRU decoder that also attends to its own previous states",
-}
-TARGET_CONTEXT_WORDS = {
-    "previous": "",  # the baseline's: the previous target word, as every RNNsearch reads it
-    "mean": "the mean of the previous target words as target context",
-    "mean-with-start": "the mean of the previous target words and the start symbol as target context",
-}
-SELF_ATTENTIVE = "self-attention over the previous target words"
+def words(registry: Registry, name: str, default: str) -> str:
+    """The plain words that the component registered as `name` declares (Encoder.words); a
+    component without them (a new variant) is named by `default`, its registry name."""
+    declared = registry.get(name).words if name in registry.names() else None
+    return default if declared is None else declared
 
 
 def describe(model: ModelConfig, capabilities: Capabilities) -> str:
     """The architecture in plain words: the encoder and decoder, then only what differs
     from RNNsearch's (target context, hyper-gated cells, adaptive output, document context)."""
-    encoder = ENCODER_WORDS.get(model.encoder, f"{model.encoder} encoder").format(**model.to_dict())
-    parts = [encoder, DECODER_WORDS.get(model.decoder, f"{model.decoder} decoder")]
-    parts.append(TARGET_CONTEXT_WORDS.get(model.target_context, SELF_ATTENTIVE
-                 if model.target_context.startswith("self-attentive") else f"target context {model.target_context}"))
+    parts = [words(ENCODERS, model.encoder, f"{model.encoder} encoder").format(**model.to_dict()),
+             words(DECODERS, model.decoder, f"{model.decoder} decoder"),
+             words(TARGET_CONTEXTS, model.target_context, f"target context {model.target_context}")]
     gated = [side for side, names in (("encoder", capabilities.encoder_hyper_gates),
                                       ("decoder", capabilities.decoder_hyper_gates)) if names]
     if gated:

@@ -6,10 +6,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ctxnmt.config import TrainingConfig
+from ctxnmt.training.settings import LoopConfig
 
 
-def build_optimizer(params, cfg: TrainingConfig) -> torch.optim.Optimizer:
+def build_optimizer(params, cfg: LoopConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "adadelta":
         # dl4mt's setting: ρ = 0.95, ε = 1e-6 (lr 1.0 is the usual choice with it).
         return torch.optim.Adadelta(params, lr=cfg.lr, rho=0.95, eps=1e-6)

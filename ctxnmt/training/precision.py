@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import torch
 
-DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # of training.precision; fp32 needs no autocast
 
 
 class Precision:
     def __init__(self, name: str, device: torch.device):
         self.name = name
-        self.dtype = DTYPES[name]
+        self.dtype = DTYPES.get(name)
         self.device_type = device.type
         self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
 

@@ -5,8 +5,10 @@ the optimiser, the learning-rate schedule, the precision, the progress record, t
 checkpoint layout and exact resume.  A task supplies the rest: its data and model, an
 epoch's units (one an update) and the loss of one, its dev scores and the metric that
 selects best.pt, its log lines, what its checkpoints hold beyond the common part (and the
-checks that refuse another run's), and its files in the model directory.  Translation
-(ctxnmt.training.translation) and language modelling (ctxnmt.lm.task) are the two tasks.
+checks that refuse another run's), and its files in the model directory; and, to an
+experiment (ctxnmt.experiments.runs), how a run of it loads, trains and finishes.
+Translation (ctxnmt.tasks.translation) and language modelling (ctxnmt.tasks.language_model)
+are the two tasks, named by a config's `task:` key (ctxnmt.tasks.registry).
 The records they share, the progress and the log window, are here too.
 """
 from __future__ import annotations
@@ -70,6 +72,11 @@ class Window:
 
 
 class Task(ABC):
+    name: str = ""  # as a config's and an experiment's `task:` key names it
+    finished: str = "done.json"  # an experiment's run is done once its directory holds this record
+    kept: str = ""  # the record an exported run needs to stand in for the run (experiment --restore)
+    command: tuple[str, ...] = ()  # the command that trains one run alone
+    shares_preparation: bool = False  # whether an experiment's runs of equal data sections share {out_dir}/prep
     metric: str = "ppl"  # the dev score that selects best.pt
     metric_name: str = "ppl"  # its name in an early stop's reason
     higher_is_better: bool = False
@@ -83,6 +90,27 @@ class Task(ABC):
         self.config = config
         self.training = config.training
         self.model_dir = Path(config.model_dir)
+
+    # -- its config and its runs ---------------------------------------------------------
+    @staticmethod
+    @abstractmethod
+    def load(path: str | Path | None, overrides: list[str]) -> Any:
+        """The checked config of a config file with `--set` overrides."""
+
+    @staticmethod
+    @abstractmethod
+    def from_dict(raw: dict[str, Any]) -> Any:
+        """The checked config of a raw mapping (a model directory's saved config.yaml)."""
+
+    @classmethod
+    @abstractmethod
+    def train_run(cls, config, resume: bool = False, trained: bool = False, quiet: bool = False) -> Any:
+        """Train a run of `config` to its end, going on from last.pt where `resume`; `trained`:
+        its training has finished (done.json), and only what follows it is left."""
+
+    @classmethod
+    def check_runs(cls, runs: Sequence) -> None:
+        """Refuse an experiment's planned runs (each with its `system` and `config`) that cannot be compared."""
 
     # -- setting up ----------------------------------------------------------------------
     @abstractmethod

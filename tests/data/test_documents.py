@@ -5,6 +5,7 @@ import pytest
 
 from ctxnmt.data.batching import make_batch
 from ctxnmt.data.documents import check_document_ids, other_document_sentences, previous_sentences
+from ctxnmt.data.indexed import Side
 from ctxnmt.errors import DataError
 
 DOCS = ["a", "a", "a", "a", "a", "b", "c", "c"]
@@ -25,8 +26,8 @@ def test_unusable_lines_are_never_context():
 
 
 def test_batch_context_is_looked_up_by_dataset_position():
-    src = [[10 + i] * (i + 1) for i in range(len(DOCS))]
-    tgt = [[5, 2]] * len(DOCS)
+    src = Side.from_lists([[10 + i] * (i + 1) for i in range(len(DOCS))])
+    tgt = Side.from_lists([[5, 2]] * len(DOCS))
     context = previous_sentences(DOCS, 3)
     batch = make_batch([7, 4, 0], src, tgt, context, 3)
     assert batch.context.ids.shape == (3, 3, 7)

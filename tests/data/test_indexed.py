@@ -1,24 +1,29 @@
 """The one data path: prepared pairs as memory-mapped arrays, prepared block by block on any number
 of workers, batched from the lengths.  Each test holds the new path against what the earlier
-one computed (its algorithm written out here, or the in-memory Preprocessor.fit pipeline)."""
+one computed (its algorithm written out here: the list batcher, the one-pass pipeline)."""
 from __future__ import annotations
 
 import filecmp
 import random
+import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from sacremoses import MosesTruecaser
 
 from ctxnmt.config import load_config
 from ctxnmt.data import prepare as prepare_module
 from ctxnmt.data import stream
 from ctxnmt.data.batching import epoch_batches, make_batch, padding_ratio
-from ctxnmt.data.documents import PreviousSentences, previous_sentences
-from ctxnmt.data.indexed import TokenArrays, document_runs
-from ctxnmt.data.prepare import OLD_DATA, load_prepared, prepare
-from ctxnmt.data.preprocess import Preprocessor, PreprocessOptions
+from ctxnmt.data.documents import PreviousSentences, document_runs, previous_sentences
+from ctxnmt.data.indexed import TokenArrays
+from ctxnmt.data.prepare import OLD_DATA, prepare
+from ctxnmt.data.preprocess import (Preprocessor, SidePipeline, learn_codes, line_start_only,
+                                    truecase_tokens)
+from ctxnmt.data.settings import DataConfig
 from ctxnmt.data.vocab import EOS, PAD, Vocab
 from ctxnmt.errors import DataError
 from tests.training.conftest import tiny_config, write_corpus
@@ -65,7 +70,8 @@ def test_padding_ratio_counts_the_padded_cells():
 
 def test_a_batch_is_padded_as_written_out():
     src, tgt = [[5, 6, 7], [8], [9, 10]], [[11, EOS], [12, 13, EOS], [EOS]]
-    batch = make_batch([2, 0], TokenArrays.from_lists(src, tgt).src, tgt, [[], [], [0, 1]], 3)
+    pairs = TokenArrays.from_lists(src, tgt)
+    batch = make_batch([2, 0], pairs.src, pairs.tgt, [[], [], [0, 1]], 3)
     assert batch.src.tolist() == [[9, 10, PAD], [5, 6, 7]] and batch.tgt.tolist() == [[EOS, PAD], [11, EOS]]
     assert batch.src_mask.tolist() == [[1, 1, 0], [1, 1, 1]] and batch.indices.tolist() == [2, 0]
     # sentence 2's context: sentences 0 and 1 in slots 0 and 1, slot 2 empty; sentence 0 has none
@@ -111,7 +117,19 @@ def write(out: Path, src, tgt, docs=None) -> tuple[str, str, str | None]:
     return paths[0], paths[1], paths[2] if docs is not None else None
 
 
-OPTIONS = PreprocessOptions(src_lang="es", tgt_lang="en", bpe_merges=30)
+OPTIONS = DataConfig(src_lang="es", tgt_lang="en", bpe_merges=30)
+
+
+def one_pass_pipeline(src: list[str], tgt: list[str]) -> Preprocessor:
+    """The pipeline learned in one pass over the whole corpus in memory: each side's Moses words,
+    a truecaser trained on every line of them, and BPE on the truecased words' counts."""
+    truecasers, counts = {}, {}
+    for side, lines in (("src", src), ("tgt", tgt)):
+        words = [SidePipeline(OPTIONS.lang(side), True, None, None).words(line) for line in lines]
+        truecasers[side] = line_start_only(MosesTruecaser())
+        truecasers[side].train(words)
+        counts[side] = Counter(w for line in words for w in truecase_tokens(truecasers[side], line))
+    return Preprocessor(OPTIONS, truecasers, learn_codes(OPTIONS, counts))
 
 
 def run_stream(tmp_path: Path, name: str, paths, workers: int, cleaning=stream.Cleaning(), max_len=12):
@@ -129,7 +147,7 @@ def test_streaming_on_any_number_of_workers_is_the_one_pass_pipeline(tmp_path):
     for name in ("src.bin", "src.idx", "tgt.bin", "tgt.idx", "doc.bin", "meta.json"):
         assert filecmp.cmp(one / name, two / name, shallow=False), name
     # the same as learning on the whole corpus in memory, then encoding and filtering it
-    fitted = Preprocessor.fit(src, tgt, src_lang="es", tgt_lang="en", bpe_merges=30)
+    fitted = one_pass_pipeline(src, tgt)
     assert result.codes == fitted._bpe_codes
     for side in ("src", "tgt"):
         assert result.truecasers[side].model["best"] == fitted._truecase_models[side].model["best"]
@@ -223,14 +241,17 @@ def test_a_directory_prepared_in_the_older_form_is_read_as_it_is(tmp_path):
     prep = tmp_path / "m" / "prep"
     old_train = {"src": list(new.train.src), "tgt": list(new.train.tgt), "raw_src": [], "raw_tgt": [],
                  "docs": [f"doc{i // 4}" for i in range(len(new.train))]}
-    torch.save({"train": old_train, "dev": torch.load(prep / "dev.pt", weights_only=True)}, prep / OLD_DATA)
-    for path in [*(prep / "train").iterdir(), prep / "dev.pt"]:
-        path.unlink()
-    (prep / "train").rmdir()
+    old_dev = {"src": list(new.dev.src), "tgt": list(new.dev.tgt), "raw_src": [], "raw_tgt": new.references,
+               "docs": [f"doc{i // 4}" for i in range(len(new.dev))]}
+    torch.save({"train": old_train, "dev": old_dev}, prep / OLD_DATA)
+    shutil.rmtree(prep / "train")
+    shutil.rmtree(prep / "dev")
     said = []
     old = prepare(config, log=said.append)
     assert list(old.train.src) == list(new.train.src) and list(old.train.tgt) == list(new.train.tgt)
-    assert old.train.docs.tolist() == new.train.docs.tolist() and old.dev == new.dev
+    assert old.train.docs.tolist() == new.train.docs.tolist()
+    assert list(old.dev.src) == list(new.dev.src) and list(old.dev.tgt) == list(new.dev.tgt)
+    assert old.dev.docs.tolist() == new.dev.docs.tolist() and old.references == new.references
     assert len(said) == 1 and "older form of prepared data, read into memory as it is" in said[0]
     assert old.length_ratios() == new.length_ratios()
 

@@ -5,6 +5,7 @@ from sacremoses import MosesTruecaser
 
 from ctxnmt.data.preprocess import Preprocessor, line_start_only, truecase_tokens
 from ctxnmt.errors import CheckpointError, ConfigError
+from tests.data.conftest import learned_pipeline
 
 SRC = [
     "El gato se sentó en la alfombra.",
@@ -30,8 +31,8 @@ OPTIONS = dict(src_lang="es", tgt_lang="en", bpe_merges=40)
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["joint", "separate"])
-def fitted(request):
-    return Preprocessor.fit(SRC, TGT, joint_bpe=request.param, **OPTIONS)
+def fitted(request, tmp_path_factory):
+    return learned_pipeline(tmp_path_factory.mktemp("fit"), SRC, TGT, joint_bpe=request.param, **OPTIONS)
 
 
 def test_encode_tokenises_truecases_and_segments(fitted):
@@ -102,17 +103,17 @@ def test_only_the_line_start_is_lowercased(fitted):
     assert words(fitted.encode("¿El perro duerme?", "src"))[:2] == ["¿", "el"]
 
 
-def test_no_tokenise_no_truecase_no_bpe_is_whitespace_split():
-    plain = Preprocessor.fit(SRC, TGT, src_lang="es", tgt_lang="en", tokenize=False, truecase=False)
+def test_no_tokenise_no_truecase_no_bpe_is_whitespace_split(tmp_path):
+    plain = learned_pipeline(tmp_path, SRC, TGT, src_lang="es", tgt_lang="en", tokenize=False, truecase=False)
     assert plain.encode("The  cat,\u00a0sat.", "tgt") == ["The", "cat,", "sat."]
     assert plain.decode(["The", "cat,", "sat."], "tgt") == "The cat, sat."
 
 
-def test_bad_options_are_config_errors():
+def test_bad_options_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="unknown option"):
-        Preprocessor.fit(SRC, TGT, src_lang="es", tgt_lang="en", bpe=10)
+        learned_pipeline(tmp_path, SRC, TGT, src_lang="es", tgt_lang="en", bpe=10)
     with pytest.raises(ConfigError, match="bpe_merges"):
-        Preprocessor.fit(SRC, TGT, src_lang="es", tgt_lang="en", bpe_merges=-1)
+        learned_pipeline(tmp_path, SRC, TGT, src_lang="es", tgt_lang="en", bpe_merges=-1)
 
 
 def test_load_reports_missing_and_corrupt_files(tmp_path, fitted):

@@ -15,12 +15,14 @@ import torch
 from ctxnmt.config import load_config
 from ctxnmt.data import prepare as prepare_module
 from ctxnmt.data import stream
+from ctxnmt.data.indexed import Side, TokenArrays
 from ctxnmt.data.prepare import length_ratios, prepare
 from ctxnmt.data.preprocess import WORD_START, Preprocessor
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.data.words import WordBoundaries, count_words, goes_on, join_word, joins_back, word_groups, word_starts
 from ctxnmt.decoding.beam import _RowWords
 from ctxnmt.errors import CheckpointError, ConfigError
+from tests.data.conftest import learned_pipeline
 from tests.training.conftest import write_corpus
 
 SP = dict(src_lang="es", tgt_lang="en", subwords="sentencepiece", sentencepiece_vocab=60)
@@ -36,10 +38,10 @@ def lines(corpus: Path, name: str) -> list[str]:
 
 
 @pytest.fixture(scope="module", params=[(True, True), (False, False)], ids=["moses", "raw"])
-def fitted(request, corpus) -> Preprocessor:
+def fitted(request, corpus, tmp_path_factory) -> Preprocessor:
     tokenize, truecase = request.param
-    return Preprocessor.fit(lines(corpus, "train.es"), lines(corpus, "train.en"), tokenize=tokenize,
-                            truecase=truecase, **SP)
+    return learned_pipeline(tmp_path_factory.mktemp("fit"), lines(corpus, "train.es"), lines(corpus, "train.en"),
+                            tokenize=tokenize, truecase=truecase, **SP)
 
 
 # -- the pipeline ----------------------------------------------------------------------------------
@@ -54,8 +56,8 @@ def test_decoding_gives_back_the_line_that_was_encoded(fitted):
         assert fitted.decode(pieces, side) == line
 
 
-def test_sentencepiece_runs_on_the_tokenised_truecased_words(corpus):
-    pre = Preprocessor.fit(lines(corpus, "train.es"), lines(corpus, "train.en"), **SP)
+def test_sentencepiece_runs_on_the_tokenised_truecased_words(corpus, tmp_path):
+    pre = learned_pipeline(tmp_path, lines(corpus, "train.es"), lines(corpus, "train.en"), **SP)
     pieces = pre.encode("El gato, come.", "src")
     # the Moses words "el gato , come ." (the capital truecased away), each starting with ▁
     assert "".join(pieces).split(WORD_START)[1:] == ["el", "gato", ",", "come", "."]
@@ -70,7 +72,8 @@ def test_the_model_is_stored_loaded_and_learned_per_side_where_asked(fitted, cor
     loaded = Preprocessor.load(tmp_path / "joint")
     line = "el perro ve la luna ."
     assert loaded.encode(line, "src") == fitted.encode(line, "src")
-    per_side = Preprocessor.fit(lines(corpus, "train.es"), lines(corpus, "train.en"), joint_bpe=False, **SP)
+    per_side = learned_pipeline(tmp_path / "fit", lines(corpus, "train.es"), lines(corpus, "train.en"),
+                                joint_bpe=False, **SP)
     per_side.save(tmp_path / "sides")
     names = {p.name for p in (tmp_path / "sides").iterdir()}
     assert {"preprocess.sentencepiece.src", "preprocess.sentencepiece.tgt"} <= names
@@ -88,15 +91,16 @@ def test_a_missing_or_corrupt_model_file_is_a_one_line_error(fitted, tmp_path):
         Preprocessor.load(tmp_path)
 
 
-def test_a_vocabulary_below_the_corpus_characters_is_a_one_line_error(corpus):
+def test_a_vocabulary_below_the_corpus_characters_is_a_one_line_error(corpus, tmp_path):
     with pytest.raises(ConfigError, match=r"^preprocessing: SentencePiece cannot learn a model of sentencepiece_vocab "
                                           r"5 pieces here: Vocabulary size is smaller than required_chars[^\n]*$"):
-        Preprocessor.fit(lines(corpus, "train.es"), lines(corpus, "train.en"), **{**SP, "sentencepiece_vocab": 5})
+        learned_pipeline(tmp_path, lines(corpus, "train.es"), lines(corpus, "train.en"),
+                         **{**SP, "sentencepiece_vocab": 5})
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("subwords", "wordpiece", "data.subwords must be 'bpe' or 'sentencepiece', got 'wordpiece'"),
-    ("sentencepiece_type", "char", "data.sentencepiece_type must be 'unigram' or 'bpe', got 'char'"),
+    ("subwords", "wordpiece", "data.subwords must be one of bpe, sentencepiece, not 'wordpiece'"),
+    ("sentencepiece_type", "char", "data.sentencepiece_type must be one of unigram, bpe, not 'char'"),
     ("sentencepiece_vocab", "0", "data.sentencepiece_vocab must be at least 1, got 0"),
 ])
 def test_bad_settings_are_one_line_errors_naming_the_key(tmp_path, key, value, message):
@@ -127,6 +131,7 @@ def test_a_piece_starting_with_the_mark_starts_a_word():
             [4, 1, 4],  # ▁the <unk> ▁the: 2
             [8, 4, 8, 8],  # ▁ ▁the ▁ ▁: "the", and a word begun at the end (cut short: it counts), 2
             []]
+    seqs = Side.from_lists(seqs)
     found = count_words(seqs, goes_on(VOCAB, "sentencepiece"), joins_back=joins_back(VOCAB, "sentencepiece"))
     assert found.tolist() == [1, 2, 2, 3, 2, 2, 0]
     assert count_words(seqs, goes_on(VOCAB, "bpe")).tolist() == [4, 3, 3, 1, 3, 4, 0]  # BPE's reading: only @@
@@ -168,8 +173,8 @@ def test_the_training_word_ratio_counts_sentencepiece_words(fitted):
     tgt = ["the cat eats .", "the dog sees the big sun .", "the big red sun ."]
     src_pieces, tgt_pieces = fitted.encode_many(src, "src"), fitted.encode_many(tgt, "tgt")
     vocab = Vocab(sorted({p for pieces in src_pieces + tgt_pieces for p in pieces}))
-    split = prepare_module.Split([vocab.encode(p, add_eos=False) for p in src_pieces],
-                                 [vocab.encode(p) for p in tgt_pieces], src, tgt)
+    split = TokenArrays.from_lists([vocab.encode(p, add_eos=False) for p in src_pieces],
+                                   [vocab.encode(p) for p in tgt_pieces])
     # W(y)/W(x) in words: 4/4, 7/6 and 5/3, whatever the pieces; the median 7/6
     assert length_ratios(split, vocab, vocab, "sentencepiece")["words 0.5"] == 7 / 6
 

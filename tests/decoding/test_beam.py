@@ -7,9 +7,9 @@ import torch
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
-from ctxnmt.decoding.beam import beam_search
 from ctxnmt.decoding.length import LengthControl
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 
 SRC = [[5, 6, 7, 8, 9], [10, 11], [4, 12, 13, 5, 6, 7, 8], [9, 9, 9]]
 
@@ -38,7 +38,7 @@ def sequence_logprob(model, src, tokens):
 def test_hypothesis_scores_are_their_log_probabilities():
     model = random_model()
     src, mask = pad(SRC)
-    for sent, hyps in zip(SRC, beam_search(model, src, mask, beam=4, nbest=4, length=LengthControl(alpha=0.0))):
+    for sent, hyps in zip(SRC, search_batch(model, src, mask, beam=4, nbest=4, length=LengthControl(alpha=0.0))):
         assert len(hyps) >= 2
         for h in hyps:
             assert abs(h.logprob - sequence_logprob(model, sent, h.tokens)) < 1e-4
@@ -47,7 +47,7 @@ def test_hypothesis_scores_are_their_log_probabilities():
 
 def test_greedy_picks_the_argmax_at_every_step():
     model = random_model(1)
-    for sent, hyps in zip(SRC, beam_search(model, *pad(SRC), beam=1)):
+    for sent, hyps in zip(SRC, search_batch(model, *pad(SRC), beam=1)):
         src_t, mask = pad([sent])
         with torch.no_grad():
             enc = model.encode(src_t, mask)
@@ -65,9 +65,9 @@ def test_greedy_picks_the_argmax_at_every_step():
 
 def test_batched_search_equals_one_sentence_at_a_time():
     model = random_model(2)
-    batched = beam_search(model, *pad(SRC), beam=5, nbest=3)
+    batched = search_batch(model, *pad(SRC), beam=5, nbest=3)
     for sent, hyps in zip(SRC, batched):
-        alone = beam_search(model, *pad([sent]), beam=5, nbest=3)[0]
+        alone = search_batch(model, *pad([sent]), beam=5, nbest=3)[0]
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         for a, b in zip(hyps, alone):
             assert abs(a.score - b.score) < 1e-5
@@ -88,10 +88,10 @@ def test_finished_rows_left_in_the_batch_change_no_hypothesis(beam, monkeypatch)
     parts, advance = [], search_module._Search.advance
     monkeypatch.setattr(search_module._Search, "advance",
                         lambda self, part: parts.append(advance(self, part)) or parts[-1])
-    batched = beam_search(model, *pad(sources), beam=beam, nbest=beam)
+    batched = search_batch(model, *pad(sources), beam=beam, nbest=beam)
     assert any(p is not None and None in p.active for p in parts)  # finished rows did stay
     for sent, hyps in zip(sources, batched):
-        alone = beam_search(model, *pad([sent]), beam=beam, nbest=beam)[0]
+        alone = search_batch(model, *pad([sent]), beam=beam, nbest=beam)[0]
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         for a, b in zip(hyps, alone):
             assert abs(a.score - b.score) < 1e-5
@@ -113,7 +113,7 @@ def test_finished_sentences_leave_once_they_hold_an_eighth_of_the_rows(beam, sen
     monkeypatch.setattr(search_module._Search, "advance",
                         lambda self, part: parts.append(advance(self, part)) or parts[-1])
     # (lengths normalised by |y|, at most 10 more words than the source: rows finish at many steps)
-    beam_search(model, *pad(sources), beam=beam, length=LengthControl("power", 1.0, max_len_b=10))
+    search_batch(model, *pad(sources), beam=beam, length=LengthControl("power", 1.0, max_len_b=10))
     parts = [p for p in parts if p is not None]
     assert any(None in p.active for p in parts)  # finished rows did stay
     assert all(8 * p.active.count(None) < len(p.active) for p in parts)  # but never an eighth of them
@@ -122,8 +122,8 @@ def test_finished_sentences_leave_once_they_hold_an_eighth_of_the_rows(beam, sen
 
 def test_larger_beam_never_finds_a_worse_best_hypothesis_here():
     model = random_model(3)
-    small = beam_search(model, *pad(SRC), beam=1, length=LengthControl(alpha=0.0))
-    large = beam_search(model, *pad(SRC), beam=8, length=LengthControl(alpha=0.0))
+    small = search_batch(model, *pad(SRC), beam=1, length=LengthControl(alpha=0.0))
+    large = search_batch(model, *pad(SRC), beam=8, length=LengthControl(alpha=0.0))
     for a, b in zip(small, large):
         assert b[0].score >= a[0].score - 1e-6
 
@@ -132,7 +132,7 @@ def test_output_length_is_bounded_and_attention_is_returned():
     model = random_model(4)
     with torch.no_grad():
         model.generator.bias[EOS] -= 50.0  # never ends by itself
-    hyps = beam_search(model, *pad(SRC), beam=3, length=LengthControl(max_len_a=1.0, max_len_b=2),
+    hyps = search_batch(model, *pad(SRC), beam=3, length=LengthControl(max_len_a=1.0, max_len_b=2),
                        return_attention=True)
     for sent, h in zip(SRC, hyps):
         assert len(h[0].tokens) == len(sent) + 2
@@ -145,9 +145,9 @@ def test_search_with_the_fused_kernels_equals_plain_pytorch(monkeypatch):
     from ctxnmt.models import kernels
 
     model = random_model(5)
-    fused = beam_search(model, *pad(SRC), beam=4, nbest=4)
+    fused = search_batch(model, *pad(SRC), beam=4, nbest=4)
     monkeypatch.setitem(kernels._state, "ok", False)
-    plain = beam_search(model, *pad(SRC), beam=4, nbest=4)
+    plain = search_batch(model, *pad(SRC), beam=4, nbest=4)
     for a, b in zip(fused, plain):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         for x, y in zip(a, b):
@@ -218,8 +218,14 @@ class _LongSourcesEndFirst(torch.nn.Module):
         self.model, self.long = model, long
         self.vocab_size = model.vocab_size
 
-    def encode(self, src, src_mask, context=None, beam=1):
-        return self.model.encode(src, src_mask, context, beam)
+    def encode(self, src, src_mask, context=None, beam=1, signals=False):
+        return self.model.encode(src, src_mask, context, beam, signals)
+
+    def recorded(self, state):
+        return self.model.recorded(state)
+
+    def signals(self, enc, record, rows, beam):
+        return self.model.signals(enc, record, rows, beam)
 
     def init_state(self, enc, beam=1):
         return self.model.init_state(enc, beam)
@@ -242,7 +248,7 @@ def test_attention_is_returned_when_the_longest_sources_finish_first(beam):
     with torch.no_grad():
         model.generator.bias[EOS] -= 3.0  # the short ones run on after the long one has ended
     sources = [[5, 6, 7, 8] * 7 + [9, 10]] + [[11]] * 8
-    hyps = beam_search(_LongSourcesEndFirst(model, 30), *pad(sources), beam=beam, return_attention=True)
+    hyps = search_batch(_LongSourcesEndFirst(model, 30), *pad(sources), beam=beam, return_attention=True)
     assert hyps[0][0].tokens == [] and hyps[0][0].attention.shape == (1, 30)
     for sent in hyps[1:]:
         att = sent[0].attention
@@ -250,7 +256,7 @@ def test_attention_is_returned_when_the_longest_sources_finish_first(beam):
         torch.testing.assert_close(att.sum(-1), torch.ones(att.size(0)))
         # The trimmed columns were padding: all the weight is on the one real source word.
         torch.testing.assert_close(att[:, 0], torch.ones(att.size(0)))
-    plain = beam_search(model, *pad(sources[1:]), beam=beam)
+    plain = search_batch(model, *pad(sources[1:]), beam=beam)
     assert [h[0].tokens for h in hyps[1:]] == [h[0].tokens for h in plain]
 
 

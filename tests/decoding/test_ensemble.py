@@ -11,10 +11,10 @@ import torch
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
-from ctxnmt.decoding.beam import beam_search
 from ctxnmt.decoding.length import LengthControl
 from ctxnmt.decoding.ensemble import Ensemble, pack, unpack
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 from tests.decoding.test_beam import SRC, random_model, sequence_logprob
 
 
@@ -30,7 +30,7 @@ def other_model(seed=5):
 
 
 def search(model, **kw):
-    return beam_search(model, *pad(SRC), beam=4, nbest=3, **kw)
+    return search_batch(model, *pad(SRC), beam=4, nbest=3, **kw)
 
 
 def assert_same(a, b, tol):
@@ -102,7 +102,7 @@ def test_batched_ensemble_search_equals_one_sentence_at_a_time():
     ensemble = Ensemble([random_model(4), other_model(7)])
     batched = search(ensemble)
     for sent, hyps in zip(SRC, batched):
-        alone = beam_search(ensemble, *pad([sent]), beam=4, nbest=3)[0]
+        alone = search_batch(ensemble, *pad([sent]), beam=4, nbest=3)[0]
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
 
 

@@ -10,7 +10,7 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import CheckpointError, DataError
 from ctxnmt.models.migrations import load_model_checkpoint
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
+from ctxnmt.tasks.translation import TranslationTask
 from tests.training.conftest import tiny_config, tiny_corpus  # noqa: F401 (a fixture)
 
 LINES = ["el gato come .", "la casa grande .", "", "el sol va al cielo azul ."]

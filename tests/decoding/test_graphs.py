@@ -13,10 +13,10 @@ from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
 from ctxnmt.decoding import graphs
-from ctxnmt.decoding.beam import beam_search
 from ctxnmt.decoding.graphs import GraphedSearch
 from ctxnmt.decoding.length import LengthControl
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 
 SRC = [[5, 6, 7, 8, 9], [10, 11], [4, 12, 13, 5, 6, 7, 8], [9, 9, 9], [7, 8, 9, 10, 11, 12], [13, 4]]
 
@@ -56,9 +56,9 @@ def test_graphed_search_finds_what_eager_search_finds(beam, model_cfg, round_sen
     model = model_of(1, **model_cfg)
     src, mask = pad(SRC)
     length = LengthControl(kind="wu", alpha=0.6, beta=0.2, max_len_b=10)
-    eager = beam_search(model, src, mask, beam=beam, nbest=beam, length=length, return_attention=True)
+    eager = search_batch(model, src, mask, beam=beam, nbest=beam, length=length, return_attention=True)
     wrapped = GraphedSearch(model, capture=stand_in_capture)
-    found = beam_search(wrapped, src, mask, beam=beam, nbest=beam, length=length, return_attention=True)
+    found = search_batch(wrapped, src, mask, beam=beam, nbest=beam, length=length, return_attention=True)
     same_hypotheses(eager, found)
     for hyps_a, hyps_b in zip(eager, found):
         for x, y in zip(hyps_a, hyps_b):
@@ -70,12 +70,12 @@ def test_a_shape_is_captured_once_and_replayed_with_other_sentences():
     model = model_of(2)
     wrapped = GraphedSearch(model, capture=stand_in_capture)
     src, mask = pad(SRC[:4])
-    first = beam_search(wrapped, src, mask, beam=3)
+    first = search_batch(wrapped, src, mask, beam=3)
     captured = wrapped.captured
     other = [[s[-1]] + s[:-1] for s in SRC[:4]]  # other words, the same lengths: the same shapes
     src2, mask2 = pad(other)
-    assert [[h.tokens for h in hyps] for hyps in beam_search(wrapped, src2, mask2, beam=3)] == \
-        [[h.tokens for h in hyps] for hyps in beam_search(model, src2, mask2, beam=3)]
+    assert [[h.tokens for h in hyps] for hyps in search_batch(wrapped, src2, mask2, beam=3)] == \
+        [[h.tokens for h in hyps] for hyps in search_batch(model, src2, mask2, beam=3)]
     assert first and wrapped.captured == captured
 
 
@@ -96,13 +96,13 @@ def test_changed_weights_drop_the_graphs():
     model = model_of(3)
     wrapped = GraphedSearch(model, capture=stand_in_capture)
     src, mask = pad(SRC[:3])
-    beam_search(wrapped, src, mask, beam=2)
+    search_batch(wrapped, src, mask, beam=2)
     assert wrapped.graphs
     with torch.no_grad():
         model.generator.bias.add_(0.5)
-    found = beam_search(wrapped, src, mask, beam=2)
+    found = search_batch(wrapped, src, mask, beam=2)
     assert [[h.tokens for h in hyps] for hyps in found] == \
-        [[h.tokens for h in hyps] for hyps in beam_search(model, src, mask, beam=2)]
+        [[h.tokens for h in hyps] for hyps in search_batch(model, src, mask, beam=2)]
 
 
 def test_a_state_that_grows_with_t_searches_eagerly():
@@ -110,7 +110,7 @@ def test_a_state_that_grows_with_t_searches_eagerly():
     model = model_of(4, decoder="memory-rnn")
     wrapped = GraphedSearch(model, capture=stand_in_capture)
     src, mask = pad(SRC[:3])
-    same_hypotheses(beam_search(model, src, mask, beam=2, nbest=2), beam_search(wrapped, src, mask, beam=2, nbest=2))
+    same_hypotheses(search_batch(model, src, mask, beam=2, nbest=2), search_batch(wrapped, src, mask, beam=2, nbest=2))
     assert not wrapped.on
 
 
@@ -120,7 +120,7 @@ def test_a_failed_capture_warns_and_searches_eagerly(capsys):
     model = model_of(5)
     wrapped = GraphedSearch(model, capture=failing)
     src, mask = pad(SRC[:3])
-    same_hypotheses(beam_search(model, src, mask, beam=2, nbest=2), beam_search(wrapped, src, mask, beam=2, nbest=2))
+    same_hypotheses(search_batch(model, src, mask, beam=2, nbest=2), search_batch(wrapped, src, mask, beam=2, nbest=2))
     assert not wrapped.on and "capturing the search step failed" in capsys.readouterr().err
 
 

@@ -15,13 +15,15 @@ from ctxnmt.cli import main
 from ctxnmt.config import DecodingConfig, ModelConfig
 from ctxnmt.errors import ConfigError
 from ctxnmt.data.batching import pad
-from ctxnmt.data.prepare import Split, length_ratios, load_prepared
+from ctxnmt.data.indexed import Side, TokenArrays
+from ctxnmt.data.prepare import length_ratios, load_prepared
 from ctxnmt.data.vocab import EOS
 from ctxnmt.data.words import WordBoundaries, count_words, goes_on, word_starts
 from ctxnmt.decoding import beam as search_module
-from ctxnmt.decoding.beam import beam_search, search_batches
+from ctxnmt.decoding.beam import search_batches
 from ctxnmt.decoding.length import LengthControl, coverage_penalty, length_control
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 from tests.decoding.test_beam import SRC, random_model, sequence_logprob
 from tests.test_cli import small_corpus, write_config
 
@@ -76,7 +78,7 @@ def test_each_hypothesis_score_is_eq_14_of_its_own_attention(kind, alpha, beta):
     attention it returns, summed at once; the log-probability against a forced decode."""
     model = random_model(2)
     length = LengthControl(kind, alpha, beta)
-    for sent, hyps in zip(SRC, beam_search(model, *pad(SRC), beam=4, nbest=4, length=length,
+    for sent, hyps in zip(SRC, search_batch(model, *pad(SRC), beam=4, nbest=4, length=length,
                                            return_attention=True)):
         assert len(hyps) >= 2
         for h in hyps:
@@ -87,9 +89,9 @@ def test_each_hypothesis_score_is_eq_14_of_its_own_attention(kind, alpha, beta):
 
 def test_the_coverage_penalty_changes_the_choice_and_needs_no_returned_attention():
     model = random_model(2)
-    plain = beam_search(model, *pad(SRC), beam=4, nbest=4, length=LengthControl(beta=0.0))
-    kept = beam_search(model, *pad(SRC), beam=4, nbest=4, length=LengthControl(beta=2.0))
-    returned = beam_search(model, *pad(SRC), beam=4, nbest=4, length=LengthControl(beta=2.0), return_attention=True)
+    plain = search_batch(model, *pad(SRC), beam=4, nbest=4, length=LengthControl(beta=0.0))
+    kept = search_batch(model, *pad(SRC), beam=4, nbest=4, length=LengthControl(beta=2.0))
+    returned = search_batch(model, *pad(SRC), beam=4, nbest=4, length=LengthControl(beta=2.0), return_attention=True)
     assert [[h.tokens for h in s] for s in kept] == [[h.tokens for h in s] for s in returned]
     scores = [[h.score for h in s] for s in (*kept, *returned)]
     assert scores[:len(SRC)] == [pytest.approx(s, abs=1e-5) for s in scores[len(SRC):]]
@@ -103,7 +105,7 @@ def test_without_a_coverage_penalty_no_coverage_is_kept(monkeypatch):
     monkeypatch.setattr(search_module, "coverage_penalty", refuse)
     parts, advance = [], search_module._Search.advance
     monkeypatch.setattr(search_module._Search, "advance", lambda self, part: parts.append(part) or advance(self, part))
-    beam_search(random_model(2), *pad(SRC), beam=3, length=LengthControl("wu", 0.6))
+    search_batch(random_model(2), *pad(SRC), beam=3, length=LengthControl("wu", 0.6))
     assert parts and all(p.coverage is None for p in parts)
 
 
@@ -139,7 +141,7 @@ def test_a_large_alpha_prefers_longer_outputs():
         model.generator.bias[EOS] -= 1.0  # by raw log-probability </s> alone is best for every sentence here
     lengths = {}
     for kind, alpha in (("power", 0.0), ("power", 1.0), ("power", 4.0), ("wu", 4.0)):
-        found = beam_search(model, *pad(SRC), beam=6, length=LengthControl(kind, alpha))
+        found = search_batch(model, *pad(SRC), beam=6, length=LengthControl(kind, alpha))
         lengths[kind, alpha] = [len(h[0].tokens) for h in found]
     assert lengths["power", 0.0] == [0] * len(SRC)
     for shorter, longer in ((("power", 0.0), ("power", 1.0)), (("power", 1.0), ("power", 4.0))):
@@ -175,12 +177,12 @@ def test_blocking_leaves_no_repeated_ngram_and_zero_changes_nothing(n):
     with torch.no_grad():
         model.generator.bias[EOS] -= 4.0  # long outputs, which a random model fills with repeats
     src = pad(SRC)
-    plain = beam_search(model, *src, beam=4, length=LengthControl("power", 1.0, max_len_a=1.0, max_len_b=4))
+    plain = search_batch(model, *src, beam=4, length=LengthControl("power", 1.0, max_len_a=1.0, max_len_b=4))
     assert any(len(set(_ngrams(h[0].tokens, n))) < len(_ngrams(h[0].tokens, n)) for h in plain)
-    zero = beam_search(model, *src, beam=4, length=LengthControl("power", 1.0, max_len_a=1.0, max_len_b=4,
+    zero = search_batch(model, *src, beam=4, length=LengthControl("power", 1.0, max_len_a=1.0, max_len_b=4,
                                                                  block_ngram_repeat=0))
     assert [h[0].tokens for h in zero] == [h[0].tokens for h in plain]
-    blocked = beam_search(model, *src, beam=4, length=LengthControl("power", 1.0, max_len_a=1.0, max_len_b=4,
+    blocked = search_batch(model, *src, beam=4, length=LengthControl("power", 1.0, max_len_a=1.0, max_len_b=4,
                                                                     block_ngram_repeat=n))
     for hyps in blocked:
         grams = _ngrams(hyps[0].tokens, n)
@@ -192,7 +194,7 @@ def test_the_output_limit_is_a_times_the_source_length_plus_b(a, b):
     model = random_model(4)
     with torch.no_grad():
         model.generator.bias[EOS] -= 50.0  # never ends by itself: every output meets the limit
-    for sent, hyps in zip(SRC, beam_search(model, *pad(SRC), beam=2, length=LengthControl(max_len_a=a, max_len_b=b))):
+    for sent, hyps in zip(SRC, search_batch(model, *pad(SRC), beam=2, length=LengthControl(max_len_a=a, max_len_b=b))):
         assert len(hyps[0].tokens) == max(1, math.floor(a * len(sent)) + b)
 
 
@@ -200,7 +202,7 @@ def test_length_ratios_are_quantiles_of_the_training_pairs():
     src = [[1] * n for n in (1, 2, 4, 5, 10, 3, 7)]
     tgt = [[2] * m + [EOS] for m in (3, 2, 5, 5, 8, 9, 7)]
     ratios = sorted(m / n for m, n in zip((3, 2, 5, 5, 8, 9, 7), (1, 2, 4, 5, 10, 3, 7)))
-    found = length_ratios(Split(src, tgt, [], []))
+    found = length_ratios(TokenArrays.from_lists(src, tgt))
     assert found["1"] == max(ratios) == 3.0 and found["0.5"] == ratios[3]
     for key, value in found.items():  # the smallest ratio at least that share of pairs stay within
         within = sum(r <= value for r in ratios) / len(ratios)
@@ -234,14 +236,15 @@ def words_of(ids: list[int]) -> int:
 
 def test_words_are_counted_across_subwords_and_padding():
     seqs = [[8, 5, 6, 9, 10], [4], [], [9, 9, 4, 4]]  # 8 | 5 6 9 | 10 and 9 | 9 | 4 4: a word cut short still counts
-    assert count_words(seqs, BOUNDARIES.tgt_continues).tolist() == [words_of(s) for s in seqs] == [3, 1, 0, 3]
-    assert count_words([], BOUNDARIES.tgt_continues).tolist() == []
+    found = count_words(Side.from_lists(seqs), BOUNDARIES.tgt_continues).tolist()
+    assert found == [words_of(s) for s in seqs] == [3, 1, 0, 3]
+    assert count_words(Side.from_lists([]), BOUNDARIES.tgt_continues).tolist() == []
     from ctxnmt.data import words as words_module
 
     many = seqs * 5
     words_module.CHUNK, chunk = 3, words_module.CHUNK  # padded a few at a time, counted the same
     try:
-        assert count_words(many, BOUNDARIES.tgt_continues).tolist() == [words_of(s) for s in many]
+        assert count_words(Side.from_lists(many), BOUNDARIES.tgt_continues).tolist() == [words_of(s) for s in many]
     finally:
         words_module.CHUNK = chunk
     rows = [[8, 5, 6, 9, 10], [0, 0, 4, 5, 12], [0, 0, 0, 0, 0]]  # left-padded, as search's histories
@@ -256,9 +259,9 @@ def test_the_training_word_ratio_is_the_median_over_the_pairs():
     assert goes_on(vocab).tolist() == [False] * 4 + [True, True, False, False, True, False]
     src = [[7], [7, 8], [4, 6, 7], [8, 9, 8, 9]]  # 1, 2, 2 and 2 words
     tgt = [[7, 8, EOS], [4, 5, 6, EOS], [7, 7, 7, 7, EOS], [8, 9, EOS]]  # 2, 1, 4 and 1 words
-    found = length_ratios(Split(src, tgt, [], []), vocab, vocab)
+    found = length_ratios(TokenArrays.from_lists(src, tgt), vocab, vocab)
     assert found["words 0.5"] == sorted([2 / 1, 1 / 2, 4 / 2, 1 / 2])[1] == 0.5
-    assert found["0.5"] == length_ratios(Split(src, tgt, [], []))["0.5"]  # the subword quantiles unchanged
+    assert found["0.5"] == length_ratios(TokenArrays.from_lists(src, tgt))["0.5"]  # the subword quantiles unchanged
 
 
 def prior(words: int, src_words: int, lam: float, r: float) -> float:
@@ -286,7 +289,7 @@ def test_each_hypothesis_score_adds_the_prior_of_its_own_words(kind, alpha, beta
     log-probability a forced decode's and W counted by `words_of` above."""
     model = random_model(4)
     length = LengthControl(kind, alpha, beta, ratio_penalty=lam, ratio=r, words=BOUNDARIES)
-    for sent, hyps in zip(SRC, beam_search(model, *pad(SRC), beam=3, nbest=20, length=length,
+    for sent, hyps in zip(SRC, search_batch(model, *pad(SRC), beam=3, nbest=20, length=length,
                                            return_attention=True)):
         assert len(hyps) >= 3
         for h in hyps:
@@ -303,14 +306,14 @@ def test_the_prior_finds_ends_outside_the_k_best_and_pulls_the_ratio_to_r():
     with torch.no_grad():
         model.generator.bias[EOS] -= 4.0
     sources = SRC + [[5, 9, 10, 11, 12, 13, 14, 15, 9, 10]]
-    plain = beam_search(model, *pad(sources), beam=2, length=LengthControl("wu", 0.6, max_len_a=3.0, max_len_b=5))
+    plain = search_batch(model, *pad(sources), beam=2, length=LengthControl("wu", 0.6, max_len_a=3.0, max_len_b=5))
     for r in (0.5, 1.0):
-        pulled = beam_search(model, *pad(sources), beam=2, length=LengthControl(
+        pulled = search_batch(model, *pad(sources), beam=2, length=LengthControl(
             "wu", 0.6, max_len_a=3.0, max_len_b=5, ratio_penalty=50.0, ratio=r, words=BOUNDARIES))
         gap = [[abs(math.log(max(words_of(h[0].tokens), 0.5) / (r * words_of(s)))) for h, s in zip(found, sources)]
                for found in (plain, pulled)]
         assert all(b <= a + 1e-9 for a, b in zip(*gap)) and sum(gap[1]) < sum(gap[0])
-    assert [h[0].tokens for h in beam_search(model, *pad(sources), beam=2, length=LengthControl(
+    assert [h[0].tokens for h in search_batch(model, *pad(sources), beam=2, length=LengthControl(
         "wu", 0.6, max_len_a=3.0, max_len_b=5, ratio=0.5, words=BOUNDARIES))] == [h[0].tokens for h in plain]
 
 
@@ -320,10 +323,10 @@ def test_search_keeps_only_the_best_finished_and_returns_what_keeping_all_would(
     sentence, and returns the same ones, in the same order, as one that keeps them all."""
     model = random_model(7)
     length = LengthControl("wu", 0.6, 0.2, ratio_penalty=lam, ratio=1.0, words=BOUNDARIES)
-    everything = beam_search(model, *pad(SRC), beam=3, nbest=10_000, length=length)
+    everything = search_batch(model, *pad(SRC), beam=3, nbest=10_000, length=length)
     held, settle = [], search_module._Sentence.settle
     monkeypatch.setattr(search_module._Sentence, "settle", lambda s: settle(s) or held.append(len(s.finished)))
-    best = beam_search(model, *pad(SRC), beam=3, nbest=3, length=length)
+    best = search_batch(model, *pad(SRC), beam=3, nbest=3, length=length)
     assert held and max(held) == 3
     assert max(len(h) for h in everything) > 3  # more ended than are kept
     for kept, every in zip(best, everything):

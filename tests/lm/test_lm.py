@@ -254,7 +254,7 @@ def test_a_signalled_lm_run_saves_and_resumes_as_if_never_stopped(during, tiny_c
 
 def test_lm_training_stops_when_the_learning_rate_reaches_its_floor(tiny_corpus, tmp_path, capsys, monkeypatch):
     """Dev perplexity made to worsen at every validation after the first: 0.01 → 0.005 → 0.0025 ≤ min_lr."""
-    from ctxnmt.lm import task as lm_task
+    from ctxnmt.tasks import language_model as lm_task
 
     worsening = iter(range(10, 100))
     monkeypatch.setattr(lm_task, "perplexity", lambda *args: float(next(worsening)))
@@ -309,7 +309,7 @@ def test_resuming_a_scored_run_drops_its_scores_before_training_on(tiny_corpus, 
 def test_a_run_finished_before_the_one_progress_record_is_still_scored(tiny_corpus, tmp_path, capsys):
     """The LM's done.json named the position in the epoch `segment` and kept only `best_ppl`
     before translation and the LM shared one progress record: such a run is scored as it was."""
-    from ctxnmt.lm.run import train_and_score
+    from ctxnmt.tasks.language_model import LanguageModelTask
 
     cfg = write_config(tmp_path, tiny_corpus, "mean")
     assert run(["lm", "train", cfg, "--quiet", "--set", "training.max_updates=7"], capsys)[0] == 0
@@ -320,7 +320,7 @@ def test_a_run_finished_before_the_one_progress_record_is_still_scored(tiny_corp
              "definitions": done["definitions"]}
     (tmp_path / "model/done.json").write_text(json.dumps(older))
     (tmp_path / "model/results.json").unlink()
-    assert train_and_score(load_lm_config(cfg), score_only=True) == results
+    assert LanguageModelTask.train_run(load_lm_config(cfg), trained=True) == results
 
 
 def test_an_lm_trained_before_eqs_12_13_is_refused_by_name(tiny_corpus, tmp_path, capsys):
@@ -386,7 +386,7 @@ def test_perplexity_test_refuses_runs_of_different_texts():
 
 
 def test_a_second_lm_trainer_on_a_busy_directory_is_refused(tiny_corpus, tmp_path):
-    from ctxnmt.lm.task import LanguageModelTask
+    from ctxnmt.tasks.language_model import LanguageModelTask
     from ctxnmt.training.trainer import Trainer
     from ctxnmt.utils.lock import DirectoryBusy
 

@@ -16,16 +16,15 @@ from ctxnmt.models.registry import ENCODERS, OUTPUTS, TARGET_CONTEXTS
 from tests.models.test_rnnsearch import SRC, TGT, small_model
 
 
-def test_the_baseline_declares_its_recurrences_and_nothing_more():
-    assert small_model().capabilities == Capabilities(encoder_recurrences=("forward", "backward"),
-                                                      decoder_recurrences=("gru1", "gru2"))
+def test_the_baseline_declares_nothing():
+    assert small_model().capabilities == Capabilities()
 
 
 def test_every_switch_is_declared():
     caps = small_model(cell="adaptive-gru", target_context="self-attentive", output="adaptive",
                        encoder="stacked-birnn", encoder_layers=2, doc_aux="gated-aux").capabilities
     names = ("layer1-forward", "layer1-backward", "layer2-forward", "layer2-backward")
-    assert caps.encoder_recurrences == names and caps.encoder_hyper_gates == names
+    assert caps.encoder_hyper_gates == names
     assert caps.decoder_hyper_gates == ("gru1", "gru2")
     assert caps.target_attention and caps.adaptive_output and caps.document_context
     assert small_model(encoder_cell="gru", cell="adaptive-gru").capabilities.encoder_hyper_gates == ()

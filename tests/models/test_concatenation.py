@@ -10,12 +10,12 @@ import torch
 from ctxnmt.config import Config, ModelConfig, TrainingConfig, validate
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.data.vocab import EOS, PAD
-from ctxnmt.decoding.beam import beam_search
 from ctxnmt.decoding.ensemble import Ensemble
 from ctxnmt.decoding.forced import _step_through, forced_log_probs
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.context import Concatenation, context_sentences, reads_target_context
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 
 V = 30
 BRK = V  # the break: one past the vocabulary
@@ -101,14 +101,14 @@ def test_the_target_prefix_changes_what_the_decoder_predicts_and_the_loss_counts
 def test_beam_search_returns_attention_over_the_sentence_and_ensembles_with_a_sentence_model():
     m = model()
     src, src_mask, _, _, ctx = batch()
-    hyps = beam_search(m, src, src_mask, beam=3, context=ctx, return_attention=True)
+    hyps = search_batch(m, src, src_mask, beam=3, context=ctx, return_attention=True)
     for b, found in enumerate(hyps):
         assert found[0].attention.shape[1] == len(SRC[b])
     torch.manual_seed(1)
     sentence = build_model(ModelConfig.of(emb_dim=16, hidden_dim=24, att_dim=20), V, V).eval()
     both = Ensemble([m, sentence])
     assert both.memory_lengths(both.encode(src, src_mask, ctx)) == [4 + 5, 4, 4 + 4]  # S, then the context
-    assert all(beam_search(both, src, src_mask, beam=3, context=ctx))
+    assert all(search_batch(both, src, src_mask, beam=3, context=ctx))
 
 
 def test_forced_scores_read_the_target_context_they_are_given():
@@ -129,7 +129,7 @@ def test_the_data_side_reads_k_and_the_target_flag_from_the_context_input():
 @pytest.mark.parametrize("keys, message", [
     (dict(context="concat", doc_aux="aux"), "model.context: concat reads no hierarchical summary"),
     (dict(context="concat", concat_sents=0), "model.concat_sents must be"),
-    (dict(context="concat", concat_loss="prefix"), "model.concat_loss must be 'current' or 'all'"),
+    (dict(context="concat", concat_loss="prefix"), "model.concat_loss must be one of current, all"),
     (dict(context="concat", concat_loss="all"), "model.concat_loss: all needs model.concat_target"),
     (dict(context="concat", concat_target=True, decoder="memory-rnn"), "model.concat_target needs"),
     (dict(context="concatenate"), "unknown context 'concatenate'"),
@@ -151,7 +151,7 @@ def test_coword_dropout_needs_a_document_model_and_a_probability():
 
 def test_coword_dropout_masks_the_current_words_only_at_its_rate_and_the_same_on_resume():
     from ctxnmt.data.vocab import UNK
-    from ctxnmt.training.translation import coword_dropout
+    from ctxnmt.tasks.translation import coword_dropout
 
     src = torch.randint(4, V, (200, 30))
     mask = torch.ones(200, 30)
@@ -171,7 +171,7 @@ def test_length_limits_and_the_coverage_penalty_read_the_sentence_not_its_contex
     m = model(concat_target=True)
     src, src_mask, _, _, ctx = batch()
     length = LengthControl(max_len_a=1.0, max_len_b=0, beta=0.2)  # at most |x| words, the context's not counted
-    for b, found in enumerate(beam_search(m, src, src_mask, beam=3, context=ctx, length=length)):
+    for b, found in enumerate(search_batch(m, src, src_mask, beam=3, context=ctx, length=length)):
         assert all(len(h.tokens) <= len(SRC[b]) for h in found)
 
 
@@ -188,7 +188,7 @@ def test_documents_advance_together_and_each_sentence_reads_its_own_previous_tra
     for i in (1, 2):
         own = [found[j][0].tokens + [EOS] for group in target_of[i] for j in group]
         s, s_mask = pad([src[i]])
-        alone = beam_search(m, s, s_mask, beam=3, context=pad_context([context[i]], 2, targets=[own]))
+        alone = search_batch(m, s, s_mask, beam=3, context=pad_context([context[i]], 2, targets=[own]))
         assert alone[0][0].tokens == found[i][0].tokens
     other = search_ids(m, src, DecodingConfig(), beam=3, context=context,
                        target_of=[[], [[3]], [[3], [3]], []])  # another document's translation instead

@@ -218,6 +218,7 @@ def test_graphed_steps_equal_eager_steps():
     replayed with other sentences and another scale, give the eager step's loss and gradients;
     a parameter's `.grad` set to None meanwhile is given its graph's tensor back."""
     from ctxnmt.data.batching import make_batch
+    from ctxnmt.data.indexed import Side
     from ctxnmt.training.graphs import GraphedSteps
 
     model = _model(hidden_dim=20)
@@ -227,7 +228,7 @@ def test_graphed_steps_equal_eager_steps():
         for rows, length, offset, scale in cases:
             src = _sentences(rows, length, offset)
             tgt = [s[::-1][: max(1, len(s) - 2)] + [EOS] for s in src]
-            batch = make_batch(list(range(rows)), src, tgt)
+            batch = make_batch(list(range(rows)), Side.from_lists(src), Side.from_lists(tgt))
             model.zero_grad(set_to_none=True)
             nll, _ = model.loss(*[x.cuda() for x in (batch.src, batch.src_mask, batch.tgt, batch.tgt_mask)], 0.1)
             (nll * scale).backward()
@@ -246,11 +247,12 @@ def test_graphed_steps_equal_eager_steps():
 @needs_cuda
 def test_graphed_steps_under_bf16_stay_close_to_float32():
     from ctxnmt.data.batching import make_batch
+    from ctxnmt.data.indexed import Side
     from ctxnmt.training.graphs import GraphedSteps
 
     model = _model(hidden_dim=20)
     src = _sentences(5, 8, 0)
-    batch = make_batch(list(range(5)), src, [s[:-1] + [EOS] for s in src])
+    batch = make_batch(list(range(5)), Side.from_lists(src), Side.from_lists([s[:-1] + [EOS] for s in src]))
     losses = []
     for bf16 in (False, True):
         graphs = GraphedSteps(model, 0.0, lambda: torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16,
@@ -265,7 +267,7 @@ def test_graphed_steps_under_bf16_stay_close_to_float32():
 def test_graphed_search_finds_what_eager_search_finds():
     """decoding.cuda_graphs: beam 3 through CUDA graphs of the search step (several shapes as
     sentences leave) finds the eager search's hypotheses; under bf16 autocast it runs."""
-    from ctxnmt.decoding.beam import beam_search
+    from tests.decoding.search import search_batch
     from ctxnmt.decoding.graphs import GraphedSearch
     from ctxnmt.decoding.length import LengthControl
 
@@ -274,16 +276,16 @@ def test_graphed_search_finds_what_eager_search_finds():
     src, src_mask = (t.cuda() for t in pad(sources))
     length = LengthControl(kind="wu", alpha=0.6, beta=0.2, max_len_a=1.0, max_len_b=3)
     with ieee_float32():
-        eager = beam_search(model, src, src_mask, beam=3, nbest=3, length=length)
+        eager = search_batch(model, src, src_mask, beam=3, nbest=3, length=length)
         wrapped = GraphedSearch(model)
-        graphed = beam_search(wrapped, src, src_mask, beam=3, nbest=3, length=length)
+        graphed = search_batch(wrapped, src, src_mask, beam=3, nbest=3, length=length)
     assert wrapped.on and wrapped.captured >= 1
     assert [[h.tokens for h in hyps] for hyps in graphed] == [[h.tokens for h in hyps] for hyps in eager]
     for a, b in zip(graphed, eager):
         for x, y in zip(a, b):
             assert abs(x.score - y.score) <= 1e-4, (x.score, y.score)
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        bf16 = beam_search(GraphedSearch(model), src, src_mask, beam=3, length=length)
+        bf16 = search_batch(GraphedSearch(model), src, src_mask, beam=3, length=length)
     assert len(bf16) == len(sources) and all(hyps for hyps in bf16)
 
 

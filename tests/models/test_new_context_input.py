@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from ctxnmt.config import ModelConfig
-from ctxnmt.decoding.beam import beam_search
 from ctxnmt.data.batching import pad, pad_context
 from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.interfaces import ContextNeeds, ContextReader
 from ctxnmt.models.nmt import build_model
 from ctxnmt.models.registry import CONTEXTS
+from tests.decoding.search import search_batch
 from tests.training.test_pronoun_from_context import accuracy, trained
 
 
@@ -47,10 +47,10 @@ def test_it_searches_with_its_context_and_it_changes_the_output():
     model = build_model(ModelConfig.of(emb_dim=8, hidden_dim=8, att_dim=8, context="previous-mean"), 20, 20).eval()
     src, mask = pad([[5, 6], [7]])
     ctx = pad_context([[[8, 9]], []])
-    with_context = beam_search(model, src, mask, beam=2, context=ctx)
+    with_context = search_batch(model, src, mask, beam=2, context=ctx)
     assert model.capabilities.document_context
     scores = [h[0].score for h in with_context]
-    alone = [h[0].score for h in beam_search(model, src, mask, beam=2)]
+    alone = [h[0].score for h in search_batch(model, src, mask, beam=2)]
     assert scores[0] != pytest.approx(alone[0]) and scores[1] == pytest.approx(alone[1])
 
 

@@ -15,7 +15,7 @@ from torch import nn
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
-from ctxnmt.decoding.beam import beam_search, search_batches
+from ctxnmt.decoding.beam import search_batches
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.decoders import ConditionalGRUDecoder
 from ctxnmt.models.interfaces import Decoder
@@ -24,6 +24,7 @@ from ctxnmt.models.output import readout_dim
 from ctxnmt.models.registry import DECODERS, TARGET_CONTEXTS
 from ctxnmt.models.state import State
 from ctxnmt.models.target_context import TargetContext
+from tests.decoding.search import search_batch
 from tests.decoding.test_beam import SRC
 
 
@@ -160,7 +161,7 @@ def test_a_registered_variant_learns_and_decodes_as_it_trains(switches):
             prev = tgt[:, t]
     # it has learnt the training pairs: greedy and beam search give them back
     for beam in (1, 3):
-        hyps = beam_search(model, src, src_mask, beam=beam)
+        hyps = search_batch(model, src, src_mask, beam=beam)
         assert [h[0].tokens for h in hyps] == [[6, 7, 8], [9], [10, 11, 12, 13], [6, 6]]
 
 
@@ -239,8 +240,9 @@ def test_a_decoder_without_a_summary_is_served_with_its_capabilities(toy_dir):
         answer = client.post("/v1/translate", json={"text": ["el gato 3 ."], "attention": True}).json()
     assert info["signals"] == {"target_attention": False, "encoder_gates": False, "output_gates": False,
                                "document_context": False}
-    capabilities = info["models"][0]["capabilities"]
-    assert capabilities["encoder_recurrences"] == ["forward", "backward"] and capabilities["decoder_recurrences"] == []
+    assert info["models"][0]["capabilities"] == {"encoder_hyper_gates": [], "decoder_hyper_gates": [],
+                                                 "target_attention": False, "adaptive_output": False,
+                                                 "document_context": False}
     assert info["models"][0]["architecture"]["toy_sharpness"] == 0.5
     sentence = answer["sentences"][0]
     assert sentence["attention"] and sentence["target_attention"] is None and sentence["gates"] is None

@@ -53,11 +53,13 @@ def train_updates(model, src, tgt, context, k: int, updates: int, target_context
     import torch
 
     from ctxnmt.data.batching import epoch_batches, make_batch
+    from ctxnmt.data.indexed import Side
 
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     step, epoch = 0, 0
+    src, tgt = Side.from_lists(src), Side.from_lists(tgt)
     while step < updates:
-        for index in epoch_batches([len(s) for s in src], [len(t) for t in tgt], 400, 64, seed=0, epoch=epoch):
+        for index in epoch_batches(src.lens, tgt.lens, 400, 64, seed=0, epoch=epoch):
             b = make_batch(index, src, tgt, context, k, target_context)
             opt.zero_grad()
             nll, _ = model.loss(b.src, b.src_mask, b.tgt, b.tgt_mask, context=b.context)

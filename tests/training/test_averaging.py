@@ -11,7 +11,7 @@ from ctxnmt.errors import CheckpointError
 from ctxnmt.models.migrations import load_model_checkpoint, save_model_checkpoint
 from ctxnmt.training.averaging import average, kept_checkpoints, last_kept, write_average
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
+from ctxnmt.tasks.translation import TranslationTask
 from tests.training.conftest import tiny_config
 
 

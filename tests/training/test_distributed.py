@@ -16,6 +16,7 @@ import torch
 
 from ctxnmt.data.batching import make_batch
 from ctxnmt.data.documents import previous_sentences
+from ctxnmt.data.indexed import Side
 from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.utils.checkpoint import load_checkpoint
 from ctxnmt.training.distributed import World
@@ -95,8 +96,8 @@ def test_ranks_are_dealt_every_sentence_once():
 
 
 def test_each_sentence_keeps_its_document_context_on_its_rank():
-    src = [[4 + i, 4 + i] for i in range(9)]
-    tgt = [[5, EOS]] * 9
+    src = Side.from_lists([[4 + i, 4 + i] for i in range(9)])
+    tgt = Side.from_lists([[5, EOS]] * 9)
     context = previous_sentences(["a"] * 5 + ["b"] * 4, 2)
     index = [8, 1, 4, 6, 2]
 

@@ -12,11 +12,11 @@ import torch
 from ctxnmt.config import Config, ModelConfig, TrainingConfig
 from ctxnmt.data.batching import epoch_batches, make_batch
 from ctxnmt.data.documents import other_document_sentences, previous_sentences
-from ctxnmt.data.prepare import Split
+from ctxnmt.data.indexed import TokenArrays
 from ctxnmt.data.vocab import EOS
 from ctxnmt.models.context import context_sentences
 from ctxnmt.models.nmt import build_model
-from ctxnmt.training.validate import dev_perplexity, validate
+from ctxnmt.tasks.translation import dev_perplexity, validate
 from tests.training.conftest import train_updates
 
 LABEL_SRC, LABEL_TGT = [4, 5, 6, 7], [8, 9, 10, 11]
@@ -62,7 +62,8 @@ def train_and_score_label(switches: dict, updates: int = 150, whose: str = "own"
     second = list(range(1, len(src), 2))
     model.eval()
     with torch.no_grad():
-        b = make_batch(second, src, tgt, previous_sentences(docs, 3), 3)
+        held_out = TokenArrays.from_lists(src, tgt)
+        b = make_batch(second, held_out.src, held_out.tgt, previous_sentences(docs, 3), 3)
         readout, _ = model(b.src, b.src_mask, b.tgt, b.tgt_mask, b.context)
         predicted = model.logits(readout[:, 0]).argmax(-1)
     return float((predicted == b.tgt[:, 0]).float().mean())
@@ -86,7 +87,7 @@ def test_trained_on_other_documents_context_the_context_model_learns_nothing_fro
 def test_the_trainer_trains_on_the_context_the_config_names(tiny_corpus, tmp_path):
     from ctxnmt.config import load_config
     from ctxnmt.training.trainer import Trainer
-    from ctxnmt.training.translation import TranslationTask
+    from ctxnmt.tasks.translation import TranslationTask
     from tests.training.conftest import tiny_config
 
     cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")
@@ -113,14 +114,15 @@ def test_shuffled_and_unshuffled_batches_give_the_same_losses_per_sentence(one_t
     src, tgt, docs = label_documents(30, seed=3)
     context = previous_sentences(docs, 3)
     model = tiny_model(doc_init_dec=True, doc_aux="aux").eval()
-    lens = ([len(s) for s in src], [len(t) for t in tgt])
+    pairs = TokenArrays.from_lists(src, tgt)
+    lens = (pairs.src.lens, pairs.tgt.lens)
     losses = []
     with torch.no_grad():
         for shuffle in (False, True):
             batches = epoch_batches(*lens, 60, 7, seed=5, epoch=1, shuffle=shuffle)
             found = {}
             for index in batches:
-                found.update(per_sentence_nll(model, make_batch(index, src, tgt, context, 3)))
+                found.update(per_sentence_nll(model, make_batch(index, pairs.src, pairs.tgt, context, 3)))
             losses.append(found)
     assert [b for b in epoch_batches(*lens, 60, 7, 5, 1, True)] != [b for b in epoch_batches(*lens, 60, 7, 5, 1,
                                                                                                False)]
@@ -133,10 +135,10 @@ def test_validation_reads_the_dev_context():
     src, tgt, docs = label_documents(10, seed=4)
     model = tiny_model(doc_aux="aux", doc_init_dec=True)
     config = Config(model=model.cfg, training=TrainingConfig(valid_bleu=False, batch_tokens=200, batch_sents=8))
-    data = type("Data", (), {"dev": Split(src, tgt, [], [], docs)})()
-    ppl = validate(model, data, config, "cpu")["ppl"]
-    with_context = dev_perplexity(model, src, tgt, 200, 8, "cpu", previous_sentences(docs, 3), 3)
-    without = dev_perplexity(model, src, tgt, 200, 8, "cpu")
+    dev = TokenArrays.from_lists(src, tgt, docs)
+    ppl = validate(model, type("Data", (), {"dev": dev, "references": []})(), config, "cpu")["ppl"]
+    with_context = dev_perplexity(model, dev.src, dev.tgt, 200, 8, "cpu", previous_sentences(docs, 3), 3)
+    without = dev_perplexity(model, dev.src, dev.tgt, 200, 8, "cpu")
     assert ppl == pytest.approx(with_context, rel=1e-6)
     assert abs(with_context - without) > 1e-4
 
@@ -165,7 +167,7 @@ def test_the_trainer_draws_context_sizes_only_when_asked(tiny_corpus, tmp_path):
     from ctxnmt.config import load_config
     from ctxnmt.errors import ConfigError
     from ctxnmt.training.trainer import Trainer
-    from ctxnmt.training.translation import TranslationTask
+    from ctxnmt.tasks.translation import TranslationTask
     from tests.training.conftest import tiny_config
 
     cfg = tiny_config(tmp_path / "tiny.yaml", tiny_corpus, "unused")

@@ -10,8 +10,8 @@ import pytest
 
 from ctxnmt.config import load_config
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
-from ctxnmt.training.validate import validate
+from ctxnmt.tasks.translation import TranslationTask
+from ctxnmt.tasks.translation import validate
 from tests.training.conftest import tiny_config
 
 

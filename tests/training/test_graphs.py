@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ctxnmt.config import ModelConfig, load_config
 from ctxnmt.data.batching import make_batch
+from ctxnmt.data.indexed import Side
 from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.cells import GRUCell
@@ -37,7 +38,7 @@ VARIANTS = [
 
 
 def _batch():
-    return make_batch(list(range(len(SRC))), SRC, TGT)
+    return make_batch(list(range(len(SRC))), Side.from_lists(SRC), Side.from_lists(TGT))
 
 
 def test_padded_shape_rounds_rows_and_lengths_up_to_sixteen():

@@ -13,7 +13,7 @@ import pytest
 from ctxnmt.cli import main
 from ctxnmt.config import load_config
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
+from ctxnmt.tasks.translation import TranslationTask
 from ctxnmt.utils.lock import DirectoryBusy, TrainingLock
 from tests.training.conftest import tiny_config
 

@@ -7,8 +7,8 @@ import torch
 from ctxnmt.config import ModelConfig
 from ctxnmt.data.batching import pad
 from ctxnmt.data.vocab import EOS
-from ctxnmt.decoding.beam import beam_search
 from ctxnmt.models.nmt import build_model
+from tests.decoding.search import search_batch
 
 
 def synthetic_pairs(n=20, vocab=30, seed=0):
@@ -45,5 +45,5 @@ def test_small_model_overfits_twenty_pairs():
         nll, n = model.loss(src, src_mask, tgt, tgt_mask)
     assert float(nll) / n < 0.01  # nats per target token
     for beam in (1, 5):
-        hyps = beam_search(model, src, src_mask, beam=beam)
+        hyps = search_batch(model, src, src_mask, beam=beam)
         assert [h[0].tokens for h in hyps] == [t[:-1] for _, t in pairs], f"beam {beam}"

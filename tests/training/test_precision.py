@@ -11,11 +11,12 @@ import torch
 from ctxnmt.config import ModelConfig, load_config
 from ctxnmt.data.batching import make_batch
 from ctxnmt.data.documents import previous_sentences
+from ctxnmt.data.indexed import Side
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.nmt import build_model
 from ctxnmt.utils.checkpoint import load_checkpoint
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
+from ctxnmt.tasks.translation import TranslationTask
 from tests.training.conftest import tiny_config
 from tests.training.test_overfit import synthetic_pairs
 
@@ -42,7 +43,7 @@ def test_bf16_autocast_gives_a_float32_loss_close_to_float32(switches):
     torch.manual_seed(0)
     model = build_model(ModelConfig.of(emb_dim=16, hidden_dim=32, att_dim=16, dropout_out=0.0, **switches), 30, 30)
     pairs = synthetic_pairs(16)
-    src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
+    src, tgt = Side.from_lists([s for s, _ in pairs]), Side.from_lists([t for _, t in pairs])
     batch = make_batch(list(range(16)), src, tgt, previous_sentences([f"d{i // 4}" for i in range(16)], 2), 2)
     nll32, grads32 = loss_and_grads(model, batch, "fp32")
     nll16, grads16 = loss_and_grads(model, batch, "bf16")
@@ -95,5 +96,5 @@ def test_mixed_precision_training_follows_float32(cfg, tmp_path, precision):
 
 
 def test_unknown_precision_is_refused(cfg):
-    with pytest.raises(ConfigError, match="training.precision must be 'fp32', 'bf16' or 'fp16', got 'fp8'"):
+    with pytest.raises(ConfigError, match="training.precision must be one of fp32, bf16, fp16, not 'fp8'"):
         load_config(cfg, ["training.precision=fp8"])

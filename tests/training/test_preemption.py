@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from ctxnmt.config import load_config
+from ctxnmt.tasks import translation
 from ctxnmt.training import trainer as trainer_module
-from ctxnmt.training import translation
 from ctxnmt.utils.checkpoint import load_checkpoint
 from ctxnmt.utils.preemption import Preempted
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
+from ctxnmt.tasks.translation import TranslationTask
 from tests.training.conftest import tiny_config
 
 

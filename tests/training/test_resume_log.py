@@ -9,7 +9,7 @@ import torch
 
 from ctxnmt.config import load_config
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
+from ctxnmt.tasks.translation import TranslationTask
 from tests.training.conftest import tiny_config
 
 

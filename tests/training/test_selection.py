@@ -5,7 +5,7 @@ import re
 
 from ctxnmt.config import load_config
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
+from ctxnmt.tasks.translation import TranslationTask
 from tests.training.conftest import tiny_config
 
 
@@ -48,7 +48,7 @@ def test_the_floor_rule_stops_at_the_decay_that_reaches_min_lr():
 
 def test_translation_training_stops_when_the_learning_rate_reaches_its_floor(tiny_corpus, tmp_path, monkeypatch):
     """Dev perplexity made to worsen at every validation: lr 0.01 → 0.005 → 0.0025 ≤ min_lr."""
-    from ctxnmt.training import translation
+    from ctxnmt.tasks import translation
 
     worsening = iter(range(10, 100))
     monkeypatch.setattr(translation, "validate", lambda *args: {"ppl": float(next(worsening))})

@@ -13,7 +13,7 @@ from ctxnmt.config import load_config
 from ctxnmt.data.prepare import load_prepared, prepare
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
+from ctxnmt.tasks.translation import TranslationTask
 from tests.training.conftest import tiny_config
 
 DROPOUT = ["data.bpe_dropout=0.1", "data.subword_samples=2"]

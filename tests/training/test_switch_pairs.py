@@ -12,7 +12,7 @@ import pytest
 from ctxnmt.config import load_config
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.training.trainer import Trainer
-from ctxnmt.training.translation import TranslationTask
+from ctxnmt.tasks.translation import TranslationTask
 from tests.training.conftest import tiny_config
 
 SWITCHES = {

@@ -6,8 +6,8 @@ import argparse
 
 from ctxnmt.errors import ConfigError
 from ctxnmt.lm.config import load_lm_config
-from ctxnmt.lm.run import train_and_score
 from ctxnmt.lm.scoring import score_file
+from ctxnmt.tasks.language_model import LanguageModelTask
 from ctxnmt.training.budget import add_budget_arguments, budget_overrides
 from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir
 from ctxnmt.utils.messages import to_stderr
@@ -51,7 +51,7 @@ def register(sub) -> None:
 def cmd_train(args) -> int:
     config = load_lm_config(args.config, [*args.overrides, *budget_overrides(args)])
     try:
-        record = train_and_score(config, quiet=args.quiet, resume=args.resume)
+        record = LanguageModelTask.train_run(config, resume=args.resume, quiet=args.quiet)
     except Preempted as err:
         to_stderr(f"ctxnmt lm train: {err}; resume with: ctxnmt lm train {config.model_dir}/config.yaml --resume")
         return err.exit_code

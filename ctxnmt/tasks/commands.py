@@ -10,14 +10,13 @@ import torch
 from ctxnmt.config import load_config
 from ctxnmt.data.prepare import prepare
 from ctxnmt.errors import ConfigError, DataError
+from ctxnmt.tasks.translation import TranslationTask, check_document_files
 from ctxnmt.training.averaging import last_kept, write_average
 from ctxnmt.training.budget import add_budget_arguments, budget_overrides
 from ctxnmt.training.distributed import LAUNCHER_PID
 from ctxnmt.training.launch import launch
 from ctxnmt.training.log import score_text
 from ctxnmt.training.trainer import Trainer, check_fresh_start, held_training
-from ctxnmt.training.translation import TranslationTask
-from ctxnmt.training.validate import check_document_files
 from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
 

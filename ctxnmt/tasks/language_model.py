@@ -7,29 +7,77 @@ state holds batch_size streams, and the position in the epoch counts segments of
 tokens: a resume with either changed is refused."""
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from ctxnmt.config import lookup, read_raw
-from ctxnmt.errors import CheckpointError
+from ctxnmt.config import LANGUAGE_MODEL, config_difference, lookup, read_raw
+from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.lm import data as lm_data
-from ctxnmt.lm.config import LMConfig
+from ctxnmt.lm.config import LMConfig, lm_from_dict, load_lm_config
 from ctxnmt.lm.model import ResidualLM, detach
-from ctxnmt.lm.scoring import check_trained_as, perplexity
+from ctxnmt.lm.scoring import LINE_SCORES, check_trained_as, perplexity, score_file
 from ctxnmt.training.distributed import World
 from ctxnmt.training.log import TrainingLog
 from ctxnmt.training.optim import PlateauSchedule
 from ctxnmt.training.task import Progress, Task, Window
+from ctxnmt.training.trainer import Trainer
+from ctxnmt.utils.io import atomic_write, read_json_object
 
 Segment = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets) of every stream
 
 
 class LanguageModelTask(Task):
+    name = LANGUAGE_MODEL
+    # the scores (results.json) come after training: a run with done.json alone is only scored
+    finished = kept = "results.json"
+    command = ("ctxnmt", "lm", "train")
     metric, metric_name = "ppl", "perplexity"
     config: LMConfig
     stream_state = None  # carried into the next segment of the epoch (None: the epoch's start)
+
+    # -- its config and its runs ---------------------------------------------------------
+    load = staticmethod(load_lm_config)
+    from_dict = staticmethod(lm_from_dict)
+
+    @classmethod
+    def train_run(cls, config: LMConfig, resume: bool = False, trained: bool = False, quiet: bool = False) -> dict:
+        """Train (or go on from last.pt; with `trained`, take the finished training's
+        done.json), then score dev and test with the best checkpoint.  test.logprobs keeps
+        each test line's log-probability for significance tests; results.json is written
+        last, so its presence says the run finished."""
+        if not trained:
+            trainer = Trainer(cls(config), resume=resume, quiet=quiet, progress_bar=False)
+            # past the resume's checks: the scores of the training so far no longer say what best.pt is
+            (Path(config.model_dir) / "results.json").unlink(missing_ok=True)
+            trainer.train()
+        done = read_json_object(Path(config.model_dir) / "done.json")
+        progress = Progress.saved(done)  # older LM runs' done.json too
+        d = config.data
+        scores = {split: score_file(config.model_dir, Path(d.dir) / f"{getattr(d, split)}.{d.lang}")
+                  for split in ("dev", "test")}
+        with atomic_write(Path(config.model_dir) / LINE_SCORES, "w") as fh:
+            fh.writelines(scores["test"].per_line())
+        record = {"updates": progress.update, "minutes": progress.elapsed / 60, "stopped": progress.stopped,
+                  "source": done.get("source", "not recorded"),
+                  **({"definitions": done["definitions"]} if "definitions" in done else {}),
+                  **{f"{k}_ppl": v.perplexity for k, v in scores.items()}}
+        with atomic_write(Path(config.model_dir) / "results.json", "w") as fh:
+            json.dump(record, fh, indent=1)
+        return record
+
+    @classmethod
+    def check_runs(cls, runs) -> None:
+        """Perplexities compare only over one text cut into one vocabulary: another vocab_size
+        changes what <unk> covers, another tokenisation what a token is."""
+        for run in runs:
+            differs = config_difference(asdict(runs[0].config.data), asdict(run.config.data))
+            if differs:
+                raise ConfigError(f"system '{run.system}': its data section differs from '{runs[0].system}''s "
+                                  f"(data.{differs}); perplexities over other texts or vocabularies do not compare")
 
     # -- setting up ----------------------------------------------------------------------
     def setup(self, world: World, device: torch.device, log: TrainingLog) -> ResidualLM:
@@ -102,3 +150,4 @@ class LanguageModelTask(Task):
 
     def write_files(self) -> None:
         self.vocab.save(self.model_dir / "vocab.txt")
+

@@ -1,0 +1,1 @@
+"""The tasks, each whole (fairseq's tasks): its config, training, validation, inference and runs."""
