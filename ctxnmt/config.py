@@ -33,8 +33,10 @@ from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.options import check_section, field_types, unknown_key
 
 
-# The tasks (ctxnmt.tasks) by the names a config's and an experiment's `task:` key give them.
+# The tasks (ctxnmt.tasks) by the names a config's and an experiment's `task:` key give them; the registry
+# (ctxnmt.tasks.registry.TASKS) holds one task for each, so that reading an experiment file needs no torch.
 TRANSLATION, LANGUAGE_MODEL = "translation", "language-model"
+TASK_NAMES = (TRANSLATION, LANGUAGE_MODEL)
 
 
 @dataclass

@@ -180,3 +180,12 @@ def test_reading_a_config_loads_no_model_code_and_no_torch():
     done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["['ctxnmt.models.settings']"]
+
+
+def test_reading_an_experiment_file_loads_no_torch():
+    """An experiment names its task; the check needs the tasks' names, not the tasks."""
+    code = ("import sys, ctxnmt.experiments.spec as s; s.load_experiment('experiments/document-models.yaml'); "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]

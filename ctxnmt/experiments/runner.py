@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.config import LANGUAGE_MODEL
+from ctxnmt.config import LANGUAGE_MODEL, TRANSLATION
 from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import length_buckets, mean_buckets
 from ctxnmt.experiments import perplexity
@@ -255,9 +255,7 @@ def run_experiment(experiment: Experiment, log: Log = stderr_log("experiment: ")
     if not finished:  # an external baseline: the test set is read through a trained run
         log("no run has finished yet: no report")
         return None
-    if experiment.task == LANGUAGE_MODEL:
-        return perplexity.write_report(experiment, finished, waiting, disagreeing, log)
-    return translation_report(experiment, finished, waiting, disagreeing, log)
+    return REPORTS[experiment.task](experiment, finished, waiting, disagreeing, log)
 
 
 def translation_report(experiment: Experiment, runs: list[Run], waiting: list[str], disagreeing: list[str], log
@@ -293,6 +291,11 @@ def translation_report(experiment: Experiment, runs: list[Run], waiting: list[st
                                            {spec.name for spec in experiment.systems if spec.external}))
     log(f"report written to {paths['md']}")
     return paths
+
+
+# Each task's report, by the task's name (ctxnmt.config.TASK_NAMES): its writer reads the experiment's runs, so
+# it lives here, above the tasks.
+REPORTS = {TRANSLATION: translation_report, LANGUAGE_MODEL: perplexity.write_report}
 
 
 def _reread(experiment: Experiment, runs: list[Run], reload: Callable[[], Experiment], log

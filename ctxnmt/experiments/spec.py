@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.config import LANGUAGE_MODEL, TRANSLATION, _coerce, read_yaml_mapping
+from ctxnmt.config import LANGUAGE_MODEL, TASK_NAMES, TRANSLATION, _coerce, read_yaml_mapping
 from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import METRICS
 from ctxnmt.evaluation.significance import TESTS
-from ctxnmt.tasks.registry import TASKS
 from ctxnmt.utils.options import field_types, unknown_key
 
 DEFAULT_SEEDS = (1234,)
@@ -111,7 +110,7 @@ class SignificanceSpec:
 @dataclass
 class Experiment:
     name: str = ""
-    task: str = TRANSLATION  # a name of TASKS (ctxnmt.tasks.registry)
+    task: str = TRANSLATION  # one of TASK_NAMES
     out_dir: str = ""  # default runs/exp/{name}
     baseline: str = ""
     budget: Budget = field(default_factory=Budget)
@@ -193,8 +192,8 @@ def load_experiment(path: str | Path) -> Experiment:
 def validate(e: Experiment) -> None:
     if not _NAME.match(e.name):
         raise ConfigError(f"experiment 'name' must be a plain name (letters, digits, . _ + -), got {e.name!r}")
-    if e.task not in TASKS:
-        raise ConfigError(f"task must be {' or '.join(TASKS)}, got {e.task!r}")
+    if e.task not in TASK_NAMES:
+        raise ConfigError(f"task must be {' or '.join(TASK_NAMES)}, got {e.task!r}")
     _validate_systems(e)
     if e.task == LANGUAGE_MODEL and e.significance.test != "ar":
         raise ConfigError(f"significance.test: a language-model experiment tests by approximate randomisation "

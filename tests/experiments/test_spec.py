@@ -177,3 +177,13 @@ def test_an_ensemble_names_trained_systems_and_runs_the_seeds_they_share(monkeyp
 def test_bad_ensembles_are_refused(system, message):
     with pytest.raises(ConfigError, match=message):
         from_dict(spec(systems=[*spec()["systems"], system]))
+
+
+def test_every_task_name_has_its_task_and_its_report():
+    """The names an experiment's `task:` is checked against are the registry's tasks and the runner's reports."""
+    from ctxnmt.config import TASK_NAMES
+    from ctxnmt.experiments.runner import REPORTS
+    from ctxnmt.tasks.registry import TASKS
+    assert list(TASKS) == list(REPORTS) == list(TASK_NAMES)
+    with pytest.raises(ConfigError, match="task must be translation or language-model, got 'tagging'"):
+        from_dict({"name": "x", "task": "tagging", "baseline": "a", "systems": [{"name": "a", "config": "c.yaml"}]})
