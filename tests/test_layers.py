@@ -173,19 +173,21 @@ def test_the_check_sees_a_circle_and_a_wrong_way_import(tmp_path):
                                                                            ("ctxnmt.training.trainer", True)]
 
 
+def _printed_by(code: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
 def test_reading_a_config_loads_no_model_code_and_no_torch():
     """The settings are declared torch-free; the components register only where a model is built."""
-    code = ("import sys, ctxnmt.config as c; c.load_config('configs/doc-gated-aux.yaml'); "
-            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('ctxnmt.models.')))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["['ctxnmt.models.settings']"]
+    assert _printed_by("import sys, ctxnmt.config as c; c.load_config('configs/doc-gated-aux.yaml'); "
+                       "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('ctxnmt.models.')))"
+                       ) == ["['ctxnmt.models.settings']"]
 
 
 def test_reading_an_experiment_file_loads_no_torch():
     """An experiment names its task; the check needs the tasks' names, not the tasks."""
-    code = ("import sys, ctxnmt.experiments.spec as s; s.load_experiment('experiments/document-models.yaml'); "
-            "print('torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False"]
+    assert _printed_by("import sys, ctxnmt.experiments.spec as s; "
+                       "s.load_experiment('experiments/document-models.yaml'); print('torch' in sys.modules)"
+                       ) == ["False"]
