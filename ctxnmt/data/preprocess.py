@@ -353,7 +353,9 @@ def _learn_sentencepiece(opts: DataConfig, lines: Iterator[str]) -> bytes:
 def make_segmenter(opts: DataConfig, model: str | bytes | None) -> BPE | SentencePieceModel | None:
     if model is None:
         return None
-    return SentencePieceModel(model) if opts.subwords == SENTENCEPIECE_SCHEME else make_bpe(model)
+    if opts.subwords == SENTENCEPIECE_SCHEME:
+        return SentencePieceModel(model)
+    return BPE(io.StringIO(model), separator=BPE_SEPARATOR)
 
 
 def learn_codes(opts: DataConfig, counts: dict[str, Counter]) -> dict[str, str]:
@@ -377,10 +379,6 @@ def _learn_bpe(counts: Counter, merges: int) -> str:
         raise ConfigError("preprocessing: no BPE merge could be learned (no pair of symbols occurs twice); "
                           "set bpe_merges to 0 or use more training data")
     return codes
-
-
-def make_bpe(codes: str | None) -> BPE | None:
-    return None if codes is None else BPE(io.StringIO(codes), separator=BPE_SEPARATOR)
 
 
 def _read_record(path: str) -> dict:

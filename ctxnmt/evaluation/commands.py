@@ -254,7 +254,7 @@ def _as_json(args, scores, tests, buckets) -> dict:
         out["significance"] = {"test": args.significance, "baseline": args.hyp[0],
                                "results": [{"hyp": path, **_result_dict(r)} for path, r in tests]}
     if buckets:
-        out["buckets"] = {name: [_bucket_dict(b) for b in bs] for name, bs in buckets.items()}
+        out["buckets"] = {name: [b.to_dict() for b in bs] for name, bs in buckets.items()}
     return out
 
 
@@ -262,9 +262,3 @@ def _result_dict(result) -> dict:
     if result.test != REPLICATE_TEST:
         return result.to_dict()
     return {**result.to_dict(), "t_over_replicates": replicate_t_test(result)}
-
-
-def _bucket_dict(bucket) -> dict:
-    hi = None if bucket.hi == float("inf") else int(bucket.hi)
-    return {"label": bucket.label, "lo": bucket.lo, "hi": hi, "count": bucket.count,
-            "bleu": bucket.bleu, "avg_hyp_len": bucket.avg_hyp_len, "avg_ref_len": bucket.avg_ref_len}

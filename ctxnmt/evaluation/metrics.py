@@ -72,6 +72,12 @@ class Bucket:
             return f"{self.lo}+"
         return f"{self.lo}-{int(self.hi) - 1}"
 
+    def to_dict(self) -> dict:
+        """As a JSON report holds it: the label first, an open end as null."""
+        return {"label": self.label, "lo": self.lo, "hi": None if math.isinf(self.hi) else int(self.hi),
+                "count": self.count, "bleu": self.bleu, "avg_hyp_len": self.avg_hyp_len,
+                "avg_ref_len": self.avg_ref_len}
+
 
 def _format_extra(extra: dict[str, Any]) -> str:
     parts = []

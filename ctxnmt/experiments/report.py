@@ -362,11 +362,5 @@ def json_report(experiment: Experiment, test: TestSet, rows: list[Row], runs: li
         "runs": runs,
         "not_reported": not_reported,
         "files": files,
-        "length_buckets": {name: [_bucket_dict(b) for b in bs] for name, bs in buckets.items()},
+        "length_buckets": {name: [b.to_dict() for b in bs] for name, bs in buckets.items()},
     }
-
-
-def _bucket_dict(bucket: Bucket) -> dict[str, Any]:
-    return {"label": bucket.label, "lo": bucket.lo, "hi": None if bucket.hi == float("inf") else int(bucket.hi),
-            "count": bucket.count, "bleu": bucket.bleu, "avg_hyp_len": bucket.avg_hyp_len,
-            "avg_ref_len": bucket.avg_ref_len}
