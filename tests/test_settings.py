@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ctxnmt.config import Config, config_dict, load_config
+from ctxnmt.config import LANGUAGE_MODEL, Config, config_dict, load_config
 from ctxnmt.errors import ConfigError
 from ctxnmt.lm.config import LMConfig, load_lm_config
+from ctxnmt.models.migrations import saved_task
 from ctxnmt.models.settings import (ConcatenationSettings, DocumentSettings, ModelConfig, ReadoutSettings,
                                     StackedSettings, component_keys)
 from ctxnmt.utils.options import check_fields, option, redefault
@@ -117,8 +118,8 @@ def test_every_committed_runs_config_loads_with_its_settings(path):
     """A run's saved config, written before the settings moved to their owners, reads back with
     each of its values unchanged; a key it holds that the loaded config leaves out is a setting
     of a component the run does not use (older runs wrote those too)."""
-    loader = load_lm_config if path.relative_to(PACKAGE.parent).parts[2] == "lm" else load_config
     saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+    loader = load_lm_config if saved_task(saved) == LANGUAGE_MODEL else load_config
     loaded = config_dict(loader(path))
     for section, values in saved.items():
         if not isinstance(values, dict):
