@@ -30,7 +30,7 @@ BASELINE = "baseline"
 PRONOUNS = ("he", "she", "his", "they")
 CONDITIONS = ("own", "none", "other")
 # a variant and the model it changes: compared seed for seed under each condition
-COUNTERPARTS = {"random-context": "doc-init-both-gated-aux-paper"}
+COUNTERPARTS = {"random-context": "doc-init-both-gated-aux-paper", "concat-2to2-coword": "concat-2to2"}
 
 
 def runs(system: Path) -> list[Path]:
