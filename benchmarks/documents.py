@@ -10,7 +10,8 @@ translates the same lines in length-sorted batches.  Each model translates the s
 --repeats times, alternating A B A B, and the median rate of each is reported with their
 ratio.  Without --sentence, the sentence-level rate is the 2-to-2 model's own on the lines
 without document ids (no context, no waves): the same weights and output lengths, so the
-ratio is what the waves and the prefixes cost.
+ratio is what the waves and the prefixes cost.  Last, an untimed run of each counts the search's
+steps and the rows they held (a document model's forced prefixes are not search steps).
 """
 from __future__ import annotations
 
@@ -28,6 +29,26 @@ def timed(translator, lines, doc_ids, beam: int) -> tuple[float, int]:
     start = time.perf_counter()
     out = translator.translate(lines, beam=beam, doc_ids=doc_ids)
     return time.perf_counter() - start, sum(len(t.tokens) for t in out)
+
+
+def search_steps(translator, lines, doc_ids, beam: int) -> tuple[int, int]:
+    """The search's steps and the rows they held over one untimed translation: the model's
+    search step (`step_candidates`, or `step` under a length-ratio prior) counted as it runs."""
+    model, counts = translator.model, [0, 0]
+
+    def counted(method):
+        def step(enc, state, prev, *rest):
+            out = method(enc, state, prev, *rest)
+            counts[0], counts[1] = counts[0] + 1, counts[1] + out[0].size(0)
+            return out
+        return step
+
+    model.step_candidates, model.step = counted(model.step_candidates), counted(model.step)
+    try:
+        translator.translate(lines, beam=beam, doc_ids=doc_ids)
+    finally:
+        del model.step_candidates, model.step  # the class's methods again
+    return counts[0], counts[1]
 
 
 def main(argv=None) -> int:
@@ -66,6 +87,9 @@ def main(argv=None) -> int:
               f"{', '.join(f'{r:.2f}' for r in rates[name])}), {tokens[name]} output tokens")
     ratio = statistics.median(rates["document"]) / statistics.median(rates["sentence"])
     print(f"document / sentence: {ratio:.2f}x")
+    for name, (translator, ids) in runs.items():  # untimed: what the rates are made of
+        steps, rows = search_steps(translator, lines, ids, args.beam)
+        print(f"{name:9s} {steps} search steps, {rows / steps:.1f} rows a step on average")
     return 0
 
 
