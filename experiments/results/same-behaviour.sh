@@ -51,7 +51,7 @@ for run in doc demo; do
   echo "test translation ($(wc -l < /tmp/eq-new-$run/test.hyp.en) lines): $(same /tmp/eq-{old,new}-$run/test.hyp.en)"
 done
 # the score's first line names the file scored, which is each side's own
-echo "demo score: $(cmp -s <(tail -n +2 /tmp/eq-old-demo/score.txt) <(tail -n +2 /tmp/eq-new-demo/score.txt) && echo same || echo DIFFERENT)"
+echo "demo score: $(same <(tail -n +2 /tmp/eq-old-demo/score.txt) <(tail -n +2 /tmp/eq-new-demo/score.txt))"
 sed 's/^/  /' /tmp/eq-new-demo/score.txt
 for run in doc demo; do
   echo "prep/ of $run: old $(ls /tmp/eq-old-$run/prep | tr '\n' ' '); new $(ls /tmp/eq-new-$run/prep | tr '\n' ' ')"
