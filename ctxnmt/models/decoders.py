@@ -160,13 +160,25 @@ class ConditionalGRUDecoder(Decoder):
     def step(self, enc: State, state: State, prev_emb_t: torch.Tensor, word_input_t: torch.Tensor):
         """One step: readout (R, out_dim), new state, α_t (R, S); R = beam × sentences.
         `word_input_t`: GRU_1's input term for E y_{t-1} (`word_input`)."""
+        s, d, c, extra, new, alpha = self._next_state(enc, state, prev_emb_t, word_input_t)
+        return self.output(s, d, c, extra), new, alpha
+
+    def forced_step(self, enc: State, state: State, prev_emb_t: torch.Tensor, word_input_t: torch.Tensor) -> State:
+        """Without the deep output, and without c_t unless the summary reads it: nothing reads
+        a forced word's readout."""
+        return self._next_state(enc, state, prev_emb_t, word_input_t, readout=False)[4]
+
+    def _next_state(self, enc: State, state: State, prev_emb_t, word_input_t, readout: bool = True):
+        """s_t, d_t, c_t (None where neither the readout nor the summary reads it), the variant's
+        output term, the new state and α_t of one step."""
         s, alpha, c, new = self.advance(enc, state, prev_emb_t, word_input_t)
-        c = mix(alpha, enc["annotations"]) if c is None else c
+        if c is None and (readout or self.summary.reads_decoder):
+            c = mix(alpha, enc["annotations"])
         d, summary = self.summary.step(state.part("summary"), prev_emb_t, s, c)
         extra = self.output_extra_step(state, s, new)
         if "record" in state.parts:  # the step's inputs to the summary's and the output's weights
             new.with_part("record", State().rows(y=prev_emb_t, s=s, d=d, c=c))
-        return self.output(s, d, c, extra), new.with_part("summary", summary), alpha
+        return s, d, c, extra, new.with_part("summary", summary), alpha
 
     def word_input(self, emb: torch.Tensor) -> torch.Tensor:
         """GRU_1's input term W E_y + b for embeddings (…, emb_dim); it depends on the word

@@ -112,6 +112,11 @@ class Decoder(nn.Module):
         E y_{t-1} (R, E) and its `word_input` (R, ·)."""
         raise NotImplementedError
 
+    def forced_step(self, enc: State, state: State, prev_emb_t: torch.Tensor, word_input_t: torch.Tensor) -> State:
+        """`step`'s new state alone, for a word read but not predicted (a 2-to-2 model's target
+        prefix): a decoder that can skip forming the readout does so."""
+        return self.step(enc, state, prev_emb_t, word_input_t)[1]
+
     def word_input(self, emb: torch.Tensor) -> torch.Tensor:
         """The part of a step that depends on the previous word alone, for embeddings (…, E):
         search looks it up per word (functional.WordTable).  The embedding by default."""

@@ -220,15 +220,18 @@ class NMTModel(nn.Module):
         P = ids.size(1)
         right = (torch.arange(P, device=ids.device) - (P - lens).unsqueeze(1)).clamp(min=0)
         ids = ids.gather(1, right)  # row b's prefix in columns P − len_b … P − 1
-        start = self.start.expand(ids.size(0), -1)
+        start = self.start.expand(ids.size(0), 1, -1)
+        # column t reads y_0 where row b's prefix begins, else the prefix word before it
+        before = torch.cat([start, self._embed_target(ids[:, :-1])], 1) if P > 1 else start
+        embs = torch.where(((P - lens).unsqueeze(1) == torch.arange(P, device=ids.device)).unsqueeze(-1),
+                           start, before)
+        word_inputs = self.decoder.word_input(embs)  # one product for every column, not one a step
         state = self.decoder.init_state(enc, 1)
         for t in range(P):
-            begins = (P - lens) == t
-            emb = start if t == 0 else torch.where(begins.unsqueeze(1), start, self._embed_target(ids[:, t - 1]))
-            _, stepped, _ = self.decoder.step(enc, state, emb, self.decoder.word_input(emb))
+            stepped = self.decoder.forced_step(enc, state, embs[:, t], word_inputs[:, t])
             state = stepped.where(t >= P - lens, state)
         last = self._embed_target(ids[:, -1])
-        first = torch.where((lens > 0).unsqueeze(1), last, start)
+        first = torch.where((lens > 0).unsqueeze(1), last, start[:, 0])
         return state.with_part("first", State().rows(emb=first))
 
     def step(self, enc, state, prev_tokens: torch.Tensor | None):

@@ -60,9 +60,13 @@ def test_the_memory_holds_the_sentence_first_and_its_context_after_it():
     assert mask.view(-1).tolist() == [1] * 8
 
 
-@pytest.mark.parametrize("target", [False, True])
-def test_incremental_decoding_equals_the_teacher_forced_pass(target):
-    m = model(concat_target=target)
+@pytest.mark.parametrize("target,decoder", [(False, {}), (True, {}), (True, {"target_context": "mean"}),
+                                             (True, {"target_context": "self-attentive"})])
+def test_incremental_decoding_equals_the_teacher_forced_pass(target, decoder):
+    """The 2-to-2 prefix is read word by word without forming readouts (`forced_step`); a
+    decoder with a summary of the previous words must still have read the prefix into it, as
+    the teacher-forced pass does (decoders whose state grows with t are refused a prefix: below)."""
+    m = model(concat_target=target, **decoder)
     src, src_mask, tgt, tgt_mask, ctx = batch()
     readout, attention = m(src, src_mask, tgt, tgt_mask, ctx)
     full = torch.log_softmax(m.logits(readout), -1).gather(2, tgt.unsqueeze(-1)).squeeze(-1)
