@@ -11,7 +11,7 @@ translates the same lines in length-sorted batches.  Each model translates the s
 ratio.  Without --sentence, the sentence-level rate is the 2-to-2 model's own on the lines
 without document ids (no context, no waves): the same weights and output lengths, so the
 ratio is what the waves and the prefixes cost.  Last, an untimed run of each counts the search's
-steps and the rows they held (a document model's forced prefixes are not search steps).
+steps and the rows they held, and the decoder steps that forced prefixes (not search steps).
 """
 from __future__ import annotations
 
@@ -31,10 +31,12 @@ def timed(translator, lines, doc_ids, beam: int) -> tuple[float, int]:
     return time.perf_counter() - start, sum(len(t.tokens) for t in out)
 
 
-def search_steps(translator, lines, doc_ids, beam: int) -> tuple[int, int]:
-    """The search's steps and the rows they held over one untimed translation: the model's
-    search step (`step_candidates`, or `step` under a length-ratio prior) counted as it runs."""
-    model, counts = translator.model, [0, 0]
+def search_steps(translator, lines, doc_ids, beam: int) -> tuple[int, int, int]:
+    """The search's steps and the rows they held over one untimed translation, and the decoder
+    steps that forced target prefixes: the model's search step (`step_candidates`, or `step`
+    under a length-ratio prior) and its decoder's `forced_step` counted as they run (a model
+    directory, not an ensemble)."""
+    model, counts = translator.model, [0, 0, 0]
 
     def counted(method):
         def step(enc, state, prev, *rest):
@@ -43,12 +45,19 @@ def search_steps(translator, lines, doc_ids, beam: int) -> tuple[int, int]:
             return out
         return step
 
+    def forced(method):
+        def step(*args):
+            counts[2] += 1
+            return method(*args)
+        return step
+
     model.step_candidates, model.step = counted(model.step_candidates), counted(model.step)
+    model.decoder.forced_step = forced(model.decoder.forced_step)
     try:
         translator.translate(lines, beam=beam, doc_ids=doc_ids)
     finally:
-        del model.step_candidates, model.step  # the class's methods again
-    return counts[0], counts[1]
+        del model.step_candidates, model.step, model.decoder.forced_step  # the classes' methods again
+    return counts[0], counts[1], counts[2]
 
 
 def main(argv=None) -> int:
@@ -88,8 +97,9 @@ def main(argv=None) -> int:
     ratio = statistics.median(rates["document"]) / statistics.median(rates["sentence"])
     print(f"document / sentence: {ratio:.2f}x")
     for name, (translator, ids) in runs.items():  # untimed: what the rates are made of
-        steps, rows = search_steps(translator, lines, ids, args.beam)
-        print(f"{name:9s} {steps} search steps, {rows / steps:.1f} rows a step on average")
+        steps, rows, forced = search_steps(translator, lines, ids, args.beam)
+        print(f"{name:9s} {steps} search steps, {rows / steps:.1f} rows a step on average; "
+              f"{forced} decoder steps forcing target prefixes")
     return 0
 
 
