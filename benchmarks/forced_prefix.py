@@ -1,0 +1,95 @@
+"""Forcing a 2-to-2 model through its target prefixes: `Decoder.forced_step` (no deep output, no
+c_t where the summary does not read it, GRU_1's input terms in one product) against full search
+steps word by word, side by side in one process on the same batch.
+
+    python benchmarks/forced_prefix.py runs/…/concat-2to2/seed1 [--sentences 24] [--repeats 5]
+
+The batch is a wave as `translate` makes one: the first --sentences documents' second verses of
+the test split, each reading its first verse and that verse's reference translation as its
+prefix, its encoder side prepared for a beam of --beam as search prepares it (with K > 1 GRU_2's
+input terms are formed per annotation, and a step forms c_t only for the readout).  Both ways
+must reach the same decoder states; the median time of each and their ratio are printed.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def word_by_word(model, enc):
+    """The prefix read as search reads a word: a whole step, readout included, per word."""
+    prefix = enc.part("prefix")
+    ids, lens = prefix["ids"], prefix["mask"].sum(1).long()
+    import torch
+
+    P = ids.size(1)
+    ids = ids.gather(1, (torch.arange(P) - (P - lens).unsqueeze(1)).clamp(min=0))  # right-aligned
+    start = model.start.expand(ids.size(0), -1)
+    state = model.decoder.init_state(enc, 1)
+    for t in range(P):
+        begins = (P - lens) == t
+        emb = start if t == 0 else torch.where(begins.unsqueeze(1), start, model._embed_target(ids[:, t - 1]))
+        _, stepped, _ = model.decoder.step(enc, state, emb, model.decoder.word_input(emb))
+        state = stepped.where(t >= P - lens, state)
+    return state
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from ctxnmt.data.batching import pad, pad_context
+    from ctxnmt.data.corpus import read_lines
+    from ctxnmt.decoding.translator import Translator
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="a 2-to-2 model directory")
+    p.add_argument("--data", default="data/bible")
+    p.add_argument("--sentences", type=int, default=24)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--beam", type=int, default=5, help="the beam the encoder side is prepared for (as search's)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    tr = Translator.load(args.model)
+    model, data = tr.model, Path(args.data)
+    src_lang, tgt_lang = tr.config.data.src_lang, tr.config.data.tgt_lang
+    src, tgt = read_lines(data / f"test.{src_lang}"), read_lines(data / f"test.{tgt_lang}")
+    docs = read_lines(data / "test.doc")
+    firsts = [i for i in range(len(docs) - 1) if (i == 0 or docs[i - 1] != docs[i]) and docs[i + 1] == docs[i]]
+    firsts = firsts[: args.sentences]
+
+    def ids(line, side, vocab):
+        return vocab.encode(tr.preprocessor.encode(line, side), add_eos=side == "tgt")
+
+    sources = [ids(src[i + 1], "src", tr.src_vocab) for i in firsts]
+    context = [[ids(src[i], "src", tr.src_vocab)] for i in firsts]
+    targets = [[ids(tgt[i], "tgt", tr.tgt_vocab)] for i in firsts]
+    s, mask = pad(sources)
+    with torch.no_grad():
+        enc = model.encode(s, mask, pad_context(context, targets=targets), args.beam)
+        forced, whole = model.init_state(enc, 1), word_by_word(model, enc)
+        assert all(torch.equal(forced[k], whole[k]) for k in whole), "the two ways reached different states"
+        times = {"forced_step": [], "whole steps": []}
+        for _ in range(args.repeats):
+            for name, run in (("forced_step", lambda: model.init_state(enc, 1)),
+                              ("whole steps", lambda: word_by_word(model, enc))):
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
+    width = int(enc.part("prefix")["mask"].sum(1).max())
+    print(f"{len(firsts)} sentences, prefixes of up to {width} words, beam {args.beam}, {args.threads} threads, "
+          f"{args.repeats} runs each; the same states")
+    for name, values in times.items():
+        print(f"{name:12s} {statistics.median(values) * 1000:8.1f} ms")
+    print(f"forced_step / whole steps: {statistics.median(times['forced_step']) / statistics.median(times['whole steps']):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
