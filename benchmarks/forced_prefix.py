@@ -32,9 +32,10 @@ def word_by_word(model, enc):
     ids = ids.gather(1, (torch.arange(P) - (P - lens).unsqueeze(1)).clamp(min=0))  # right-aligned
     start = model.start.expand(ids.size(0), -1)
     state = model.decoder.init_state(enc, 1)
+    embed = model.context_reader.embed_target  # the break's embedding too
     for t in range(P):
         begins = (P - lens) == t
-        emb = start if t == 0 else torch.where(begins.unsqueeze(1), start, model._embed_target(ids[:, t - 1]))
+        emb = start if t == 0 else torch.where(begins.unsqueeze(1), start, embed(model.tgt_emb, ids[:, t - 1]))
         _, stepped, _ = model.decoder.step(enc, state, emb, model.decoder.word_input(emb))
         state = stepped.where(t >= P - lens, state)
     return state
