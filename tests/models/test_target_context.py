@@ -141,6 +141,33 @@ def test_beam_reorder_keeps_states_consistent(name, variant, decoder):
     torch.testing.assert_close(logp_perm, logp_ref[perm], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize("name, variant", CASES)
+def test_a_forced_step_reaches_the_state_a_whole_step_does(name, variant, decoder):
+    """`forced_step` (a 2-to-2 prefix's words) skips the readout, and c_t where the summary does not
+    read it; every state entry it leaves must be what `step` leaves, step after step.  Two rows
+    a sentence, as in search: GRU_2's input terms then come per annotation and c_t only for the
+    readout, the case where a forced step forms no c_t."""
+    model = small_model(target_context=name, decoder=decoder, **VARIANTS[variant])
+    src, src_mask = pad(SRC)
+    tgt, _ = pad(TGT)
+    with torch.no_grad():
+        enc = model.encode(src, src_mask, None, 2)
+        whole = forced = model.init_state(enc, 2)
+        start = model.start.expand(whole.batch_size(), -1)
+        for t in range(3):
+            emb = start if t == 0 else model.tgt_emb(tgt[:, t - 1].repeat_interleave(2))
+            xp = model.decoder.word_input(emb)
+            _, whole, _ = model.decoder.step(enc, whole, emb, xp)
+            forced = model.decoder.forced_step(enc, forced, emb, xp)
+            assert whole.fits(forced)
+            for key in whole:
+                assert torch.equal(whole[key], forced[key]), key
+            for part in whole.parts:
+                for key in whole.part(part):
+                    assert torch.equal(whole.part(part)[key], forced.part(part)[key]), (part, key)
+
+
 def test_parameter_growth_is_W_y_and_v_only():
     e, h, c = 8, 10, 20  # embeddings, decoder state, context vector (2 × encoder hidden)
     counts = {name: count_parameters(build_model(ModelConfig.of(emb_dim=e, hidden_dim=h, att_dim=9,
