@@ -70,3 +70,23 @@ def test_the_page_s_table_is_what_the_script_writes():
     """docs/context-use.md holds the table over seeds between the script's markers."""
     page = (ROOT / "docs" / "context-use.md").read_text(encoding="utf-8")
     assert summarise.page_block() in page
+
+
+def test_the_antecedent_distances_split_the_examples_once_each():
+    masks = [summarise.at_distance(d) for d in summarise.DISTANCES.values()]
+    assert (np.sum(masks, axis=0) == 1).all()
+    examples = json.loads(summarise.EXAMPLES.read_text())
+    assert int(masks[1].sum()) == sum(e["ante distance"] == 1 for e in examples)
+
+
+def test_the_one_verse_back_cell_is_the_pooled_accuracy_on_those_examples():
+    """Written from the reports directly: right = the correct side scores above every contrastive one."""
+    examples = json.loads(summarise.EXAMPLES.read_text())
+    rows = [i for i, e in enumerate(examples) if e["ante distance"] == 1]
+    right, seen = 0, 0
+    for run in sorted((DIR / "baseline").glob("seed*")):
+        scores = json.loads((run / "contrastive-test.json").read_text())["scores"]["own"]
+        right += sum(scores[i][0] > max(scores[i][1:]) for i in rows)
+        seen += len(rows)
+    line = next(x for x in summarise.distance_table([DIR / "baseline"]) if x.startswith("| baseline"))
+    assert line.split(" | ")[3] == " / ".join([f"{right / seen:.3f}"] * 3)
