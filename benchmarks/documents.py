@@ -31,12 +31,12 @@ def timed(translator, lines, doc_ids, beam: int) -> tuple[float, int]:
     return time.perf_counter() - start, sum(len(t.tokens) for t in out)
 
 
-def search_steps(translator, lines, doc_ids, beam: int) -> tuple[int, int, int]:
+def search_steps(translator, lines, doc_ids, beam: int) -> tuple[int, int, int, int]:
     """The search's steps and the rows they held over one untimed translation, and the decoder
-    steps that forced target prefixes: the model's search step (`step_candidates`, or `step`
+    steps that forced target prefixes and the rows they held: the model's search step (`step_candidates`, or `step`
     under a length-ratio prior) and its decoder's `forced_step` counted as they run (a model
     directory, not an ensemble)."""
-    model, counts = translator.model, [0, 0, 0]
+    model, counts = translator.model, [0, 0, 0, 0]
 
     def counted(method):
         def step(enc, state, prev, *rest):
@@ -46,9 +46,9 @@ def search_steps(translator, lines, doc_ids, beam: int) -> tuple[int, int, int]:
         return step
 
     def forced(method):
-        def step(*args):
-            counts[2] += 1
-            return method(*args)
+        def step(enc, state, prev_emb, *rest):
+            counts[2], counts[3] = counts[2] + 1, counts[3] + prev_emb.size(0)
+            return method(enc, state, prev_emb, *rest)
         return step
 
     model.step_candidates, model.step = counted(model.step_candidates), counted(model.step)
@@ -57,7 +57,7 @@ def search_steps(translator, lines, doc_ids, beam: int) -> tuple[int, int, int]:
         translator.translate(lines, beam=beam, doc_ids=doc_ids)
     finally:
         del model.step_candidates, model.step, model.decoder.forced_step  # the classes' methods again
-    return counts[0], counts[1], counts[2]
+    return tuple(counts)
 
 
 def main(argv=None) -> int:
@@ -97,9 +97,10 @@ def main(argv=None) -> int:
     ratio = statistics.median(rates["document"]) / statistics.median(rates["sentence"])
     print(f"document / sentence: {ratio:.2f}x")
     for name, (translator, ids) in runs.items():  # untimed: what the rates are made of
-        steps, rows, forced = search_steps(translator, lines, ids, args.beam)
+        steps, rows, forced, forced_rows = search_steps(translator, lines, ids, args.beam)
         print(f"{name:9s} {steps} search steps, {rows / steps:.1f} rows a step on average; "
-              f"{forced} decoder steps forcing target prefixes")
+              f"{forced} decoder steps forcing target prefixes"
+              + (f", {forced_rows / forced:.1f} rows a step" if forced else ""))
     return 0
 
 

@@ -18,7 +18,7 @@ from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_s
 from ctxnmt.models.interfaces import ContextReader
 from ctxnmt.models.registry import CELLS, CONTEXTS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
 from ctxnmt.models.settings import ModelConfig
-from ctxnmt.models.state import State
+from ctxnmt.models.state import Kind, State
 
 
 class NMTModel(nn.Module):
@@ -226,13 +226,35 @@ class NMTModel(nn.Module):
         embs = torch.where(((P - lens).unsqueeze(1) == torch.arange(P, device=ids.device)).unsqueeze(-1),
                            start, before)
         word_inputs = self.decoder.word_input(embs)  # one product for every column, not one a step
-        state = self.decoder.init_state(enc, 1)
-        for t in range(P):
-            stepped = self.decoder.forced_step(enc, state, embs[:, t], word_inputs[:, t])
-            state = stepped.where(t >= P - lens, state)
+        state = self._forced_steps(enc, embs, word_inputs, lens)
         last = self._embed_target(ids[:, -1])
         first = torch.where((lens > 0).unsqueeze(1), last, start[:, 0])
         return state.with_part("first", State().rows(emb=first))
+
+    def _forced_steps(self, enc: State, embs: torch.Tensor, word_inputs: torch.Tensor, lens: torch.Tensor) -> State:
+        """The decoder state after the forced steps of right-aligned prefixes (`lens` words
+        each, inputs `embs` and `word_inputs` (B, P, ·)).  A step runs only the rows whose
+        prefix has begun: ordered longest prefix first, those are the first n_t rows, read as
+        views.  (Running every row and keeping the waiting ones' states computed half the
+        rows of a wave's forcing for nothing.)  A product of fewer rows may round otherwise in
+        CPU BLAS, so the states match running every row to float rounding, not to the bit."""
+        B, P = embs.size(0), embs.size(1)
+        order = torch.argsort(lens, descending=True, stable=True)
+        identity = bool((order == torch.arange(B, device=order.device)).all())
+        if not identity:
+            enc, embs, word_inputs, lens = enc.select(order), embs[order], word_inputs[order], lens[order]
+        width = enc["src_mask"].size(1)
+        begun = torch.searchsorted((P - lens).contiguous(), torch.arange(P, device=lens.device),
+                                   right=True).tolist()  # rows whose prefix has begun by column t
+        state = self.decoder.init_state(enc, 1)
+        for t, n in enumerate(begun):
+            if n == B:
+                state = self.decoder.forced_step(enc, state, embs[:, t], word_inputs[:, t])
+            elif n:
+                stepped = self.decoder.forced_step(_rows(enc, 0, n), _rows(state, 0, n), embs[:n, t],
+                                                   word_inputs[:n, t])
+                state = stepped.concat(_rows(state, n, B), width)
+        return state if identity else state.select(torch.argsort(order))
 
     def step(self, enc, state, prev_tokens: torch.Tensor | None):
         """Log-probabilities (B, V) of the next word, the new state, and α_t (B, S).
@@ -338,3 +360,8 @@ def check_names(cfg: ModelConfig) -> None:
 
 
 __all__ = ["NMTModel", "build_model", "check_names", "count_parameters", "init_weights"]
+
+
+def _rows(state: State, start: int, stop: int) -> State:
+    """Views of rows start … stop − 1 of every batch-first entry."""
+    return state.map(lambda kind, v: v if kind is Kind.SHARED else v[start:stop])

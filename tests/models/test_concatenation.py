@@ -15,6 +15,7 @@ from ctxnmt.decoding.forced import _step_through, forced_log_probs
 from ctxnmt.errors import ConfigError
 from ctxnmt.models.context import Concatenation, context_sentences, reads_target_context
 from ctxnmt.models.nmt import build_model
+from ctxnmt.models.state import State
 from tests.decoding.search import search_batch
 
 V = 30
@@ -73,6 +74,31 @@ def test_incremental_decoding_equals_the_teacher_forced_pass(target, decoder):
     stepped = _step_through(m, src, src_mask, ctx, tgt)
     assert torch.allclose(full * tgt_mask, stepped * tgt_mask, atol=1e-5)
     assert attention.shape == (3, tgt.size(1), src.size(1))  # the attention on the sentence itself
+
+
+def test_a_forced_prefix_steps_only_the_rows_whose_prefix_has_begun_and_reaches_the_same_states():
+    """Right-aligned prefixes of 3, 7, 0, 7 and 1 words: the reference steps every row at every
+    column and keeps the state of a row whose prefix has not begun; `_forced_steps` steps only
+    the begun rows, longest first, and must reach the same state for each row, in its order."""
+    m = model(concat_target=True, target_context="mean")
+    torch.manual_seed(1)
+    srcs = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14], [15, 16]]
+    src, src_mask = pad(srcs)
+    enc = m.encode(src, src_mask, pad_context([[[4, 5]], [[6]], [], [[7, 8, 9]], [[3]]], 1))
+    lens = torch.tensor([3, 7, 0, 7, 1])
+    embs, word_inputs = torch.randn(5, 7, 16), torch.randn(5, 7, 3 * 24)
+    reference = m.decoder.init_state(enc, 1)
+    for t in range(7):
+        stepped = m.decoder.forced_step(enc, reference, embs[:, t], word_inputs[:, t])
+        begun = (t >= 7 - lens).view(-1, 1)
+        reference = State().rows(s=torch.where(begun, stepped["s"], reference["s"])).with_part(
+            "summary", State().rows(**{k: torch.where(begun, v, reference.part("summary")[k])
+                                       for k, v in stepped.part("summary").items()}))
+    state = m._forced_steps(enc, embs, word_inputs, lens)
+    assert torch.allclose(state["s"], reference["s"], atol=1e-6)
+    for k, v in reference.part("summary").items():
+        assert torch.allclose(state.part("summary")[k], v, atol=1e-6)
+    assert torch.equal(state["s"][2], m.decoder.init_state(enc, 1)["s"][2])  # no prefix: never stepped
 
 
 def test_without_context_a_concatenation_model_is_the_sentence_model_with_its_weights():
