@@ -30,7 +30,7 @@ class AdditiveAttention(nn.Module):
         k (beam search), which then share one copy of that sentence's keys."""
         N, S, A = keys.shape
         K = query_att.size(0) // N
-        energy = additive_energy(keys, query_att.view(N, K, A), self.v.weight[0]).view(N * K, S)
+        energy = additive_energy(keys, query_att.view(N, K, A), self.v.weight[0], mask).view(N * K, S)
         if K > 1:
             mask = mask.unsqueeze(1).expand(N, K, S).reshape(N * K, S)
         return masked_softmax(energy, mask)

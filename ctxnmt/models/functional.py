@@ -354,15 +354,19 @@ def _energy_from_sigmoid(sig: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return (sig @ v).mul_(2).sub_(v.sum())
 
 
-def additive_energy(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """vᵀ tanh(k_i + q) as (N, K, S) for keys (N, S, A), queries (N, K, A) and v (A,)."""
+def additive_energy(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor,
+                    mask: torch.Tensor | None = None) -> torch.Tensor:
+    """vᵀ tanh(k_i + q) as (N, K, S) for keys (N, S, A), queries (N, K, A) and v (A,).  With
+    `mask` (N, S), positions where it is 0 may be left uncomputed (their value is arbitrary:
+    the caller masks them): the fused kernel skips them outside autograd."""
     if _cpu_autocast(keys, query):
         return _energy_from_sigmoid(_doubled_sigmoid(keys, query), v)  # autograd keeps (N, K, S, A)
     if _fusable(keys, query, v):
         query = query.contiguous()
         if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
             return _FusedEnergy.apply(keys, query, v)
-        return torch.ops.ctxnmt.additive_energy(keys.contiguous(), query, v.contiguous())
+        skip = mask.contiguous() if mask is not None and mask.dtype == torch.float32 else None
+        return torch.ops.ctxnmt.additive_energy(keys.contiguous(), query, v.contiguous(), skip)
     if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
         return _AdditiveEnergy.apply(keys, query, v)
     return _energy_from_sigmoid(_doubled_sigmoid(keys, query), v)  # nothing is kept for a backward pass

@@ -107,23 +107,36 @@ void gru_row_backward(const float* __restrict__ go, const float* __restrict__ sv
 // ---- additive attention energy ---------------------------------------------------
 // e[n, k, s] = Σ_a v_a tanh(keys[n, s, a] + query[n, k, a])
 
-at::Tensor additive_energy(const at::Tensor& keys, const at::Tensor& query, const at::Tensor& v) {
+// With `mask` (N, S), a position whose mask is 0 (source padding, which attention masks out
+// afterwards) is not computed: its energy is 0.
+at::Tensor additive_energy(const at::Tensor& keys, const at::Tensor& query, const at::Tensor& v,
+                           const std::optional<at::Tensor>& mask) {
   check_contiguous(keys, "keys", 3);
   check_contiguous(query, "query", 3);
   check_contiguous(v, "v", 1);
   const int64_t N = keys.size(0), S = keys.size(1), A = keys.size(2), K = query.size(1);
   TORCH_CHECK(query.size(0) == N && query.size(2) == A && v.size(0) == A, "energy: shapes do not agree");
+  if (mask) {
+    check_contiguous(*mask, "mask", 2);
+    TORCH_CHECK(mask->size(0) == N && mask->size(1) == S, "energy: the mask's shape is not the keys' (N, S)");
+  }
   at::Tensor out = at::empty({N, K, S}, keys.options());
   const float* kp = keys.data_ptr<float>();
   const float* qp = query.data_ptr<float>();
   const float* vp = v.data_ptr<float>();
+  const float* mp = mask ? mask->data_ptr<float>() : nullptr;
   float* op = out.data_ptr<float>();
   float vsum = 0.f;
   for (int64_t a = 0; a < A; ++a) vsum += vp[a];
   at::parallel_for(0, N * K, 1, [&](int64_t begin, int64_t end) {
     for (int64_t nk = begin; nk < end; ++nk) {
+      const int64_t n = nk / K;
       for (int64_t s = 0; s < S; ++s) {
-        op[nk * S + s] = 2.f * energy_row(kp + ((nk / K) * S + s) * A, qp + nk * A, vp, A) - vsum;  // vᵀ(2σ − 1)
+        if (mp && mp[n * S + s] == 0.f) {
+          op[nk * S + s] = 0.f;
+          continue;
+        }
+        op[nk * S + s] = 2.f * energy_row(kp + (n * S + s) * A, qp + nk * A, vp, A) - vsum;  // vᵀ(2σ − 1)
       }
     }
   });
@@ -380,7 +393,7 @@ at::Tensor softmax_xent_columns(at::Tensor& logits_t, const at::Tensor& bias, co
 TORCH_LIBRARY(ctxnmt, m) {
   m.def("softmax_xent_columns(Tensor(a!) logits_t, Tensor bias, Tensor target, float eps) -> Tensor",
         softmax_xent_columns);
-  m.def("additive_energy(Tensor keys, Tensor query, Tensor v) -> Tensor", additive_energy);
+  m.def("additive_energy(Tensor keys, Tensor query, Tensor v, Tensor? mask=None) -> Tensor", additive_energy);
   m.def("additive_energy_backward(Tensor grad, Tensor keys, Tensor query, Tensor v, Tensor(a!) grad_keys)"
         " -> (Tensor, Tensor)",
         additive_energy_backward);

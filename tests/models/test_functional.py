@@ -161,7 +161,7 @@ def test_model_gradients_equal_plain_autograd(monkeypatch):
     monkeypatch.setattr(functional, "_Mix", type("M", (), {"apply": staticmethod(
         lambda a, v: torch.bmm(a, v))}))
     monkeypatch.setattr(attention, "additive_energy",
-                        lambda k, q, v: torch.tanh(k.unsqueeze(1) + q.unsqueeze(2)) @ v)
+                        lambda k, q, v, mask=None: torch.tanh(k.unsqueeze(1) + q.unsqueeze(2)) @ v)
     monkeypatch.setattr("ctxnmt.models.nmt.linear_cross_entropy",
                         lambda x, w, b, t, s: F.cross_entropy(F.linear(x, w, b), t, reduction="sum"))
     plain = grads()

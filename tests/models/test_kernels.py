@@ -52,6 +52,24 @@ def test_energy_kernel_matches_the_equation_with_gradients(rows_per_sentence):
         torch.testing.assert_close(additive_energy(keys, query, v), e_fused.detach())
 
 
+def test_energy_kernel_leaves_masked_positions_uncomputed_and_the_rest_to_the_bit():
+    """With the source mask, the positions it masks (padding, which attention masks out) are 0,
+    and every other position is what the kernel computes without a mask, bit for bit."""
+    torch.manual_seed(2)
+    N, K, S, A = 4, 3, 9, 67
+    keys, query, v = torch.randn(N, S, A), torch.randn(N, K, A), torch.randn(A)
+    mask = torch.ones(N, S)
+    mask[0, 5:] = 0.0  # padding after a short sentence
+    mask[2, 3:6] = 0.0  # padding between a concatenation's sentence and its context
+    whole = torch.ops.ctxnmt.additive_energy(keys, query, v)
+    skipped = additive_energy(keys, query, v, mask)
+    kept = mask.bool().unsqueeze(1).expand(N, K, S)
+    assert torch.equal(skipped[kept], whole[kept])
+    assert (skipped[~kept] == 0).all()
+    with pytest.raises(RuntimeError, match="mask's shape"):
+        torch.ops.ctxnmt.additive_energy(keys, query, v, torch.ones(N * K, S))
+
+
 def test_energy_kernel_sums_the_keys_gradient_of_every_step():
     """Keys read at every decoder step take one running sum (read_every_step), also
     when they are used outside the steps and when the graph is walked twice."""
