@@ -358,14 +358,14 @@ def additive_energy(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor,
                     mask: torch.Tensor | None = None) -> torch.Tensor:
     """vᵀ tanh(k_i + q) as (N, K, S) for keys (N, S, A), queries (N, K, A) and v (A,).  With
     `mask` (N, S), positions where it is 0 may be left uncomputed (their value is arbitrary:
-    the caller masks them): the fused kernel skips them outside autograd."""
+    the caller masks them, so they also get no gradient): the fused kernel skips them."""
     if _cpu_autocast(keys, query):
         return _energy_from_sigmoid(_doubled_sigmoid(keys, query), v)  # autograd keeps (N, K, S, A)
     if _fusable(keys, query, v):
         query = query.contiguous()
-        if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
-            return _FusedEnergy.apply(keys, query, v)
         skip = mask.contiguous() if mask is not None and mask.dtype == torch.float32 else None
+        if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
+            return _FusedEnergy.apply(keys, query, v, skip)
         return torch.ops.ctxnmt.additive_energy(keys.contiguous(), query, v.contiguous(), skip)
     if torch.is_grad_enabled() and (keys.requires_grad or query.requires_grad or v.requires_grad):
         return _AdditiveEnergy.apply(keys, query, v)
@@ -413,11 +413,11 @@ class _FusedEnergy(torch.autograd.Function):
     Keys read at every step (`read_every_step`) take their gradient as a running sum."""
 
     @staticmethod
-    def forward(ctx, keys, query, v):
+    def forward(ctx, keys, query, v, mask=None):
         ctx.bank = getattr(keys, "_step_bank", None)
         keys, v = keys.contiguous(), v.contiguous()
         ctx.save_for_backward(keys, query, v)
-        return torch.ops.ctxnmt.additive_energy(keys, query, v)
+        return torch.ops.ctxnmt.additive_energy(keys, query, v, mask)
 
     @staticmethod
     def backward(ctx, grad):
@@ -425,7 +425,7 @@ class _FusedEnergy(torch.autograd.Function):
         banked = ctx.bank is not None and ctx.needs_input_grad[0]
         grad_keys = ctx.bank.accumulator(keys) if banked else torch.zeros_like(keys)
         grad_query, grad_v = torch.ops.ctxnmt.additive_energy_backward(grad.contiguous(), keys, query, v, grad_keys)
-        return (None if banked else grad_keys), grad_query, grad_v
+        return (None if banked else grad_keys), grad_query, grad_v, None
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

@@ -68,6 +68,14 @@ def test_energy_kernel_leaves_masked_positions_uncomputed_and_the_rest_to_the_bi
     assert (skipped[~kept] == 0).all()
     with pytest.raises(RuntimeError, match="mask's shape"):
         torch.ops.ctxnmt.additive_energy(keys, query, v, torch.ones(N * K, S))
+    # in training too: masked positions get no gradient, so skipping them changes no gradient
+    grads = []
+    for given in (None, mask):
+        leaves = _leaves(keys, query, v)
+        energy = additive_energy(*leaves, given).masked_fill(~kept, float("-inf"))
+        torch.softmax(energy, -1).square().sum().backward()
+        grads.append([x.grad for x in leaves])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
 
 
 def test_energy_kernel_sums_the_keys_gradient_of_every_step():
