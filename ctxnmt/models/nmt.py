@@ -18,7 +18,7 @@ from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_s
 from ctxnmt.models.interfaces import ContextReader
 from ctxnmt.models.registry import CELLS, CONTEXTS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
 from ctxnmt.models.settings import ModelConfig
-from ctxnmt.models.state import Kind, State
+from ctxnmt.models.state import State
 
 
 class NMTModel(nn.Module):
@@ -251,9 +251,9 @@ class NMTModel(nn.Module):
             if n == B:
                 state = self.decoder.forced_step(enc, state, embs[:, t], word_inputs[:, t])
             elif n:
-                stepped = self.decoder.forced_step(_rows(enc, 0, n), _rows(state, 0, n), embs[:n, t],
+                stepped = self.decoder.forced_step(enc.narrow(0, n), state.narrow(0, n), embs[:n, t],
                                                    word_inputs[:n, t])
-                state = stepped.concat(_rows(state, n, B), width)
+                state = stepped.concat(state.narrow(n, B), width)
         return state if identity else state.select(torch.argsort(order))
 
     def step(self, enc, state, prev_tokens: torch.Tensor | None):
@@ -360,8 +360,3 @@ def check_names(cfg: ModelConfig) -> None:
 
 
 __all__ = ["NMTModel", "build_model", "check_names", "count_parameters", "init_weights"]
-
-
-def _rows(state: State, start: int, stop: int) -> State:
-    """Views of rows start … stop − 1 of every batch-first entry."""
-    return state.map(lambda kind, v: v if kind is Kind.SHARED else v[start:stop])
