@@ -31,6 +31,7 @@ from ctxnmt.models.migrations import DEFINITIONS, directory_definitions, upgrade
 from ctxnmt.tasks.registry import TASKS
 from ctxnmt.training.log import logged_interruptions, read_validations
 from ctxnmt.utils.io import atomic_write, read_json_object
+from ctxnmt.utils.lock import waiting_for
 from ctxnmt.utils.selectors import select
 
 # Settings that change only speed or logging, not what a run learns: a finished run
@@ -39,6 +40,7 @@ SPEED_ONLY = ("training.threads", "training.log_every")
 # Where a run was trained is not what it learned: an experiment directory may be moved
 # or reached through a link, and its runs stay valid.
 NOT_COMPARED = (*SPEED_ONLY, "model_dir", "name")  # a config's name is a label
+PREP_LOCK = ".prep.lock"
 
 
 class RunState(enum.Enum):
@@ -182,10 +184,12 @@ def prepare_shared(experiment: Experiment, runs: list[Run], log) -> None:
     todo = [run for run in runs if not (run.model_dir / "prep").exists()]
     if not todo:
         return
-    log(f"preparing the shared data in {experiment.root / 'prep'}")
-    prepare(dataclasses.replace(runs[0].config, model_dir=str(experiment.root)), log=log)
-    for run in todo:
-        copy_tree_atomic(experiment.root / "prep", run.model_dir / "prep")
+    with waiting_for(experiment.root / PREP_LOCK):  # two `--only` started together prepare it once
+        log(f"preparing the shared data in {experiment.root / 'prep'}")
+        prepare(dataclasses.replace(runs[0].config, model_dir=str(experiment.root)), log=log)
+        for run in todo:
+            if not (run.model_dir / "prep").exists():
+                copy_tree_atomic(experiment.root / "prep", run.model_dir / "prep")
 
 
 def copy_tree_atomic(src: Path, dst: Path) -> None:

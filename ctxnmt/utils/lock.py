@@ -8,6 +8,7 @@ stale lock behind.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
@@ -47,3 +48,14 @@ class TrainingLock:
         if self._file is not None:
             self._file.close()  # closing the descriptor drops the lock
             self._file = None
+
+
+@contextlib.contextmanager
+def waiting_for(path: Path):
+    """Hold an exclusive `flock` on the file `path` for the `with` block, waiting while
+    another process holds it: work that two processes would otherwise both begin (the data
+    an experiment's runs share) is done by the first, and the second finds it done."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # closing the file drops it, however the block ends
+        yield
