@@ -90,6 +90,8 @@ class _Part:
 # Search given no length settings (direct callers): the shipped defaults (LengthOptions).
 DEFAULT_LENGTH = LengthControl()
 
+# Devices whose tensors the host reads directly: a step's bookkeeping reads them in place.
+ON_HOST = ("cpu",)
 # Finished sentences leave the search once they are this share of its sentences (or rows).
 DROP_SHARE = Fraction(1, 8)
 # The log-probability of a word that would repeat an n-gram (block_ngram_repeat): finite, as
@@ -178,6 +180,8 @@ class _OnHost:
                   "cp": candidates.cp, "best_alive": alive_scores[:, 0], "best_alive_cp": best_cp,
                   "best_alive_words": best_words}
         present = {name: x for name, x in fields.items() if x is not None}
+        if candidates.scores.device.type in ON_HOST:  # already on the host: nothing to pack
+            return cls(**fields)
         # float32 holds every word id and row exactly (< 2^24), and the scores are float32
         flat = torch.cat([x.reshape(-1).float() for x in present.values()]).cpu()
         host = {name: part.view(x.shape) for (name, x), part in
@@ -337,12 +341,16 @@ class _Search:
         length-ratio prior (`words` given) the rows' own </s> are collected instead
         (`_collect_row_ends`), so here only the cut-offs at the limit."""
         K, top = self.K, seen
-        last_step = torch.tensor([s is not None and t >= s.max_len for t, s in zip(lengths, sentences)])
-        rank = torch.arange(top.scores.size(1)).unsqueeze(0)
-        eos = top.tokens == EOS
-        ends = (last_step.view(-1, 1) & ~eos if words is not None else eos | last_step.view(-1, 1))
-        ends = ends & (rank < K) & torch.isfinite(top.scores)
-        js, cs = ends.nonzero(as_tuple=True)
+        at_limit = [s is not None and t >= s.max_len for t, s in zip(lengths, sentences)]
+        eos = top.tokens[:, :K] == EOS  # only the first K ranks can end here
+        if any(at_limit):
+            last_step = torch.tensor(at_limit).view(-1, 1)
+            ends = last_step & ~eos if words is not None else eos | last_step
+        elif words is not None:
+            return
+        else:
+            ends = eos
+        js, cs = (ends & torch.isfinite(top.scores[:, :K])).nonzero(as_tuple=True)
         if not len(js):
             return
         # Ranked in double precision: the scores are reported, and ties are broken by them.

@@ -295,6 +295,25 @@ class OnDevice(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
+@pytest.mark.parametrize("length, cut_off", [(LengthControl(kind="wu", alpha=0.6, beta=0.2), False),
+                                             (LengthControl(kind="power", alpha=1.0, max_len_a=0.5, max_len_b=2), True)])
+def test_bookkeeping_read_in_place_on_the_host_finds_what_the_packed_copy_finds(length, cut_off, monkeypatch):
+    """On the CPU a step's bookkeeping reads its tensors in place (ON_HOST); the one packed
+    transfer a device needs must find the same hypotheses, cut-offs at the length limit included."""
+    from ctxnmt.decoding import beam as search_module
+
+    model, (src, mask) = random_model(4), pad(SRC)
+    if cut_off:
+        with torch.no_grad():
+            model.generator.bias[EOS] = -1e4  # nobody ends by </s>: every hypothesis is cut off at the limit
+    in_place = search_batch(model, src, mask, beam=5, nbest=5, length=length)
+    monkeypatch.setattr(search_module, "ON_HOST", ())
+    packed = search_batch(model, src, mask, beam=5, nbest=5, length=length)
+    assert [[(h.tokens, h.score, h.logprob) for h in hyps] for hyps in in_place] == \
+        [[(h.tokens, h.score, h.logprob) for h in hyps] for hyps in packed]
+    assert all(len(h.tokens) == length.max_len(len(s)) for hyps, s in zip(in_place, SRC) for h in hyps) == cut_off
+
+
 @pytest.mark.parametrize("beam", [1, 5])
 def test_a_search_step_reads_the_device_once_and_once_more_when_hypotheses_end(beam, monkeypatch):
     """One read of the device per step for the bookkeeping, and one more for the words of the
@@ -305,6 +324,7 @@ def test_a_search_step_reads_the_device_once_and_once_more_when_hypotheses_end(b
     made = []  # every hypothesis that ends, counted as it is made (the kept lists are capped at K)
     hypothesis = search_module.Hypothesis
     monkeypatch.setattr(search_module, "Hypothesis", lambda *a, **k: made.append(1) or hypothesis(*a, **k))
+    monkeypatch.setattr(search_module, "ON_HOST", ())  # OnDevice's device type is still "cpu"
     model = random_model(3)
     src, mask = pad(SRC)
     search = _Search(model, beam, LengthControl(kind="wu", alpha=0.6, beta=0.2), False)
