@@ -179,9 +179,9 @@ class _OnHost:
         fields = {"scores": candidates.scores, "beam": candidates.beam, "tokens": candidates.tokens,
                   "cp": candidates.cp, "best_alive": alive_scores[:, 0], "best_alive_cp": best_cp,
                   "best_alive_words": best_words}
-        present = {name: x for name, x in fields.items() if x is not None}
         if candidates.scores.device.type in ON_HOST:  # already on the host: nothing to pack
             return cls(**fields)
+        present = {name: x for name, x in fields.items() if x is not None}
         # float32 holds every word id and row exactly (< 2^24), and the scores are float32
         flat = torch.cat([x.reshape(-1).float() for x in present.values()]).cpu()
         host = {name: part.view(x.shape) for (name, x), part in
@@ -343,13 +343,13 @@ class _Search:
         K, top = self.K, seen
         at_limit = [s is not None and t >= s.max_len for t, s in zip(lengths, sentences)]
         eos = top.tokens[:, :K] == EOS  # only the first K ranks can end here
-        if any(at_limit):
+        if not any(at_limit):
+            if words is not None:  # nothing is cut off, and the rows' </s> are collected elsewhere
+                return
+            ends = eos
+        else:
             last_step = torch.tensor(at_limit).view(-1, 1)
             ends = last_step & ~eos if words is not None else eos | last_step
-        elif words is not None:
-            return
-        else:
-            ends = eos
         js, cs = (ends & torch.isfinite(top.scores[:, :K])).nonzero(as_tuple=True)
         if not len(js):
             return
