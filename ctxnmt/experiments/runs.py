@@ -185,11 +185,12 @@ def prepare_shared(experiment: Experiment, runs: list[Run], log) -> None:
     if not todo:
         return
     with waiting_for(experiment.root / PREP_LOCK):  # two `--only` started together prepare it once
-        log(f"preparing the shared data in {experiment.root / 'prep'}")
+        shared = experiment.root / "prep"  # another process may have prepared it while this one waited
+        log(f"{'checking' if shared.exists() else 'preparing'} the shared data in {shared}")
         prepare(dataclasses.replace(runs[0].config, model_dir=str(experiment.root)), log=log)
         for run in todo:
             if not (run.model_dir / "prep").exists():
-                copy_tree_atomic(experiment.root / "prep", run.model_dir / "prep")
+                copy_tree_atomic(shared, run.model_dir / "prep")
 
 
 def copy_tree_atomic(src: Path, dst: Path) -> None:
