@@ -251,9 +251,9 @@ class NMTModel(nn.Module):
             if n == B:
                 state = self.decoder.forced_step(enc, state, embs[:, t], word_inputs[:, t])
             elif n:
-                stepped = self.decoder.forced_step(enc.narrow(0, n), state.narrow(0, n), embs[:n, t],
+                stepped = self.decoder.forced_step(enc.slice_rows(0, n), state.slice_rows(0, n), embs[:n, t],
                                                    word_inputs[:n, t])
-                state = stepped.concat(state.narrow(n, B), width)
+                state = stepped.concat(state.slice_rows(n, B), width)
         return state if identity else state.select(torch.argsort(order))
 
     def step(self, enc, state, prev_tokens: torch.Tensor | None):

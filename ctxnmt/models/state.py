@@ -106,10 +106,10 @@ class State(Mapping):
         return self._map(lambda kind, v: v if kind is Kind.SHARED else v.index_select(0, index),
                          lambda part: part.select(index))
 
-    def narrow(self, start: int, stop: int) -> State:
+    def slice_rows(self, start: int, stop: int) -> State:
         """Rows start … stop − 1 of every batch-first entry, as views (no copy)."""
         return self._map(lambda kind, v: v if kind is Kind.SHARED else v[start:stop],
-                         lambda part: part.narrow(start, stop))
+                         lambda part: part.slice_rows(start, stop))
 
     def trim(self, width: int) -> State:
         """Source-position entries cut to their first `width` positions."""

@@ -137,15 +137,15 @@ def test_state_pad_is_trims_inverse_and_map_keeps_declarations():
     assert doubled.kind("mask") is graphs.Kind.POSITIONS and torch.equal(doubled.part("summary")["keys"], 2 * inner["keys"])
 
 
-def test_state_narrow_views_a_run_of_rows_of_every_batch_first_entry():
-    """State.narrow (forcing a prefix over the rows that have begun) keeps rows start … stop − 1
+def test_state_slice_rows_views_a_run_of_rows_of_every_batch_first_entry():
+    """State.slice_rows (forcing a prefix over the rows that have begun) keeps rows start … stop − 1
     of rows and positions, parts too, as views; shared entries stay whole."""
     weight = torch.randn(4, 4)
     inner = graphs.State().rows(c=torch.arange(5.0).view(5, 1))
     state = graphs.State().rows(h=torch.arange(10.0).view(5, 2)).positions(mask=torch.ones(5, 3)).shared(
         w=weight).with_part("summary", inner)
-    head = state.narrow(1, 3)
+    head = state.slice_rows(1, 3)
     assert head["h"].tolist() == [[2.0, 3.0], [4.0, 5.0]] and head["mask"].shape == (2, 3)
     assert head.part("summary")["c"].view(-1).tolist() == [1.0, 2.0] and head["w"] is weight
     assert head["h"].data_ptr() == state["h"][1:].data_ptr()  # a view: nothing copied
-    assert torch.equal(state.narrow(0, 1).concat(state.narrow(1, 5), 3)["h"], state["h"])
+    assert torch.equal(state.slice_rows(0, 1).concat(state.slice_rows(1, 5), 3)["h"], state["h"])
