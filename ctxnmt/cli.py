@@ -19,6 +19,7 @@ from typing import NoReturn
 from ctxnmt.errors import CtxnmtError
 from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
+from ctxnmt.utils.cores import wait_passively_when_busy
 
 # Each command, in the order of --help: the module that registers it and its line in --help.
 # The line is here, not in the module, because the module (and torch with it) is imported only
@@ -152,6 +153,8 @@ def closest_option(flag: str, options: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # a process of its own (the console script, python -m ctxnmt), before torch loads
+        wait_passively_when_busy()
     parser = build_parser(every_command=False)
     try:
         args, unknown = parser.parse_known_args(argv)
