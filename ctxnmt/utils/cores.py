@@ -24,12 +24,11 @@ def default_threads(processes: int = 1, environ: Mapping[str, str] = os.environ)
 def busy_wait_policy(load: float, cores: int, environ: Mapping[str, str] = os.environ) -> str | None:
     """The OpenMP wait policy for a process starting where other processes keep `load` of the
     `cores` busy: PASSIVE where its threads would share cores with them, else None (the
-    runtime's default).  By default a thread that finishes its part of a parallel region spins
-    for a while, which is fastest on free cores; on a busy core the spinning takes the time that
-    the descheduled thread every region waits for needs.  Beside two trainings on 2 cores,
-    `translate` of the test split took 39.4 s spinning, 14.9 s passive and 19.3 s on one thread;
-    with the cores free, spinning was the fastest (docs/speed.md).  Never where the user chose
-    how threads wait, or one thread."""
+    runtime's default).  By default a thread that has done its part of a parallel region spins
+    for a while before it sleeps: fastest on free cores, but on busy ones every region waits for
+    a thread the scheduler has put aside while the others spin on the cores it needs (translation
+    beside two trainings ran 2.6 times slower; docs/speed.md).  Never where the user chose how
+    threads wait, or one thread."""
     if any(name in environ for name in WAIT_SETTINGS):
         return None
     threads = default_threads(environ=environ)
