@@ -22,6 +22,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ctxnmt.utils.cores import WAIT_SETTINGS  # noqa: E402  (torch-free)
+
 SETTINGS = {  # each one chosen by the user, so the console script leaves it alone
     "spinning (OMP_WAIT_POLICY=ACTIVE)": {"OMP_WAIT_POLICY": "ACTIVE"},
     "passive (OMP_WAIT_POLICY=PASSIVE)": {"OMP_WAIT_POLICY": "PASSIVE"},
@@ -36,7 +40,7 @@ def keep_busy(seconds: float) -> None:
 
 
 def translate(model: str, src: Path, docs: Path | None, out: Path, extra: dict[str, str]) -> float:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
+    env = {k: v for k, v in os.environ.items() if k not in (*WAIT_SETTINGS, "OMP_NUM_THREADS")}
     command = [sys.executable, "-m", "ctxnmt", "translate", model, "-i", str(src), "-o", str(out)]
     command += ["--doc-ids", str(docs)] if docs else []
     start = time.perf_counter()

@@ -17,9 +17,9 @@ from types import ModuleType
 from typing import NoReturn
 
 from ctxnmt.errors import CtxnmtError
+from ctxnmt.utils.cores import wait_passively_when_busy
 from ctxnmt.utils.messages import to_stderr
 from ctxnmt.utils.preemption import Preempted
-from ctxnmt.utils.cores import wait_passively_when_busy
 
 # Each command, in the order of --help: the module that registers it and its line in --help.
 # The line is here, not in the module, because the module (and torch with it) is imported only
