@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from ctxnmt.data.stream import Cleaning, check_aligned, prepare_training
 from ctxnmt.data.vocab import Vocab
 from ctxnmt.data.words import count_words, goes_on, joins_back
 from ctxnmt.errors import DataError
+from ctxnmt.utils.cores import usable_cores
 from ctxnmt.utils.io import atomic_write, file_sha256, read_json_object
 from ctxnmt.utils.messages import Log, to_stderr
 
@@ -226,7 +226,7 @@ def _workers(requested: int, train_src: Path) -> int:
     """A corpus of one block is prepared in this process: forking would only cost time."""
     if train_src.is_file() and train_src.stat().st_size < SMALL_CORPUS_BYTES:
         return 1
-    return requested or os.cpu_count() or 1
+    return requested or usable_cores()
 
 
 SMALL_CORPUS_BYTES = 1 << 20

@@ -11,14 +11,23 @@ WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 LOADAVG = Path("/proc/loadavg")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system keeps one (what
+    taskset or a container's cpuset narrows), else every core."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_threads(processes: int = 1, environ: Mapping[str, str] = os.environ) -> int:
     """OMP_NUM_THREADS where it is a positive number (PyTorch's own default, and what a user who
-    shares the machine sets), else the cores ÷ `processes`.  More threads than free cores make
+    shares the machine sets), else the usable cores ÷ `processes`.  More threads than free cores make
     each step wait for the starved one (a test run beside a training crawled)."""
     asked = environ.get("OMP_NUM_THREADS", "").strip()
     if asked.isdigit() and int(asked) > 0:
         return int(asked)
-    return max(1, (os.cpu_count() or 1) // processes)
+    return max(1, usable_cores() // processes)
 
 
 def busy_wait_policy(load: float, cores: int, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -51,8 +60,7 @@ def wait_passively_when_busy() -> str | None:
     """Sets OMP_WAIT_POLICY from `busy_wait_policy` where the machine is busy; it counts only
     before torch is first imported, which reads it.  Returns the policy set."""
     load = busy_cores()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    policy = busy_wait_policy(load, cores) if load is not None else None
+    policy = busy_wait_policy(load, usable_cores()) if load is not None else None
     if policy:
         os.environ["OMP_WAIT_POLICY"] = policy
     return policy

@@ -36,10 +36,20 @@ def test_without_a_usable_omp_num_threads_the_cores_are_shared_among_the_ranks(m
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", value)
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     assert default_threads() == 8
     assert default_threads(processes=3) == 2
     assert default_threads(processes=16) == 1
+
+
+def test_the_cores_are_those_the_process_may_run_on(monkeypatch):
+    """A process pinned to 2 of 8 cores (taskset, a container's cpuset) runs 2 threads, not 8."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5})
+    assert default_threads() == 2
+    monkeypatch.delattr(os, "sched_getaffinity")  # a system that keeps no affinity: every core
+    assert default_threads() == 8
 
 
 # -- how threads wait on a busy machine ---------------------------------------------------------
