@@ -32,7 +32,7 @@ class LoopConfig:
     min_lr: float = option(1e-5, ">=0")
     stop_at_min_lr: bool = option(False, help="stop once lr_decay has brought the learning rate down to min_lr")
     seed: int = 1234
-    threads: int = option(0, ">=0", "0 = OMP_NUM_THREADS where set, else all cores")
+    threads: int = option(0, ">=0", "0 = OMP_NUM_THREADS where set, else every core the process may run on")
     log_every: int = option(50, ">=1")
     device: str = option("cpu", help="cpu | cuda | cuda:N; a distributed run on cuda gives each local rank its GPU")
     checkpoint_every: int = option(0, ">=0", "updates between writes of last.pt, independent of validation; "
