@@ -536,10 +536,10 @@ def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k
     first: by the fused kernel where it serves, else `step_log_softmax` then topk (under
     autograd, on other devices or dtypes, and for fewer than 16 rows: one kernel task per
     16 rows, and fewer are faster through the plain operations).  In int8 inside
-    `int8.int8_products()`, the kernel reading the int8 product's logits."""
-    if int8.serves(x, weight) and x.size(0) >= 16 and _fusable(x, weight, bias):
-        logits_t = int8.linear(x, weight).t().contiguous()
-        return torch.ops.ctxnmt.log_softmax_topk(logits_t, bias.contiguous(), k)
+    `int8.int8_products()`, a kernel of the same arithmetic reading the int8 product's
+    row-major logits as they come, for any number of rows."""
+    if int8.serves(x, weight) and _fusable(x, weight, bias):
+        return torch.ops.ctxnmt.row_log_softmax_topk(int8.linear(x, weight), bias.contiguous(), k)
     if x.size(0) < 16 or torch.is_grad_enabled() or not _fusable(x, weight, bias):
         return step_log_softmax(x, weight, bias).topk(k, dim=-1)
     return torch.ops.ctxnmt.log_softmax_topk(torch.mm(weight, x.t()), bias.contiguous(), k)  # the kernel adds b

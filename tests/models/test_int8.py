@@ -60,7 +60,8 @@ def test_the_step_products_and_the_output_layer_are_int8_inside_the_context():
     with int8.int8_products():
         product, both = step_product(h, U), step_product(hs, stacked)
         logp = step_log_softmax(h, W, b)
-        top, ids = top_log_softmax(h, W, b, 3)  # 20 rows: the fused kernel's int8 path
+        top, ids = top_log_softmax(h, W, b, 3)  # the row-major kernel reading the int8 logits
+        few, few_ids = top_log_softmax(h[:3], W, b, 3)  # as few rows as a document's last sentence
     assert torch.allclose(product, reference(h, U.t(), None), atol=1e-5)
     for d in range(2):
         assert torch.allclose(both[d], reference(hs[d], stacked[d].t(), None), atol=1e-5)
@@ -68,6 +69,8 @@ def test_the_step_products_and_the_output_layer_are_int8_inside_the_context():
     assert torch.allclose(logp, expected, atol=1e-5)
     best, best_ids = expected.topk(3, dim=-1)
     assert torch.allclose(top, best, atol=1e-5) and torch.equal(ids, best_ids)
+    best, best_ids = torch.log_softmax(reference(h[:3], W, b), dim=-1).topk(3, dim=-1)  # the input's own scale
+    assert torch.allclose(few, best, atol=1e-5) and torch.equal(few_ids, best_ids)
 
 
 def test_outside_the_context_and_under_autograd_products_stay_float32():

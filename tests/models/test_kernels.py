@@ -199,6 +199,30 @@ def test_top_log_softmax_kernel_keeps_the_earlier_word_of_a_tie():
         torch.ops.ctxnmt.log_softmax_topk(logits_t, torch.zeros(6), 7)
 
 
+@pytest.mark.parametrize("rows,k", [(1, 1), (5, 4), (40, 10)])
+def test_row_major_top_log_softmax_kernel_matches_log_softmax_then_topk(rows, k):
+    """The kernel for row-major logits (an int8 product's): log softmax(l + b) of each row, its
+    k largest entries best first, in float64 to float32's rounding."""
+    torch.manual_seed(5)
+    logits, bias = torch.randn(rows, 101) * 4, torch.randn(101)
+    values, ids = torch.ops.ctxnmt.row_log_softmax_topk(logits, bias, k)
+    ref_values, ref_ids = torch.log_softmax(logits.double() + bias.double(), dim=-1).topk(k, dim=-1)
+    assert torch.equal(ids, ref_ids)
+    torch.testing.assert_close(values, ref_values.float(), rtol=2e-6, atol=2e-6)
+
+
+def test_row_major_kernel_keeps_the_earlier_word_of_a_tie():
+    logits = torch.zeros(16, 6)  # (R, V): every word equally likely
+    logits[:, 4] = 1.0
+    values, ids = torch.ops.ctxnmt.row_log_softmax_topk(logits, torch.zeros(6), 3)
+    assert ids.tolist() == [[4, 0, 1]] * 16
+    torch.testing.assert_close(values.exp().sum(1) + 3 * values[:, 1].exp(), torch.ones(16))
+    with pytest.raises(RuntimeError, match="k must be"):
+        torch.ops.ctxnmt.row_log_softmax_topk(logits, torch.zeros(6), 7)
+    with pytest.raises(RuntimeError, match="bias must be"):
+        torch.ops.ctxnmt.row_log_softmax_topk(logits, torch.zeros(5), 2)
+
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_softmax_xent_kernel_matches_the_loss_and_its_gradient(smoothing):
     """Per column of vocabulary-major logits: the label-smoothed cross-entropy, and the
