@@ -13,7 +13,7 @@ in all) or `--max-seconds`, whichever comes first.  Reported: start-up time to t
 against its idle RSS after a warm-up (the bar is 1.5×).  With --int8, two more batching
 servers, one searching in float32 and one in int8 (`--precision int8`), take turns at the
 32-client level (--int8-rounds each), and the ratio of their median p50 latencies, fp32 / int8,
-is reported (issue 64's bar is 1.4×): one level of each varied from 0.93× to 1.56× in three runs.
+is reported (issue 64's bar is 1.4×); a single level of each is too noisy to compare.
 
 Without --model-dir the model is the demo's size (configs/rnnsearch-small.yaml) briefly
 trained (60 updates, a few minutes) into runs/serve-bench; it needs data/bible (make data).

@@ -4,8 +4,8 @@ Dynamic quantisation (the form of torch.ao's quantize_dynamic, and of Marian's a
 CTranslate2's int8 CPU decoding): a weight matrix is quantised once, symmetrically per
 output row (scale max|w|/127); a product's input is quantised at each call with one scale
 and zero point for the whole input, to 8 bits through oneDNN (whose VNNI / AMX products
-accumulate straight into int32; 3-4x float32's rate at the search's shapes on this
-machine's CPU), to 7 bits where only fbgemm is built (its 8-bit multiply-add pairs could
+accumulate straight into int32; 3-4x float32's rate at the search's shapes on the
+Intel Xeon of docs/speed.md), to 7 bits where only fbgemm is built (its 8-bit multiply-add pairs could
 saturate); products accumulate in int32 and return float32, with the bias added in
 float32.  Gates, attention energies and weighted sums (products of two activations),
 softmax and scores stay float32.
