@@ -274,15 +274,21 @@ void sum_exp_rows(const float* __restrict__ row, float b, const float* __restric
   for (int64_t r = 0; r < width; ++r) sum[r] += expf(row[r] + b - max[r]);
 }
 
+// The checks and outputs both top-k kernels share: the bias (V,), k in 1..V, and the R rows'
+// k values and word ids.
+std::tuple<at::Tensor, at::Tensor> top_outputs(const at::Tensor& logits, const at::Tensor& bias, int64_t R,
+                                               int64_t V, int64_t k, const char* op) {
+  check_contiguous(bias, "bias", 1);
+  TORCH_CHECK(bias.size(0) == V, op, ": bias must be (V,)");
+  TORCH_CHECK(k >= 1 && k <= V, op, ": k must be in 1..V");
+  return {at::empty({R, k}, logits.options()), at::empty({R, k}, logits.options().dtype(at::kLong))};
+}
+
 std::tuple<at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, const at::Tensor& bias, int64_t k) {
   check_contiguous(logits_t, "logits_t", 2);
   const int64_t V = logits_t.size(0), R = logits_t.size(1);
-  check_contiguous(bias, "bias", 1);
-  TORCH_CHECK(bias.size(0) == V, "log_softmax_topk: bias must be (V,)");
-  TORCH_CHECK(k >= 1 && k <= V, "log_softmax_topk: k must be in 1..V");
+  auto [values, ids] = top_outputs(logits_t, bias, R, V, k, "log_softmax_topk");
   const float* bp = bias.data_ptr<float>();
-  at::Tensor values = at::empty({R, k}, logits_t.options());
-  at::Tensor ids = at::empty({R, k}, logits_t.options().dtype(at::kLong));
   const float* lp = logits_t.data_ptr<float>();
   float* vp = values.data_ptr<float>();
   int64_t* ip = ids.data_ptr<int64_t>();
@@ -328,12 +334,8 @@ std::tuple<at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, 
 std::tuple<at::Tensor, at::Tensor> row_log_softmax_topk(const at::Tensor& logits, const at::Tensor& bias, int64_t k) {
   check_contiguous(logits, "logits", 2);
   const int64_t R = logits.size(0), V = logits.size(1);
-  check_contiguous(bias, "bias", 1);
-  TORCH_CHECK(bias.size(0) == V, "row_log_softmax_topk: bias must be (V,)");
-  TORCH_CHECK(k >= 1 && k <= V, "row_log_softmax_topk: k must be in 1..V");
+  auto [values, ids] = top_outputs(logits, bias, R, V, k, "row_log_softmax_topk");
   const float* bp = bias.data_ptr<float>();
-  at::Tensor values = at::empty({R, k}, logits.options());
-  at::Tensor ids = at::empty({R, k}, logits.options().dtype(at::kLong));
   const float* lp = logits.data_ptr<float>();
   float* vp = values.data_ptr<float>();
   int64_t* ip = ids.data_ptr<int64_t>();
