@@ -33,8 +33,8 @@ def timed(translator, lines, doc_ids, beam: int) -> tuple[float, int]:
 
 def search_steps(translator, lines, doc_ids, beam: int) -> tuple[int, int, int, int]:
     """The search's steps and the rows they held over one untimed translation, and the decoder
-    steps that forced target prefixes and the rows they held: the model's search step (`step_candidates`, or `step`
-    under a length-ratio prior) and its decoder's `forced_step` counted as they run (a model
+    steps that forced target prefixes and the rows they held: the model's search step (`step_candidates`, or
+    `step_candidates_with_end` under a length-ratio prior) and its decoder's `forced_step` counted as they run (a model
     directory, not an ensemble)."""
     model, counts = translator.model, [0, 0, 0, 0]
 
@@ -51,12 +51,13 @@ def search_steps(translator, lines, doc_ids, beam: int) -> tuple[int, int, int, 
             return method(enc, state, prev_emb, *rest)
         return step
 
-    model.step_candidates, model.step = counted(model.step_candidates), counted(model.step)
+    model.step_candidates = counted(model.step_candidates)
+    model.step_candidates_with_end = counted(model.step_candidates_with_end)
     model.decoder.forced_step = forced(model.decoder.forced_step)
     try:
         translator.translate(lines, beam=beam, doc_ids=doc_ids)
-    finally:
-        del model.step_candidates, model.step, model.decoder.forced_step  # the classes' methods again
+    finally:  # the classes' methods again
+        del model.step_candidates, model.step_candidates_with_end, model.decoder.forced_step
     return tuple(counts)
 
 

@@ -13,7 +13,8 @@ quantising the weights (fbgemm's packing, at first use), measured on two sentenc
 and after.  --parts also times the model's own parts on one batch of the split's first 64
 sentences (process CPU time, 20 calls each, alternating): the encoder side (`encode`, with
 the per-sentence products beam search shares), one full step (`step`: log-probabilities
-over the vocabulary) and one candidates step (`step_candidates`: the fused top-k), so that
+over the vocabulary), one candidates step (`step_candidates`: the fused top-k) and one with
+every row's </s> besides (`step_candidates_with_end`: a length-ratio prior's step), so that
 what int8 speeds up can be told from what it leaves in float32.
 """
 from __future__ import annotations
@@ -64,7 +65,9 @@ def parts(translator, lines, beam: int) -> dict:
                 state = model.init_state(enc, beam)
                 calls = {"encode": lambda: model.encode(src, mask, None, beam),
                          "step": lambda: model.step(enc, state, prev),
-                         "step_candidates": lambda: model.step_candidates(enc, state, prev, 2 * beam)}
+                         "step_candidates": lambda: model.step_candidates(enc, state, prev, 2 * beam),
+                         "step_candidates_with_end": lambda: model.step_candidates_with_end(enc, state, prev,
+                                                                                            2 * beam)}
                 for name, call in calls.items():
                     call()
                     start = time.process_time()
@@ -143,7 +146,8 @@ def main(argv=None) -> int:
             print(f"{r['model'][-48:]}: " + ", ".join(
                 f"{name} {p_[f'fp32_{name}_ms']:.1f} / {p_[f'int8_{name}_ms']:.1f} ms "
                 f"(x{p_[f'fp32_{name}_ms'] / p_[f'int8_{name}_ms']:.2f})"
-                for name in ("encode", "step", "step_candidates")) + " (fp32 / int8, 64 sentences)")
+                for name in ("encode", "step", "step_candidates", "step_candidates_with_end"))
+                + " (fp32 / int8, 64 sentences)")
     print(f"\n{args.split} split ({len(lines)} sentences; a document model with the split's document ids), "
           f"beam {args.beam}, "
           f"{torch.get_num_threads()} threads; the median of {args.repeats} runs each, alternating fp32 int8; "

@@ -37,7 +37,8 @@ from benchmarks.speed import sync  # noqa: E402 (after the path)
 
 
 class TimedSteps:
-    """A Searchable whose steps (`step_candidates`, or `step`) are timed (device synchronised at their end)."""
+    """A Searchable whose steps (`step_candidates`, or `step_candidates_with_end` under a length-ratio prior)
+    are timed (device synchronised at their end)."""
 
     def __init__(self, model, device, record):
         self.model, self.device, self.record = model, device, record
@@ -59,9 +60,13 @@ class TimedSteps:
     def memory_lengths(self, enc):
         return self.model.memory_lengths(enc)
 
-    def step(self, enc, state, prev_tokens):  # what search calls where it needs every word (a length-ratio prior)
+    def step(self, enc, state, prev_tokens):
         self.steps += self.record
         return self._timed("seconds", self.model.step, enc, state, prev_tokens)
+
+    def step_candidates_with_end(self, enc, state, prev_tokens, k):  # what search calls under a length-ratio prior
+        self.steps += self.record
+        return self._timed("seconds", self.model.step_candidates_with_end, enc, state, prev_tokens, k)
 
     def step_candidates(self, enc, state, prev_tokens, k):
         self.steps += self.record
@@ -119,6 +124,9 @@ def count_search_ops(search, steps_model: TimedSteps) -> tuple[Counter, int]:
 
         def step(self, *args):
             return self._inside(model.step, *args)
+
+        def step_candidates_with_end(self, *args):
+            return self._inside(model.step_candidates_with_end, *args)
 
     steps_model.model = Marked()
     try:

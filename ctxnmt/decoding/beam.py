@@ -256,9 +256,9 @@ class _Search:
         # so each row proposes only those (never a (rows × vocabulary) score matrix).
         C = min(2 * K, self.model.vocab_size)
         row_eos = words = None
-        if self.length.ratio_penalty:  # every row's </s>, whatever its rank: the whole distribution
-            logp, state, alpha = self.model.step(part.enc, part.state, part.prev)
-            (row_logp, row_tok), row_eos = logp.topk(C, dim=1), logp[:, EOS]
+        if self.length.ratio_penalty:  # every row's </s>, whatever its rank
+            row_logp, row_tok, row_eos, state, alpha = self.model.step_candidates_with_end(
+                part.enc, part.state, part.prev, C)
             words = _RowWords.of(part, K, self.length.words.tgt_continues, self.length.words.tgt_joins_back)
         else:
             row_logp, row_tok, state, alpha = self.model.step_candidates(part.enc, part.state, part.prev, C)

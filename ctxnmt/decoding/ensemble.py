@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ctxnmt.decoding.searchable import TranslationModel
+from ctxnmt.data.vocab import EOS
 from ctxnmt.errors import CheckpointError
 from ctxnmt.models.capabilities import Capabilities
 from ctxnmt.models.state import State
@@ -110,6 +111,11 @@ class Ensemble(nn.Module):
         """Each row's k best next words under the combined distribution (see NMTModel)."""
         logp, state, alpha = self.step(enc, state, prev_tokens)
         return *logp.topk(k, dim=-1), state, alpha
+
+    def step_candidates_with_end(self, enc, state, prev_tokens, k: int):
+        """As `step_candidates`, and each row's </s> under the combined distribution."""
+        logp, state, alpha = self.step(enc, state, prev_tokens)
+        return *logp.topk(k, dim=-1), logp[:, EOS], state, alpha
 
 
 def preprocessing_fingerprint(model_dir: Path) -> str:

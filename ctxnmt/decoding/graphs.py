@@ -199,6 +199,9 @@ class GraphedSearch:
     def step(self, enc, state, prev_tokens):
         return self.model.step(enc, state, prev_tokens)
 
+    def step_candidates_with_end(self, enc, state, prev_tokens, k: int):
+        return self.model.step_candidates_with_end(enc, state, prev_tokens, k)
+
     def step_candidates(self, enc: State, state: State, prev_tokens: torch.Tensor | None, k: int):
         if not self.on or prev_tokens is None:  # the first step reads no previous word: eager
             return self.model.step_candidates(enc, state, prev_tokens, k)

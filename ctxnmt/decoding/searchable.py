@@ -47,6 +47,12 @@ class Searchable(Protocol):
         """As `step`, but only each row's k most probable next words: their log-probabilities
         and ids (R, k), best first."""
 
+    def step_candidates_with_end(self, enc: State, state: State, prev_tokens: torch.Tensor | None,
+                                 k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State, torch.Tensor]:
+        """As `step_candidates`, and each row's log-probability of </s> (R,), whatever its rank:
+        what a length-ratio prior reads of every row, without the (R, V) distribution where the
+        model can give it otherwise."""
+
     def recorded(self, state: State) -> State | None:
         """What the step that made `state` recorded of each row for `signals`, entries (R, …) of a
         steady shape; None where the encoder side asked for none or the model shows nothing."""

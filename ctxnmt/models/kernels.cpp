@@ -275,19 +275,23 @@ void sum_exp_rows(const float* __restrict__ row, float b, const float* __restric
 }
 
 // The checks and outputs both top-k kernels share: the bias (V,), k in 1..V, and the R rows'
-// k values and word ids.
-std::tuple<at::Tensor, at::Tensor> top_outputs(const at::Tensor& logits, const at::Tensor& bias, int64_t R,
-                                               int64_t V, int64_t k, const char* op) {
+// k values and word ids, and each row's log Z, so that a caller can read any other word's
+// log-probability (a length-ratio prior's </s>) from its logit without a log-softmax of the row.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> top_outputs(const at::Tensor& logits, const at::Tensor& bias,
+                                                           int64_t R, int64_t V, int64_t k, const char* op) {
   check_contiguous(bias, "bias", 1);
   TORCH_CHECK(bias.size(0) == V, op, ": bias must be (V,)");
   TORCH_CHECK(k >= 1 && k <= V, op, ": k must be in 1..V");
-  return {at::empty({R, k}, logits.options()), at::empty({R, k}, logits.options().dtype(at::kLong))};
+  return {at::empty({R, k}, logits.options()), at::empty({R, k}, logits.options().dtype(at::kLong)),
+          at::empty({R}, logits.options())};
 }
 
-std::tuple<at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, const at::Tensor& bias, int64_t k) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, const at::Tensor& bias,
+                                                                int64_t k) {
   check_contiguous(logits_t, "logits_t", 2);
   const int64_t V = logits_t.size(0), R = logits_t.size(1);
-  auto [values, ids] = top_outputs(logits_t, bias, R, V, k, "log_softmax_topk");
+  auto [values, ids, log_zs] = top_outputs(logits_t, bias, R, V, k, "log_softmax_topk");
+  float* zp = log_zs.data_ptr<float>();
   const float* bp = bias.data_ptr<float>();
   const float* lp = logits_t.data_ptr<float>();
   float* vp = values.data_ptr<float>();
@@ -322,23 +326,26 @@ std::tuple<at::Tensor, at::Tensor> log_softmax_topk(const at::Tensor& logits_t, 
       for (int64_t r = 0; r < width; ++r) {
         const float log_z = max[r] + logf(sum[r]);
         for (int64_t j = 0; j < k; ++j) vals[r * k + j] -= log_z;
+        zp[r0 + r] = log_z;
       }
     }
   });
-  return {values, ids};
+  return {values, ids, log_zs};
 }
 
 // The same for row-major logits (R, V), as an int8 product returns them: one task per row,
 // whose logits are contiguous, so that they need not be transposed first (a copy of the whole
 // (R, V) block, a sixth of an int8 search step's time).
-std::tuple<at::Tensor, at::Tensor> row_log_softmax_topk(const at::Tensor& logits, const at::Tensor& bias, int64_t k) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> row_log_softmax_topk(const at::Tensor& logits, const at::Tensor& bias,
+                                                                    int64_t k) {
   check_contiguous(logits, "logits", 2);
   const int64_t R = logits.size(0), V = logits.size(1);
-  auto [values, ids] = top_outputs(logits, bias, R, V, k, "row_log_softmax_topk");
+  auto [values, ids, log_zs] = top_outputs(logits, bias, R, V, k, "row_log_softmax_topk");
   const float* bp = bias.data_ptr<float>();
   const float* lp = logits.data_ptr<float>();
   float* vp = values.data_ptr<float>();
   int64_t* ip = ids.data_ptr<int64_t>();
+  float* zp = log_zs.data_ptr<float>();
   at::parallel_for(0, R, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = lp + r * V;
@@ -361,9 +368,10 @@ std::tuple<at::Tensor, at::Tensor> row_log_softmax_topk(const at::Tensor& logits
       for (int64_t v = 0; v < V; ++v) sum += expf(row[v] + bp[v] - max);
       const float log_z = max + logf(sum);
       for (int64_t j = 0; j < k; ++j) vals[j] -= log_z;
+      zp[r] = log_z;
     }
   });
-  return {values, ids};
+  return {values, ids, log_zs};
 }
 
 // ---- training's softmax layer ------------------------------------------------------
@@ -442,8 +450,9 @@ TORCH_LIBRARY(ctxnmt, m) {
         " -> (Tensor, Tensor)",
         additive_energy_backward);
   m.def("gru_gates(Tensor xp, Tensor hp, Tensor h, Tensor? mask, bool save) -> (Tensor, Tensor)", gru_gates);
-  m.def("log_softmax_topk(Tensor logits_t, Tensor bias, int k) -> (Tensor, Tensor)", log_softmax_topk);
-  m.def("row_log_softmax_topk(Tensor logits, Tensor bias, int k) -> (Tensor, Tensor)", row_log_softmax_topk);
+  m.def("log_softmax_topk(Tensor logits_t, Tensor bias, int k) -> (Tensor, Tensor, Tensor)", log_softmax_topk);
+  m.def("row_log_softmax_topk(Tensor logits, Tensor bias, int k) -> (Tensor, Tensor, Tensor)",
+        row_log_softmax_topk);
   m.def("gru_gates_backward(Tensor grad, Tensor saved, Tensor h, Tensor? mask) -> (Tensor, Tensor, Tensor)",
         gru_gates_backward);
 }

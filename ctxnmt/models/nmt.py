@@ -14,7 +14,8 @@ from ctxnmt.models import components  # noqa: F401  (the registry entries it bui
 from ctxnmt.models.capabilities import Capabilities, hyper_gated
 from ctxnmt.models.cells import RecurrentCell
 from ctxnmt.models.context import after_prefix, reader_from_config
-from ctxnmt.models.functional import WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax
+from ctxnmt.models.functional import (WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax,
+                                      top_log_softmax_and_word)
 from ctxnmt.models.interfaces import ContextReader
 from ctxnmt.models.registry import CELLS, CONTEXTS, DECODERS, DOC_INPUTS, ENCODERS, OUTPUTS, TARGET_CONTEXTS
 from ctxnmt.models.settings import ModelConfig
@@ -268,6 +269,14 @@ class NMTModel(nn.Module):
         log-probabilities and ids (B, k), best first.  All a beam of k/2 needs."""
         readout, state, alpha = self._readout_step(enc, state, prev_tokens)
         return *self.top_log_probs(readout, k), state, alpha
+
+    def step_candidates_with_end(self, enc, state, prev_tokens: torch.Tensor | None, k: int):
+        """As `step_candidates`, and each row's log-probability of </s> whatever its rank (B,)."""
+        readout, state, alpha = self._readout_step(enc, state, prev_tokens)
+        if self.training:
+            logp = self.log_probs(readout)
+            return *logp.topk(k, dim=-1), logp[:, EOS], state, alpha
+        return *top_log_softmax_and_word(readout, self.generator.weight, self.generator.bias, k, EOS), state, alpha
 
     def _readout_step(self, enc, state, prev_tokens):
         if prev_tokens is None:  # y_0, or after a target prefix its break

@@ -19,7 +19,7 @@ from ctxnmt.data.words import WordBoundaries
 from ctxnmt.decoding.length import length_control
 from ctxnmt.models import int8
 from ctxnmt.models.context import context_sentences, reads_target_context
-from ctxnmt.models.functional import step_log_softmax, step_product, top_log_softmax
+from ctxnmt.models.functional import step_log_softmax, step_product, top_log_softmax, top_log_softmax_and_word
 from ctxnmt.models.nmt import build_model
 from tests.models.test_shipped_configs import CONFIGS, SRC, TGT, VOCAB, _shrunk
 
@@ -71,6 +71,27 @@ def test_the_step_products_and_the_output_layer_are_int8_inside_the_context():
     assert torch.allclose(top, best, atol=1e-5) and torch.equal(ids, best_ids)
     best, best_ids = torch.log_softmax(reference(h[:3], W, b), dim=-1).topk(3, dim=-1)  # the input's own scale
     assert torch.allclose(few, best, atol=1e-5) and torch.equal(few_ids, best_ids)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("rows", [3, 20])
+def test_a_length_ratio_priors_step_reads_every_rows_end_word_from_the_int8_logits(rows):
+    """The top k and one word's log-probability of each row, whatever its rank: in int8 the
+    row kernel's log Z gives the word's log softmax(y)_w = y_w − log Σ_v exp(y_v) with y the
+    quantised product; in float32, for fewer than 16 rows (no kernel task), `step_log_softmax`'s
+    own entries, to the bit."""
+    torch.manual_seed(4)
+    h, W, b = torch.rand(rows, 6) - 0.5, torch.randn(30, 6), torch.randn(30)
+    b[2] = -8.0  # the word falls outside every row's top k
+    with int8.int8_products():
+        top, ids, word = top_log_softmax_and_word(h, W, b, 3, 2)
+    expected = torch.log_softmax(reference(h, W, b), dim=-1)
+    best, best_ids = expected.topk(3, dim=-1)
+    assert torch.allclose(top, best, atol=1e-5) and torch.equal(ids, best_ids)
+    assert not (ids == 2).any() and torch.allclose(word, expected[:, 2], atol=1e-5)
+    top, ids, word = top_log_softmax_and_word(h[:3], W, b, 3, 2)
+    logp = step_log_softmax(h[:3], W, b)
+    assert torch.equal(word, logp[:, 2]) and torch.equal(top, logp.topk(3, dim=-1)[0])
 
 
 def test_outside_the_context_and_under_autograd_products_stay_float32():

@@ -6,6 +6,7 @@ switches them off and skips this file.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -189,11 +190,31 @@ def test_top_log_softmax_kernel_matches_log_softmax_then_topk(rows, k):
     torch.testing.assert_close(values, ref_values.float(), rtol=2e-6, atol=2e-6)  # float32 logits of size ~10
 
 
+@pytest.mark.parametrize("rows", [15, 33])
+def test_top_log_softmax_and_a_words_entry_whatever_its_rank(rows):
+    """What a length-ratio prior's step reads: the top k of log softmax(x Wᵀ + b) and one
+    word's entry, log softmax(·)_w = (x Wᵀ + b)_w − log Σ_v exp((x Wᵀ + b)_v), by the kernel's
+    log Z from 16 rows on and by the plain operations below, in float64 to float32's rounding."""
+    from ctxnmt.models.functional import top_log_softmax_and_word
+
+    torch.manual_seed(8)
+    x, weight, bias = torch.randn(rows, 24), torch.randn(101, 24), torch.randn(101)
+    bias[2] = -30.0  # never among the top k
+    with torch.no_grad():
+        values, ids, word = top_log_softmax_and_word(x, weight, bias, 4, 2)
+    expected = torch.log_softmax(x.double() @ weight.double().t() + bias.double(), dim=-1)
+    ref_values, ref_ids = expected.topk(4, dim=-1)
+    assert torch.equal(ids, ref_ids) and not (ids == 2).any()
+    torch.testing.assert_close(values, ref_values.float(), rtol=2e-6, atol=2e-6)
+    torch.testing.assert_close(word, expected[:, 2].float(), rtol=2e-6, atol=1e-5)
+
+
 def test_top_log_softmax_kernel_keeps_the_earlier_word_of_a_tie():
     logits_t = torch.zeros(6, 16)  # (V, R): every word equally likely
     logits_t[4] = 1.0
-    values, ids = torch.ops.ctxnmt.log_softmax_topk(logits_t, torch.zeros(6), 3)
+    values, ids, log_z = torch.ops.ctxnmt.log_softmax_topk(logits_t, torch.zeros(6), 3)
     assert ids.tolist() == [[4, 0, 1]] * 16
+    torch.testing.assert_close(log_z, torch.full((16,), math.log(5 + math.e)))
     torch.testing.assert_close(values.exp().sum(1) + 3 * values[:, 1].exp(), torch.ones(16))
     with pytest.raises(RuntimeError, match="k must be"):
         torch.ops.ctxnmt.log_softmax_topk(logits_t, torch.zeros(6), 7)
@@ -202,20 +223,24 @@ def test_top_log_softmax_kernel_keeps_the_earlier_word_of_a_tie():
 @pytest.mark.parametrize("rows,k", [(1, 1), (5, 4), (40, 10)])
 def test_row_major_top_log_softmax_kernel_matches_log_softmax_then_topk(rows, k):
     """The kernel for row-major logits (an int8 product's): log softmax(l + b) of each row, its
-    k largest entries best first, in float64 to float32's rounding."""
+    k largest entries best first, and each row's log Z = log Σ_v exp(l_v + b_v), in float64 to
+    float32's rounding."""
     torch.manual_seed(5)
     logits, bias = torch.randn(rows, 101) * 4, torch.randn(101)
-    values, ids = torch.ops.ctxnmt.row_log_softmax_topk(logits, bias, k)
+    values, ids, log_z = torch.ops.ctxnmt.row_log_softmax_topk(logits, bias, k)
     ref_values, ref_ids = torch.log_softmax(logits.double() + bias.double(), dim=-1).topk(k, dim=-1)
     assert torch.equal(ids, ref_ids)
     torch.testing.assert_close(values, ref_values.float(), rtol=2e-6, atol=2e-6)
+    ref_log_z = torch.logsumexp(logits.double() + bias.double(), dim=-1)
+    torch.testing.assert_close(log_z, ref_log_z.float(), rtol=2e-6, atol=2e-6)
 
 
 def test_row_major_kernel_keeps_the_earlier_word_of_a_tie():
     logits = torch.zeros(16, 6)  # (R, V): every word equally likely
     logits[:, 4] = 1.0
-    values, ids = torch.ops.ctxnmt.row_log_softmax_topk(logits, torch.zeros(6), 3)
+    values, ids, log_z = torch.ops.ctxnmt.row_log_softmax_topk(logits, torch.zeros(6), 3)
     assert ids.tolist() == [[4, 0, 1]] * 16
+    torch.testing.assert_close(log_z, torch.full((16,), math.log(5 + math.e)))
     torch.testing.assert_close(values.exp().sum(1) + 3 * values[:, 1].exp(), torch.ones(16))
     with pytest.raises(RuntimeError, match="k must be"):
         torch.ops.ctxnmt.row_log_softmax_topk(logits, torch.zeros(6), 7)
