@@ -2,7 +2,7 @@
 second and sacreBLEU of the same model's translations of a split, side by side in one run.
 
     python benchmarks/int8.py runs/demo [MODEL_DIR …] [--split test] [--beam 5] [--repeats 3] \
-        [--threads 2] [--json out.json]
+        [--threads 2] [--workers 1] [--json out.json]
 
 Each model translates the split --repeats times in each precision, alternating fp32 int8
 fp32 int8 (a shared machine drifts within a minute), with the model directory's decoding
@@ -82,6 +82,7 @@ def measure(model_dir: str, lines, refs, doc_ids, args) -> dict:
     from ctxnmt.evaluation.metrics import bleu
 
     translator = Translator.load(model_dir)
+    translator.use_workers(args.workers)
     ids = doc_ids if translator.document_sents else None
     packing = quantising_seconds(translator, lines, ids, args.beam)
     rates: dict[str, list[float]] = {"fp32": [], "int8": []}
@@ -95,6 +96,7 @@ def measure(model_dir: str, lines, refs, doc_ids, args) -> dict:
             seconds, outputs[precision] = timed(translator, lines, ids, args.beam)
             rates[precision].append(len(lines) / seconds)
     row = {"model": model_dir, "sentences": len(lines), "beam": args.beam, "documents": ids is not None,
+           "workers": args.workers, "threads": args.threads,
            "quantise_s": packing}
     for precision, runs in rates.items():
         row[f"{precision}_sents_s"] = statistics.median(runs)
@@ -123,6 +125,8 @@ def main(argv=None) -> int:
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--workers", type=int, default=1,
+                   help="searches side by side (decoding.workers), each with --threads threads")
     p.add_argument("--parts", action="store_true",
                    help="also time encode, step and step_candidates alone (sentence models)")
     p.add_argument("--json", help="write the rows here")
@@ -150,7 +154,8 @@ def main(argv=None) -> int:
                 + " (fp32 / int8, 64 sentences)")
     print(f"\n{args.split} split ({len(lines)} sentences; a document model with the split's document ids), "
           f"beam {args.beam}, "
-          f"{torch.get_num_threads()} threads; the median of {args.repeats} runs each, alternating fp32 int8; "
+          f"{args.workers} worker(s) of {torch.get_num_threads()} thread(s); the median of {args.repeats} runs each, "
+          "alternating fp32 int8; "
           "'same': outputs identical to fp32's; 'quantise': the first int8 call's packing time")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")

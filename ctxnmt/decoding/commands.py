@@ -38,6 +38,9 @@ def register(sub) -> None:
     p.add_argument("--cuda-graphs", action="store_true",
                    help="replay each search step from a CUDA graph (decoding.cuda_graphs, ours; needs --device cuda)")
     add_precision(p)
+    p.add_argument("--workers", type=int,
+                   help="on the CPU, N searches side by side, each on its own batches with one thread "
+                        "(default: the config's decoding.workers, 1)")
     p.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
     p.add_argument("--attention", metavar="JSONL", help="write attention weights, one JSON object per line")
     p.add_argument("--doc-ids", metavar="FILE",
@@ -127,6 +130,8 @@ def cmd_translate(args) -> int:
         raise ConfigError(f"--bf16 and --precision {args.precision} contradict each other; use one")
     if args.bf16 or args.precision:
         translator.use_precision("bf16" if args.bf16 else args.precision, "--bf16" if args.bf16 else None)
+    if args.workers is not None:
+        translator.use_workers(args.workers)
     translator.length_control(options)  # a bad combination with the model's config fails before reading input
     lines = _read_input(args.input)
     doc_ids = None

@@ -24,6 +24,9 @@ class DecodingConfig(LengthOptions, _Beam):
     # scores in float32); on other devices the search stays float32 (docs/decoding.md).
     # int8 = on the CPU, the matrix products in int8 (ctxnmt/models/int8.py; docs/speed.md)
     precision: str = option("fp32", ("fp32", "bf16", "int8"))
+    # ours: on the CPU, this many searches side by side, each on its own batches and one thread
+    # (Marian's --cpu-threads, CTranslate2's inter_threads; docs/decoding.md)
+    workers: int = option(1, ">=1", "searches side by side on the CPU, one thread each")
 
     def check(self, config) -> None:
         check(decoding_options(self), lambda key: f"decoding.{key}", ConfigError)

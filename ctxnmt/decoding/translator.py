@@ -10,6 +10,7 @@ warning naming the line) rather than crashing or exhausting memory.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.decoding.settings import DecodingConfig
 from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
+from ctxnmt.models import kernels
 from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.int8 import int8_products
 from ctxnmt.models.migrations import load_model_checkpoint, saved_task
@@ -117,12 +119,64 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     # Greedy search: the next batch joins once fewer than half a batch of sentences is left
     # (search_batches); beams run batch by batch, where refill measured slower (docs/speed.md).
     refill = max(1, size // 2) if beam == 1 else 0
-    with search_precision(dec, device):
-        for wave in _waves(todo, target_of):
-            searched = search_batches(model, batches(wave), beam, nbest, length, return_attention=return_attention,
-                                      refill_below=refill)
-            found = found | searched if found else searched
+
+    def search(wave_batches) -> dict[int, list[Hypothesis]]:
+        with search_precision(dec, device):  # its int8 and autocast states are the thread's own
+            return search_batches(model, wave_batches, beam, nbest, length, return_attention=return_attention,
+                                  refill_below=refill)
+
+    workers = 1 if on_cuda else dec.workers
+    for wave in _waves(todo, target_of):
+        if workers == 1 or len(wave) <= size:  # one batch: nothing to share
+            searched = search(batches(wave))
+        else:
+            searched = _side_by_side(search, _shares(list(batches(wave)), workers))
+        found = found | searched if found else searched
     return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
+
+
+def _shares(batches: list, workers: int) -> list[list]:
+    """The batches dealt among `workers` searches, the most work first, each to the search with
+    the least so far (a batch's work: its padded source, sentences × width).  The batches are
+    those of one search, so each sentence is searched as it would be alone (in int8 too, whose
+    input scales are a batch's), and the deal is fixed, whichever thread runs first."""
+    loads, shares = [0] * workers, [[] for _ in range(workers)]
+    for batch in sorted(batches, key=lambda b: -b[1].numel()):
+        w = loads.index(min(loads))
+        shares[w].append(batch)
+        loads[w] += batch[1].numel()
+    return [share for share in shares if share]
+
+
+def _side_by_side(search, shares: list[list]) -> dict[int, list[Hypothesis]]:
+    """`search` over each share of batches in a thread of its own, with one intra-op thread
+    each.  On two cores two searches of one thread each ran faster than one search of two
+    threads (docs/speed.md): a step's products are too small to split well, and its
+    bookkeeping is serial."""
+    kernels.available()  # loaded once, before the threads race to load it
+    found: dict[int, list[Hypothesis]] = {}
+    failed: list[BaseException] = []
+
+    def work(share: list) -> None:
+        try:
+            found.update(search(share))
+        except BaseException as err:  # raised in the caller's thread below
+            failed.append(err)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pool = [threading.Thread(target=work, args=(share,), name=f"ctxnmt-search-{w}")
+                for w, share in enumerate(shares)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+    finally:
+        torch.set_num_threads(threads)
+    if failed:
+        raise failed[0]
+    return found
 
 
 def _waves(todo: list[int], target_of: list[list[list[int]]] | None) -> list[list[int]]:
@@ -240,6 +294,8 @@ class Translator:
         if dec.precision == "bf16" and not searches_in_bf16(dec, self.device):
             self._warn_once(f"decoding.precision {dec.precision} applies on CUDA only; searching in float32 "
                             f"on {self.device}")
+        if dec.workers > 1 and torch.device(self.device).type != "cpu":
+            self._warn_once(f"decoding.workers {dec.workers} applies on the CPU only; one search on {self.device}")
         hyps = search_ids(self.model, ids, dec, beam, nbest, batch_size, self.device, return_attention,
                           context, control, target_of)
         per_piece = [_to_translation(h, self.preprocessor, self.tgt_vocab, p) for h, p in zip(hyps, pieces)]
@@ -331,6 +387,15 @@ class Translator:
         if precision == "int8" and torch.device(self.device).type != "cpu":
             raise ConfigError(f"{flag or '--precision int8'} runs on the CPU only (got --device {self.device})")
         self.config.decoding = dataclasses.replace(self.config.decoding, precision=precision)
+
+    def use_workers(self, workers: int, flag: str = "--workers") -> None:
+        """Search with `workers` searches side by side (`decoding.workers`), on the CPU only."""
+        problem = field_problem(workers, ">=1")
+        if problem:
+            raise ConfigError(f"{flag} {problem}")
+        if workers > 1 and torch.device(self.device).type != "cpu":
+            raise ConfigError(f"{flag} {workers} runs on the CPU only (got --device {self.device})")
+        self.config.decoding = dataclasses.replace(self.config.decoding, workers=workers)
 
     def _needs_cuda(self, flag: str) -> None:
         if torch.device(self.device).type != "cuda":

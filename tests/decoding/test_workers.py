@@ -1,0 +1,98 @@
+"""`decoding.workers` (`translate --workers N`): N searches side by side on the CPU, each on
+its own share of the batches with one intra-op thread, find what one search finds, in float32
+and in int8; the thread count is restored; a worker's error reaches the caller; bad values
+are one-line errors."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from ctxnmt.cli import main
+from ctxnmt.decoding.translator import Translator
+from ctxnmt.errors import ConfigError
+from tests.test_cli import run, small_corpus, write_config
+
+LINES = [" ".join(["el gato", str(i), "."] * (1 + i % 3)) for i in range(11)] + [""]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("workers")
+    data = small_corpus(tmp)
+    cfg = write_config(tmp / "c.yaml", data, tmp / "m")
+    assert main([str(a) for a in ["train", cfg, "--quiet", "--set", "training.max_updates=3"]]) == 0
+    return tmp / "m"
+
+
+def _translate(translator, beam):
+    return [(t.text, t.score) for t in translator.translate(LINES, beam=beam, batch_size=2)]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_searches_side_by_side_find_what_one_search_finds(model_dir, precision, beam):
+    translator = Translator.load(model_dir)
+    translator.use_precision(precision)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # each worker's intra-op threads: the same arithmetic, batch by batch
+    try:
+        alone = _translate(translator, beam)
+    finally:
+        torch.set_num_threads(threads)
+    model, ran_in = translator.model, set()
+    step = model.step_candidates
+
+    def recorded(*args):
+        ran_in.add((threading.current_thread().name, torch.get_num_threads()))
+        return step(*args)
+
+    model.step_candidates = recorded
+    translator.use_workers(3)
+    try:
+        together = _translate(translator, beam)
+    finally:
+        del model.step_candidates
+    if beam > 1:  # the same batches, each searched alone: the same arithmetic, int8's input scales too
+        assert together == alone
+    else:  # greedy refill joins a worker's own next batch: another padding (and in int8 other input scales)
+        if precision == "fp32":
+            assert [text for text, _ in together] == [text for text, _ in alone]
+        tolerance = 1e-3 if precision == "fp32" else 0.05
+        assert [score for _, score in together] == pytest.approx([score for _, score in alone], abs=tolerance)
+    assert {name for name, _ in ran_in} == {"ctxnmt-search-0", "ctxnmt-search-1", "ctxnmt-search-2"}
+    assert {n for _, n in ran_in} == {1} and torch.get_num_threads() == threads
+
+
+def test_an_error_in_a_worker_reaches_the_caller(model_dir):
+    translator = Translator.load(model_dir)
+    translator.use_workers(2)
+    step = translator.model.step_candidates
+
+    def broken(*args):
+        if threading.current_thread().name == "ctxnmt-search-1":
+            raise RuntimeError("step failed in worker 1")
+        return step(*args)
+
+    translator.model.step_candidates = broken
+    threads = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="step failed in worker 1"):
+        translator.translate(LINES, beam=2, batch_size=2)
+    assert torch.get_num_threads() == threads
+
+
+def test_bad_workers_are_one_line_errors(model_dir, tmp_path, capsys):
+    translator = Translator.load(model_dir)
+    with pytest.raises(ConfigError, match="--workers must be at least 1, got 0"):
+        translator.use_workers(0)
+    translator.device = "cuda"
+    with pytest.raises(ConfigError, match="--workers 2 runs on the CPU only"):
+        translator.use_workers(2)
+    src, out = tmp_path / "in.es", tmp_path / "out.en"
+    src.write_text("\n".join(LINES) + "\n")
+    code, _, err = run(["translate", model_dir, "-i", src, "-o", out, "--workers", "0"], capsys)
+    assert code != 0 and "--workers must be at least 1" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    code, _, err = run(["translate", model_dir, "-i", src, "-o", out, "--workers", "2", "--beam", "2"], capsys)
+    assert code == 0 and len(out.read_text().split("\n")) == len(LINES) + 1
