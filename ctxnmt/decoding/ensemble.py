@@ -24,8 +24,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.data.vocab import EOS
+from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.errors import CheckpointError
 from ctxnmt.models.capabilities import Capabilities
 from ctxnmt.models.state import State
