@@ -538,28 +538,30 @@ def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k
     16 rows, and fewer are faster through the plain operations).  In int8 inside
     `int8.int8_products()`, a kernel of the same arithmetic reading the int8 product's
     row-major logits as they come, for any number of rows."""
-    if int8.serves(x, weight) and _fusable(x, weight, bias):
-        return torch.ops.ctxnmt.row_log_softmax_topk(int8.linear(x, weight), bias.contiguous(), k)[:2]
-    if x.size(0) < 16 or torch.is_grad_enabled() or not _fusable(x, weight, bias):
-        return step_log_softmax(x, weight, bias).topk(k, dim=-1)
-    return torch.ops.ctxnmt.log_softmax_topk(torch.mm(weight, x.t()), bias.contiguous(), k)[:2]  # the kernel adds b
+    return _top_and_entries(x, weight, bias, k)[0]
 
 
 def top_log_softmax_and_word(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k: int, word: int):
     """`top_log_softmax`, and each row's log-probability of `word` (R,) whatever its rank: what a
     length-ratio prior reads of </s>.  Where a kernel serves, its log Z gives the word's entry
     from the word's logit, (l_w + b_w) − log Z, so that no (R, V) log-softmax is formed; else
-    `step_log_softmax`, its top k and the word's column."""
+    `step_log_softmax`'s column."""
+    (values, ids), entry = _top_and_entries(x, weight, bias, k)
+    return values, ids, entry(word)
+
+
+def _top_and_entries(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k: int):
+    """`top_log_softmax`'s (values, ids), and a function giving any word's entry of each row."""
     if int8.serves(x, weight) and _fusable(x, weight, bias):
         logits = int8.linear(x, weight)
         values, ids, log_z = torch.ops.ctxnmt.row_log_softmax_topk(logits, bias.contiguous(), k)
-        return values, ids, (logits[:, word] + bias[word]) - log_z
+        return (values, ids), lambda word: (logits[:, word] + bias[word]) - log_z
     if x.size(0) < 16 or torch.is_grad_enabled() or not _fusable(x, weight, bias):
         logp = step_log_softmax(x, weight, bias)
-        return *logp.topk(k, dim=-1), logp[:, word]
+        return logp.topk(k, dim=-1), lambda word: logp[:, word]
     logits_t = torch.mm(weight, x.t())
-    values, ids, log_z = torch.ops.ctxnmt.log_softmax_topk(logits_t, bias.contiguous(), k)
-    return values, ids, (logits_t[word] + bias[word]) - log_z
+    values, ids, log_z = torch.ops.ctxnmt.log_softmax_topk(logits_t, bias.contiguous(), k)  # the kernel adds b
+    return (values, ids), lambda word: (logits_t[word] + bias[word]) - log_z
 
 
 # -- the GPU paths: fewer kernel launches per step on CUDA -------------------------
