@@ -10,7 +10,8 @@ same numbers, more slowly.  docs/speed.md lists them; docs/speed-log.md has what
 each gained.
 
   mix(α, v)                 Σ_i α_ti v_i over values shared by a sentence's rows
-  step_product(h, U)        h U for a matrix read at every step
+  step_product(h, U)        h U for a matrix read at every step (packed once for oneDNN
+                            in search on the CPU: ctxnmt.models.packed)
   read_every_step(x)        marks x as read by every step of a loop: its gradient is
                             formed once for all steps, and under autocast it is cast
                             once, not at every step (read_each_every_step: a State)
@@ -36,7 +37,7 @@ import torch
 from torch.nn import functional as F
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from ctxnmt.models import int8, kernels
+from ctxnmt.models import int8, kernels, packed
 from ctxnmt.models.state import Kind
 
 # The GPU paths (cast_once, the fused CUDA GRU gates, bigru through cuDNN).
@@ -205,9 +206,12 @@ class _StepProduct(torch.autograd.Function):
 
 def step_product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
     """h @ U (batched where h and U are 3-D); U's gradient is formed once for all steps
-    where U went through `read_every_step`; in int8 inside `int8.int8_products()`."""
+    where U went through `read_every_step`; in int8 inside `int8.int8_products()`; in search on
+    the CPU from `packed.PRODUCT_ROWS` rows, with U packed once (ctxnmt.models.packed)."""
     if int8.serves(h, U):
         return int8.product(h, U)
+    if U.dim() == 2 and h.size(0) >= packed.PRODUCT_ROWS and packed.serves(h, U):
+        return packed.product(h, U)
     if getattr(U, "_step_bank", None) is None:
         return torch.matmul(h, U)
     return _StepProduct.apply(h, U)
@@ -519,12 +523,14 @@ def _fused_gru_gates(xp, hp, h, mask):
 
 
 def step_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """log softmax(x Wᵀ + b) (R, V) for the R rows of one search step.  On CPU, for fewer
-    than 256 rows, the product is taken vocabulary-major (W xᵀ, which CPU BLAS forms
-    faster at these shapes: benchmarks/logits_layout.py) and transposed back.  In int8 inside
-    `int8.int8_products()`."""
+    """log softmax(x Wᵀ + b) (R, V) for the R rows of one search step.  On CPU without
+    autograd, through the packed product (ctxnmt.models.packed); where that is missing, for
+    fewer than 256 rows, vocabulary-major (W xᵀ, which CPU BLAS forms faster at these shapes:
+    benchmarks/logits_layout.py) and transposed back.  In int8 inside `int8.int8_products()`."""
     if int8.serves(x, weight):
         return torch.log_softmax(int8.linear(x, weight, bias), dim=-1)
+    if packed.serves(x, weight):
+        return torch.log_softmax(packed.linear(x, weight, bias), dim=-1)
     if torch.is_grad_enabled() or x.size(0) >= 256 or x.device.type != "cpu":
         return torch.log_softmax(F.linear(x, weight, bias), dim=-1)
     logits_t = torch.addmm(bias.unsqueeze(1), weight, x.t())
@@ -533,11 +539,11 @@ def step_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
 
 def top_log_softmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k: int):
     """The k largest entries of each row of log_softmax(x Wᵀ + b) and their columns, best
-    first: by the fused kernel where it serves, else `step_log_softmax` then topk (under
-    autograd, on other devices or dtypes, and for fewer than 16 rows: one kernel task per
-    16 rows, and fewer are faster through the plain operations).  In int8 inside
-    `int8.int8_products()`, a kernel of the same arithmetic reading the int8 product's
-    row-major logits as they come, for any number of rows."""
+    first.  On CPU without autograd, a kernel reads the row-major logits of the packed product
+    (ctxnmt.models.packed; in int8 inside `int8.int8_products()`, of the int8 product) as they
+    come, for any number of rows.  Without the packed product, from 16 rows a kernel of the same
+    arithmetic reads the vocabulary-major product (one task per 16 rows).  Else, and under
+    autograd or on other devices or dtypes, `step_log_softmax` then topk."""
     return _top_and_entries(x, weight, bias, k)[0]
 
 
@@ -552,8 +558,9 @@ def top_log_softmax_and_word(x: torch.Tensor, weight: torch.Tensor, bias: torch.
 
 def _top_and_entries(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, k: int):
     """`top_log_softmax`'s (values, ids), and a function giving any word's entry of each row."""
-    if int8.serves(x, weight) and _fusable(x, weight, bias):
-        logits = int8.linear(x, weight)
+    row_major = int8.linear if int8.serves(x, weight) else packed.linear if packed.serves(x, weight) else None
+    if row_major is not None and _fusable(x, weight, bias):
+        logits = row_major(x, weight)
         values, ids, log_z = torch.ops.ctxnmt.row_log_softmax_topk(logits, bias.contiguous(), k)
         return (values, ids), lambda word: (logits[:, word] + bias[word]) - log_z
     if x.size(0) < 16 or torch.is_grad_enabled() or not _fusable(x, weight, bias):

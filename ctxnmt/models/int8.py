@@ -26,6 +26,8 @@ import torch
 from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
+from ctxnmt.models.packed import kept
+
 _state = threading.local()
 
 # oneDNN where this torch has it (x86 and ARM builds), else the build's default engine
@@ -109,20 +111,11 @@ def product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
     return torch.stack([product(h_i, U_i) for h_i, U_i in zip(h.unbind(0), _stacked(U))])
 
 
-def _kept(t: torch.Tensor, slot: str, make):
-    """make(), kept on `t` under `slot` until t changes in place (its version counter)."""
-    kept = getattr(t, slot, None)
-    if kept is None or kept[0] != t._version:
-        kept = (t._version, make())
-        setattr(t, slot, kept)
-    return kept[1]
-
-
 def _packed_t(U: torch.Tensor):
     """Uᵀ's int8 form, kept on U (a transposed view is a new tensor at every call)."""
-    return _kept(U, "_int8_t", lambda: _pack(U.t(), None))
+    return kept(U, "_int8_t", lambda: _pack(U.t(), None))
 
 
 def _stacked(U: torch.Tensor) -> list[torch.Tensor]:
     """The matrices of a stack U (n, in, out), each kept as one tensor so that its int8 form is kept."""
-    return _kept(U, "_int8_parts", lambda: list(U.unbind(0)))
+    return kept(U, "_int8_parts", lambda: list(U.unbind(0)))

@@ -167,9 +167,13 @@ def test_switched_off_kernels_leave_the_pytorch_path(monkeypatch):
     assert kernels._load() is False
 
 
-@pytest.mark.parametrize("rows,k", [(16, 1), (33, 4), (40, 10)])
-def test_top_log_softmax_kernel_matches_log_softmax_then_topk(rows, k):
+@pytest.mark.parametrize("use_packed", [True, False])  # the packed product into the row kernel, or the
+@pytest.mark.parametrize("rows,k", [(16, 1), (33, 4), (40, 10)])  # vocabulary-major product into the column kernel
+def test_top_log_softmax_kernel_matches_log_softmax_then_topk(rows, k, use_packed, monkeypatch):
+    from ctxnmt.models import packed
     from ctxnmt.models.functional import top_log_softmax
+
+    monkeypatch.setattr(packed, "AVAILABLE", packed.AVAILABLE and use_packed)
 
     torch.manual_seed(4)
     x, weight, bias = torch.randn(rows, 24), torch.randn(101, 24), torch.randn(101)
@@ -178,9 +182,9 @@ def test_top_log_softmax_kernel_matches_log_softmax_then_topk(rows, k):
 
     with torch.no_grad():  # search runs without autograd; with it, the kernel declines
         values, ids = top_log_softmax(x, weight, bias, k)
-        few = top_log_softmax(x[:15], weight, bias, k)  # too few rows for a task
-        assert torch.equal(few.indices, plain(x[:15]).indices)
-        torch.testing.assert_close(few.values, plain(x[:15]).values)
+        few_values, few_ids = top_log_softmax(x[:15], weight, bias, k)  # too few rows for a column task
+        assert torch.equal(few_ids, plain(x[:15]).indices)
+        torch.testing.assert_close(few_values, plain(x[:15]).values)
     with_grad = top_log_softmax(x, weight, bias, k)
     assert torch.equal(with_grad.indices, plain(x).indices)
     torch.testing.assert_close(with_grad.values, plain(x).values)

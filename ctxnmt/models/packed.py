@@ -1,0 +1,64 @@
+"""float32 products of a search step on the CPU with the weight packed once for oneDNN.
+
+A search step multiplies a few rows (a beam's, a document wave's) by the same weight at every
+step.  CPU BLAS re-lays the weight out for each such product; oneDNN's linear takes it packed
+once into its own blocked layout (`mkldnn._reorder_linear_weight`, what torch.compile's CPU
+backend does for inference).  For the output layer (7,930 × 128) that made the product 2.8-4.3x
+faster from 5 to 30 rows and 1.1x at 200 (docs/speed-log.md, benchmarks/logits_layout.py).  The
+packed product computes the same x Wᵀ + b, and each row's result is independent of the other
+rows from 5 rows up (tests/models/test_packed.py).
+
+A weight's packed form is made at its first use and kept on the tensor, made again if the
+tensor changes in place (as training's validation searches do between updates)."""
+from __future__ import annotations
+
+import torch
+
+# The packed layout depends on this hint only in how it blocks the rows; from 16 on, a row's
+# result is the same whatever the number of rows in the product.
+_ROWS_HINT = 64
+# Below this many rows a recurrent product is faster through BLAS (one row: 17 µs against 35 µs
+# for 256 × 768).
+PRODUCT_ROWS = 4
+
+
+def _ops_present() -> bool:
+    ops = torch.ops.mkldnn
+    return (torch.backends.mkldnn.is_available() and hasattr(ops, "_reorder_linear_weight")
+            and hasattr(ops, "_linear_pointwise"))
+
+
+AVAILABLE = _ops_present()
+
+
+def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the packed product serves x · Wᵀ: float32 rows (R, in) and W (out, in) on the
+    CPU, without autograd (the packed weight has no gradient) or CPU autocast."""
+    return (AVAILABLE and not torch.is_grad_enabled() and x.device.type == "cpu" and x.dim() == 2
+            and weight.dim() == 2 and x.dtype == torch.float32 and weight.dtype == torch.float32
+            and not torch.is_autocast_enabled("cpu"))
+
+
+def kept(t: torch.Tensor, slot: str, make):
+    """make(), kept on `t` under `slot` until t changes in place (its version counter)."""
+    held = getattr(t, slot, None)
+    if held is None or held[0] != t._version:
+        held = (t._version, make())
+        setattr(t, slot, held)
+    return held[1]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x Wᵀ (+ b) for rows x (R, in) and W (out, in), W packed once (where `serves`)."""
+    pack = kept(weight, "_packed_fp32", lambda: torch.ops.mkldnn._reorder_linear_weight(
+        weight.detach().contiguous(), _ROWS_HINT))
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, None if bias is None else bias.contiguous(),
+                                              "none", [], "")
+
+
+def product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
+    """h U for rows h (R, in) and a matrix U (in, out) read at every step, Uᵀ packed once and
+    kept on U (where `serves(h, Uᵀ)`)."""
+    pack = kept(U, "_packed_fp32_t", lambda: torch.ops.mkldnn._reorder_linear_weight(
+        U.detach().t().contiguous(), _ROWS_HINT))
+    return torch.ops.mkldnn._linear_pointwise(h.contiguous(), pack, None, "none", [], "")
