@@ -85,16 +85,15 @@ class Concatenation(ContextReader):
 
     def encode(self, model, src, src_mask, context, beam: int = 1) -> State:
         """The encoder reads the previous sentences, each followed by the break, then the
-        sentence; the decoder's memory holds the sentence's annotations first."""
+        sentence; the decoder's memory holds the sentence's annotations first, then its context's."""
         if context is None:
             ids, mask, before = src, src_mask, torch.zeros(src.size(0), dtype=torch.long, device=src.device)
         else:
             ids, mask, before = self.join(context.ids, context.mask, src, src_mask, model.src_emb.num_embeddings)
         emb = model.dropout_emb(self.embed(model.src_emb, ids))
         annotations = model.dropout_hidden(model.encoder(emb, mask, None))
-        memory, memory_mask = self.current_first(annotations, before, src_mask)
-        # each row's memory ends after its context, which starts after the batch's S positions
-        return model.decoder.prepare(memory, memory_mask, None, beam).rows(memory_len=before + src.size(1))
+        memory, memory_mask, memory_len = self.current_first(annotations, before, src_mask)
+        return model.decoder.prepare(memory, memory_mask, None, beam).rows(memory_len=memory_len, context_len=before)
 
     def target_prefix(self, model, context):
         """The previous target sentences, each followed by the break (2-to-2)."""
@@ -109,7 +108,7 @@ class Concatenation(ContextReader):
         return enc["memory_len"].tolist()
 
     def own_positions(self, values, enc, width):
-        start = enc["memory_len"] - width  # the encoder read the context and its breaks first
+        start = enc["context_len"]  # the encoder read the context and its breaks first
         index = start.unsqueeze(1) + torch.arange(width, device=values.device)
         return values.gather(1, index.clamp(max=values.size(1) - 1))
 
@@ -144,17 +143,24 @@ class Concatenation(ContextReader):
 
     @staticmethod
     def current_first(annotations: torch.Tensor, context_len: torch.Tensor,
-                      src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Annotations of the joined sequence (B, W, ·) laid out as the current sentence's S
-        positions, then the context's C = max context length: (B, S + C, ·) and its mask."""
+                      src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Annotations of the joined sequence (B, W, ·) laid out as each row's own n_b positions,
+        then its context's c_b, then padding: memory (B, M, ·) with M = max(S, max_b n_b + c_b),
+        its mask, and n_b + c_b (B,).  A row's own positions are its first n_b, as in a sentence
+        model's memory; its context follows at once rather than after the batch's S, so that the
+        memory is padded only at its end (a wave's memory held about 46% padding with the context
+        after S: docs/speed-log.md).  Attention and its weighted sum do not depend on the order."""
         B, S = src_mask.shape
-        C = int(context_len.max()) if context_len.numel() else 0
-        own = context_len.unsqueeze(1) + torch.arange(S, device=src_mask.device)
-        before = torch.arange(C, device=src_mask.device).expand(B, C)
-        index = torch.cat([own, before], 1).clamp(max=annotations.size(1) - 1)
-        memory = annotations.gather(1, index.unsqueeze(-1).expand(-1, -1, annotations.size(-1)))
-        mask = torch.cat([src_mask, (before < context_len.unsqueeze(1)).to(src_mask.dtype)], 1)
-        return memory * mask.unsqueeze(-1).to(memory.dtype), mask
+        own_len = src_mask.sum(1).long()
+        memory_len = own_len + context_len
+        M = max(S, int(memory_len.max()) if memory_len.numel() else 0)
+        at = torch.arange(M, device=src_mask.device).expand(B, M)
+        own = at < own_len.unsqueeze(1)
+        index = torch.where(own, context_len.unsqueeze(1) + at, at - own_len.unsqueeze(1))
+        memory = annotations.gather(1, index.clamp(0, annotations.size(1) - 1).unsqueeze(-1)
+                                    .expand(-1, -1, annotations.size(-1)))
+        mask = (at < memory_len.unsqueeze(1)).to(src_mask.dtype)
+        return memory * mask.unsqueeze(-1).to(memory.dtype), mask, memory_len
 
 
 def after_prefix(prefix: torch.Tensor, prefix_mask: torch.Tensor, ids: torch.Tensor,

@@ -91,7 +91,7 @@ class NMTModel(nn.Module):
                 hook.remove()
         if gated:
             own = reader.own_positions if reader is not None else (lambda values, _, width: values)
-            enc.with_part("encoder_gates", State().positions(**{
+            enc.with_part("encoder_gates", State().positions(own_mask=src_mask, **{
                 name: own(rec.hyper_gate(), enc, src.size(1))
                 for name, rec in self.encoder.recurrences(*read[0]).items() if name in gated}))
         if signals:
@@ -130,13 +130,13 @@ class NMTModel(nn.Module):
         prefix = (enc.part("prefix")["ids"], enc.part("prefix")["mask"]) if "prefix" in enc.parts else None
         if prefix is None:
             readout, attention = self.decoder(enc, self.previous_embeddings(tgt), tgt_mask)
-            return readout, attention[..., :src.size(1)], None
+            return readout, _own(attention, src_mask), None
         V = self.tgt_emb.num_embeddings
         full, full_mask, before = after_prefix(*prefix, tgt, tgt_mask)
         readout, attention = self.decoder(enc, self.previous_embeddings(full), full_mask)
         at = (before.unsqueeze(1) + torch.arange(tgt.size(1), device=tgt.device)).clamp(max=full.size(1) - 1)
         current = readout.gather(1, at.unsqueeze(-1).expand(-1, -1, readout.size(-1)))
-        attention = attention.gather(1, at.unsqueeze(-1).expand(-1, -1, attention.size(-1)))[..., :src.size(1)]
+        attention = _own(attention.gather(1, at.unsqueeze(-1).expand(-1, -1, attention.size(-1))), src_mask)
         return current, attention, (readout, full.masked_fill(full == V, EOS), full_mask)
 
     def _embed_target(self, ids: torch.Tensor) -> torch.Tensor:
@@ -204,10 +204,8 @@ class NMTModel(nn.Module):
         out = [{name: values[i] for name, values in found.items()} for i in range(len(rows))]
         if "encoder_gates" in enc.parts:
             sentences = rows // beam
-            gates = enc.part("encoder_gates").select(sentences)
-            width = next(iter(gates.values())).size(1)
-            # the memory holds the sentence's own positions first (a concatenation's context after them)
-            lengths = enc["src_mask"][:, :width].sum(1).index_select(0, sentences).tolist()
+            gates = dict(enc.part("encoder_gates").select(sentences).items())
+            lengths = gates.pop("own_mask").sum(1).tolist()
             for i, (row, n) in enumerate(zip(out, lengths)):
                 row["encoder_gates"] = {name: values[i, :int(n)] for name, values in gates.items()}
         return out
@@ -369,3 +367,10 @@ def check_names(cfg: ModelConfig) -> None:
 
 
 __all__ = ["NMTModel", "build_model", "check_names", "count_parameters", "init_weights"]
+
+
+def _own(attention: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+    """Attention (B, T, ·) on the sentence's own S positions, zero at its padding (where a
+    concatenation's memory holds the context of a row shorter than S)."""
+    S = src_mask.size(1)
+    return attention[..., :S] * src_mask.unsqueeze(1).to(attention.dtype)
