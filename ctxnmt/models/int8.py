@@ -10,10 +10,11 @@ saturate); products accumulate in int32 and return float32, with the bias added 
 float32.  Gates, attention energies and weighted sums (products of two activations),
 softmax and scores stay float32.
 
-Inside `int8_products()` every `F.linear` (each nn.Linear of every component, so every
-architecture and ensemble) and the products that functional.py forms itself (the
-recurrent and query products of `step_product`, the output layer of `step_log_softmax`
-and `top_log_softmax`) take this path; outside it nothing changes.  A weight's int8 form
+Inside `int8_products()` every nn.Linear of every component (so every architecture and
+ensemble: `nn.Linear.forward` asks `serves` once this module has been used) and the products
+that functional.py forms itself (the encoder's input terms, the recurrent and query products
+of `step_product`, the output layer of `step_log_softmax` and `top_log_softmax`, through
+`any_linear`, `product` and `linear`) take this path; outside it nothing changes.  A weight's int8 form
 is made at its first use and kept on the tensor, made again if the tensor changes in place.
 """
 from __future__ import annotations
@@ -23,8 +24,8 @@ import warnings
 from contextlib import contextmanager
 
 import torch
+from torch import nn
 from torch.nn import functional as F
-from torch.overrides import TorchFunctionMode
 
 from ctxnmt.models.packed import kept
 
@@ -47,28 +48,29 @@ def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and x.dtype == torch.float32 and weight.dtype == torch.float32)
 
 
-class _Linears(TorchFunctionMode):
-    """Routes F.linear to `linear` where an int8 product serves it."""
+def any_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, in int8 where an int8 product serves it."""
+    if weight.dim() == 2 and serves(x, weight):
+        return linear(x, weight, bias)
+    return F.linear(x, weight, bias)
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.linear:
-            x, weight = args[0], args[1] if len(args) > 1 else kwargs["weight"]
-            bias = args[2] if len(args) > 2 else kwargs.get("bias")
-            if weight.dim() == 2 and serves(x, weight):
-                return linear(x, weight, bias)
-        return func(*args, **kwargs)
+
+def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return any_linear(x, self.weight, self.bias)
 
 
 @contextmanager
 def int8_products():
     """Run this thread's matrix products in int8 (see the module docstring)."""
     previous, engine = active(), torch.backends.quantized.engine
+    # Every nn.Linear's forward asks `serves` from now on: a thread outside this context gets
+    # F.linear as before.  (A TorchFunctionMode routed F.linear instead, but it put every torch
+    # call of the search through a Python method: slower than float32 in steps of few rows.)
+    nn.Linear.forward = _linear_forward
     _state.on = True
     torch.backends.quantized.engine = ENGINE  # the packs are the engine's own
     try:
-        with _Linears():
-            yield
+        yield
     finally:
         _state.on = previous
         torch.backends.quantized.engine = engine

@@ -44,8 +44,12 @@ def reference(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch
 def test_an_int8_linear_is_the_dynamic_quantisation_equation():
     torch.manual_seed(0)
     W, b, x = torch.randn(7, 5), torch.randn(7), torch.randn(2, 3, 5) * 2 + 0.3
+    layer = torch.nn.Linear(5, 7)
+    layer.weight.copy_(W), layer.bias.copy_(b)
     with int8.int8_products():
-        y = F.linear(x, W, b)  # as every nn.Linear calls it
+        y = layer(x)  # every nn.Linear of every component
+        assert torch.equal(int8.any_linear(x, W, b), y)  # and the products formed outside modules
+    assert torch.equal(layer(x), F.linear(x, W, b))  # outside the context: float32 again
     assert y.shape == (2, 3, 7)
     assert torch.allclose(y.view(6, 7), reference(x.view(6, 5), W, b), atol=1e-5)
     assert (y - F.linear(x, W, b)).abs().max() > 1e-3  # not the float32 product
@@ -112,9 +116,9 @@ def test_a_weight_changed_in_place_is_quantised_again():
     torch.manual_seed(3)
     W, x = torch.randn(4, 5), torch.randn(2, 5)
     with int8.int8_products():
-        first = F.linear(x, W)
+        first = int8.any_linear(x, W)
         W.mul_(2)
-        second = F.linear(x, W)
+        second = int8.any_linear(x, W)
     assert torch.allclose(second, reference(x, W, None), atol=1e-5)
     assert not torch.allclose(first, second)
 
