@@ -10,7 +10,6 @@ warning naming the line) rather than crashing or exhausting memory.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -32,9 +31,9 @@ from ctxnmt.decoding.graphs import graphed
 from ctxnmt.decoding.length import LengthControl, length_control, needs_word_ratio, uses_ratios
 from ctxnmt.decoding.searchable import TranslationModel
 from ctxnmt.decoding.settings import DecodingConfig
+from ctxnmt.decoding.workers import shares, side_by_side
 from ctxnmt.errors import CheckpointError, ConfigError, DataError
 from ctxnmt.length_options import OPTIONS, check, decoding_options, with_options
-from ctxnmt.models import kernels
 from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.int8 import int8_products
 from ctxnmt.models.migrations import load_model_checkpoint, saved_task
@@ -130,53 +129,9 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
         if workers == 1 or len(wave) <= size:  # one batch: nothing to share
             searched = search(batches(wave))
         else:
-            searched = _side_by_side(search, _shares(list(batches(wave)), workers))
+            searched = side_by_side(search, shares(list(batches(wave)), workers))
         found = found | searched if found else searched
     return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
-
-
-def _shares(batches: list, workers: int) -> list[list]:
-    """The batches dealt among `workers` searches, the most work first, each to the search with
-    the least so far (a batch's work: its padded source, sentences × width).  The batches are
-    those of one search, so each sentence is searched as it would be alone (in int8 too, whose
-    input scales are a batch's), and the deal is fixed, whichever thread runs first."""
-    loads, shares = [0] * workers, [[] for _ in range(workers)]
-    for batch in sorted(batches, key=lambda b: -b[1].numel()):
-        w = loads.index(min(loads))
-        shares[w].append(batch)
-        loads[w] += batch[1].numel()
-    return [share for share in shares if share]
-
-
-def _side_by_side(search, shares: list[list]) -> dict[int, list[Hypothesis]]:
-    """`search` over each share of batches in a thread of its own, with one intra-op thread
-    each.  On two cores two searches of one thread each ran faster than one search of two
-    threads (docs/speed.md): a step's products are too small to split well, and its
-    bookkeeping is serial."""
-    kernels.available()  # loaded once, before the threads race to load it
-    found: dict[int, list[Hypothesis]] = {}
-    failed: list[BaseException] = []
-
-    def work(share: list) -> None:
-        try:
-            found.update(search(share))
-        except BaseException as err:  # raised in the caller's thread below
-            failed.append(err)
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        pool = [threading.Thread(target=work, args=(share,), name=f"ctxnmt-search-{w}")
-                for w, share in enumerate(shares)]
-        for thread in pool:
-            thread.start()
-        for thread in pool:
-            thread.join()
-    finally:
-        torch.set_num_threads(threads)
-    if failed:
-        raise failed[0]
-    return found
 
 
 def _waves(todo: list[int], target_of: list[list[list[int]]] | None) -> list[list[int]]:

@@ -1,15 +1,18 @@
 """`decoding.workers` (`translate --workers N`): N searches side by side on the CPU, each on
-its own share of the batches with one intra-op thread, find what one search finds, in float32
-and in int8; the thread count is restored; a worker's error reaches the caller; bad values
-are one-line errors."""
+its own share of the batches with one intra-op thread, in forked processes where the process
+has no other thread and in threads where it has, find what one search finds, in float32 and
+in int8; the thread count is restored; a worker's error reaches the caller; bad values are
+one-line errors."""
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
 import torch
 
 from ctxnmt.cli import main
+from ctxnmt.decoding import workers
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
 from tests.test_cli import run, small_corpus, write_config
@@ -26,13 +29,21 @@ def model_dir(tmp_path_factory):
     return tmp / "m"
 
 
+@pytest.fixture(params=["processes", "threads"])
+def kind(request, monkeypatch):
+    """Workers of either kind, whatever threads earlier tests left idle in this process (a
+    training log's TensorBoard writers): `may_fork` decides, and is tested on its own below."""
+    monkeypatch.setattr(workers, "may_fork", lambda: request.param == "processes")
+    return request.param
+
+
 def _translate(translator, beam):
     return [(t.text, t.score) for t in translator.translate(LINES, beam=beam, batch_size=2)]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 @pytest.mark.parametrize("beam", [1, 3])
-def test_searches_side_by_side_find_what_one_search_finds(model_dir, precision, beam):
+def test_searches_side_by_side_find_what_one_search_finds(model_dir, precision, beam, kind, tmp_path):
     translator = Translator.load(model_dir)
     translator.use_precision(precision)
     threads = torch.get_num_threads()
@@ -41,11 +52,12 @@ def test_searches_side_by_side_find_what_one_search_finds(model_dir, precision, 
         alone = _translate(translator, beam)
     finally:
         torch.set_num_threads(threads)
-    model, ran_in = translator.model, set()
+    model, where = translator.model, tmp_path / "steps"
     step = model.step_candidates
 
-    def recorded(*args):
-        ran_in.add((threading.current_thread().name, torch.get_num_threads()))
+    def recorded(*args):  # a file, which a forked worker shares
+        with open(where, "a") as f:
+            f.write(f"{os.getpid()} {threading.current_thread().name} {torch.get_num_threads()}\n")
         return step(*args)
 
     model.step_candidates = recorded
@@ -61,25 +73,46 @@ def test_searches_side_by_side_find_what_one_search_finds(model_dir, precision, 
             assert [text for text, _ in together] == [text for text, _ in alone]
         tolerance = 1e-3 if precision == "fp32" else 0.05
         assert [score for _, score in together] == pytest.approx([score for _, score in alone], abs=tolerance)
-    assert {name for name, _ in ran_in} == {"ctxnmt-search-0", "ctxnmt-search-1", "ctxnmt-search-2"}
-    assert {n for _, n in ran_in} == {1} and torch.get_num_threads() == threads
+    ran_in = {tuple(line.split()) for line in where.read_text().splitlines()}
+    assert {n for _, _, n in ran_in} == {"1"} and torch.get_num_threads() == threads
+    if kind == "threads":
+        assert {name for _, name, _ in ran_in} == {"ctxnmt-search-0", "ctxnmt-search-1", "ctxnmt-search-2"}
+        assert {pid for pid, _, _ in ran_in} == {str(os.getpid())}
+    else:
+        pids = {pid for pid, _, _ in ran_in}
+        assert len(pids) == 3 and str(os.getpid()) not in pids
 
 
-def test_an_error_in_a_worker_reaches_the_caller(model_dir):
+def test_an_error_in_a_worker_reaches_the_caller(model_dir, kind):
     translator = Translator.load(model_dir)
     translator.use_workers(2)
-    step = translator.model.step_candidates
+    step, parent = translator.model.step_candidates, os.getpid()
 
     def broken(*args):
-        if threading.current_thread().name == "ctxnmt-search-1":
-            raise RuntimeError("step failed in worker 1")
+        if threading.current_thread().name == "ctxnmt-search-1" or os.getpid() != parent:
+            raise RuntimeError("step failed in a worker")
         return step(*args)
 
     translator.model.step_candidates = broken
     threads = torch.get_num_threads()
-    with pytest.raises(RuntimeError, match="step failed in worker 1"):
+    with pytest.raises(RuntimeError, match="step failed in a worker"):
         translator.translate(LINES, beam=2, batch_size=2)
     assert torch.get_num_threads() == threads
+
+
+def test_a_process_with_other_threads_searches_in_threads(monkeypatch):
+    """A fork copies only the calling thread: with another thread running (a server's, a
+    training's writer), workers are threads; alone, forked processes."""
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not workers.may_fork()
+    finally:
+        stop.set()
+        other.join()
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # as in `ctxnmt translate`
+    assert workers.may_fork()
 
 
 def test_bad_workers_are_one_line_errors(model_dir, tmp_path, capsys):
