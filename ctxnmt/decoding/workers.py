@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
@@ -57,13 +58,15 @@ _DEAL: tuple[Search, list[list]] | None = None  # the search and shares under wa
 
 
 def _in_processes(search: Search, dealt: list[list]) -> dict:
+    """A worker killed (out of memory, say) fails the search with BrokenProcessPool rather than
+    leaving it waiting: the executor, unlike multiprocessing.Pool, notices a dead worker."""
     global _DEAL
     _DEAL = (search, dealt)
     found: dict = {}
     try:
-        context = multiprocessing.get_context("fork")
-        with context.Pool(len(dealt), initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            for part in pool.imap_unordered(_search_share, range(len(dealt))):
+        with ProcessPoolExecutor(len(dealt), mp_context=multiprocessing.get_context("fork"),
+                                 initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            for part in pool.map(_search_share, range(len(dealt))):
                 found.update(part)
     finally:
         _DEAL = None

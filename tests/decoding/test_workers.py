@@ -100,6 +100,24 @@ def test_an_error_in_a_worker_reaches_the_caller(model_dir, kind):
     assert torch.get_num_threads() == threads
 
 
+def test_a_killed_worker_fails_the_search_rather_than_leaving_it_waiting(model_dir, monkeypatch):
+    from concurrent.futures.process import BrokenProcessPool
+
+    monkeypatch.setattr(workers, "may_fork", lambda: True)
+    translator = Translator.load(model_dir)
+    translator.use_workers(2)
+    step, parent = translator.model.step_candidates, os.getpid()
+
+    def killed(*args):
+        if os.getpid() != parent:
+            os._exit(9)  # as the kernel's out-of-memory killer would end it
+        return step(*args)
+
+    translator.model.step_candidates = killed
+    with pytest.raises(BrokenProcessPool):
+        translator.translate(LINES, beam=2, batch_size=2)
+
+
 def test_a_process_with_other_threads_searches_in_threads(monkeypatch):
     """A fork copies only the calling thread: with another thread running (a server's, a
     training's writer), workers are threads; alone, forked processes."""
