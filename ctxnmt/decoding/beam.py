@@ -229,8 +229,8 @@ class _Search:
         self.return_attention = return_attention
         self.sentences: dict[int, _Sentence] = {}
 
-    def start(self, indices, src, src_mask, context=None) -> _Part:
-        """Encode a batch; its rows wait for their first step."""
+    def start(self, indices, src, src_mask, context=None, ahead=None) -> _Part:
+        """Encode a batch (or take its encoding formed `ahead`); its rows wait for their first step."""
         src_lens = [int(n) for n in src_mask.sum(1).tolist()]
         src_words = (word_starts(src, src_mask.bool(), self.length.words.src_continues,
                                  self.length.words.src_joins_back).tolist()
@@ -239,7 +239,8 @@ class _Search:
             self.sentences[i] = _Sentence(max_len=self.length.max_len(n), src_words=w, src_len=n, keep=self.keep)
         B, K = src.size(0), self.K
         # one copy per sentence, shared by its K rows
-        enc = self.model.encode(src, src_mask, context, K, signals=self.return_attention)
+        formed = {} if ahead is None else {"ahead": ahead}
+        enc = self.model.encode(src, src_mask, context, K, signals=self.return_attention, **formed)
         memory_lens = self.model.memory_lengths(enc)
         width = src.size(1) if memory_lens is None else max(src.size(1), max(memory_lens))
         scores = torch.full((B, K), float("-inf"), device=src.device)

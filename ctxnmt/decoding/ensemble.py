@@ -68,10 +68,13 @@ class Ensemble(nn.Module):
         return Capabilities(document_context=any(m.capabilities.document_context for m in self.members))
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context=None, beam: int = 1,
-               signals: bool = False) -> State:
+               signals: bool = False, ahead: State | None = None) -> State:
         """`context`: previous source sentences, read by the document-context members.  No signals:
-        one member's values would not describe the ensemble's search."""
-        return pack([m.encode(src, src_mask, context, beam) for m in self.members])
+        one member's values would not describe the ensemble's search.  `ahead`: as NMTModel's, the
+        members' encodings as this one packed them."""
+        members = unpack(ahead, len(self.members)) if ahead is not None else [None] * len(self.members)
+        return pack([m.encode(src, src_mask, context, beam, ahead=a) if a is not None
+                     else m.encode(src, src_mask, context, beam) for m, a in zip(self.members, members)])
 
     def recorded(self, state) -> None:
         return None

@@ -177,11 +177,13 @@ class GraphedSearch:
     def vocab_size(self) -> int:
         return self.model.vocab_size
 
-    def encode(self, src, src_mask, context=None, beam: int = 1, signals: bool = False) -> State:
+    def encode(self, src, src_mask, context=None, beam: int = 1, signals: bool = False, ahead=None) -> State:
         weights = _weights_key(self.model)
         if weights != self.weights:  # the graphs read the old weights' memory
             self.graphs.clear()
             self.weights = weights
+        if ahead is not None:
+            return self.model.encode(src, src_mask, context, beam, signals, ahead=ahead)
         return self.model.encode(src, src_mask, context, beam, signals)
 
     def recorded(self, state: State) -> State | None:

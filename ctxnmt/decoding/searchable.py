@@ -24,10 +24,13 @@ class Searchable(Protocol):
         """V."""
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context: Context | None = None,
-               beam: int = 1, signals: bool = False) -> State:
+               beam: int = 1, signals: bool = False, ahead: State | None = None) -> State:
         """The encoder side (B rows) of a padded batch (B, S): one row per sentence, shared by its
         `beam` hypotheses.  `context`: each sentence's previous source sentences (None: none
-        given); a model without document context ignores it.  `signals`: `signals` will be asked."""
+        given); a model without document context ignores it.  `signals`: `signals` will be asked.
+        `ahead` (passed only where given): these rows of an earlier `encode` of the same sentences
+        with the source side of the same context (ctxnmt.decoding.ahead); the model adds what the
+        rest of `context` adds (a 2-to-2 model's target prefix) instead of encoding again."""
 
     def memory_lengths(self, enc: State) -> list[int] | None:
         """Where each sentence's memory ends: the positions up to its last annotation (its own

@@ -24,6 +24,7 @@ from ctxnmt.data.documents import check_document_ids, previous_sentences
 from ctxnmt.data.prepare import load_length_ratios, load_pipeline
 from ctxnmt.data.vocab import EOS, Vocab
 from ctxnmt.data.words import WordBoundaries
+from ctxnmt.decoding.ahead import EncodedAhead
 from ctxnmt.decoding.beam import Hypothesis, search_batches
 from ctxnmt.decoding.ensemble import Ensemble, check_members, document_sents
 from ctxnmt.decoding.forced import ForcedScore, forced_log_probs
@@ -107,13 +108,20 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     def own_translation(group: list[int]) -> list[int]:
         return [t for j in group for t in (found[j][0].tokens if found.get(j) else [])] + [EOS]
 
+    waves = _waves(todo, target_of)
+    ahead = None
+    if len(waves) > 1 and context is not None and not return_attention:  # a 2-to-2 model's documents
+        with search_precision(dec, device):
+            ahead = EncodedAhead(model, src_ids, context, todo, size, beam, device)
+
     def batches(wave: list[int]):
         for batch in _sorted_batches([len(src_ids[i]) for i in wave], size):
             index = [wave[j] for j in batch]
             src, mask = pad([src_ids[i] for i in index])
             targets = None if target_of is None else [[own_translation(g) for g in target_of[i]] for i in index]
             ctx = None if context is None else pad_context([context[i] for i in index], targets=targets).to(device)
-            yield index, src.to(device), mask.to(device), ctx
+            formed = () if ahead is None else (ahead.rows(index, src.size(1)),)
+            yield index, src.to(device), mask.to(device), ctx, *formed
 
     # Greedy search: the next batch joins once fewer than half a batch of sentences is left
     # (search_batches); beams run batch by batch, where refill measured slower (docs/speed.md).
@@ -125,7 +133,7 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
                                   refill_below=refill)
 
     workers = 1 if on_cuda else dec.workers
-    for wave in _waves(todo, target_of):
+    for wave in waves:
         if workers == 1 or len(wave) <= size:  # one batch: nothing to share
             searched = search(batches(wave))
         else:

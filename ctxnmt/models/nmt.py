@@ -71,11 +71,19 @@ class NMTModel(nn.Module):
 
     # -- encoder ---------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor,
-               context: Context | None = None, beam: int = 1, signals: bool = False) -> State:
+               context: Context | None = None, beam: int = 1, signals: bool = False,
+               ahead: State | None = None) -> State:
         """`context`: each sentence's previous sentences; a document-context model given none
         reads the empty context, a sentence-level model ignores it.  `beam`: the hypotheses
         that will read each sentence (Decoder.prepare).  `signals`: search will ask for
-        `signals`, so the hyper-gates of the encoder's pass are kept (and the decoder records)."""
+        `signals`, so the hyper-gates of the encoder's pass are kept (and the decoder records).
+        `ahead`: these rows' encoding, formed earlier by `encode` with the source side of the
+        same context (Searchable.encode); only the target prefix is added to it."""
+        if ahead is not None:
+            enc = ahead
+            if signals:
+                enc.with_part("signals", State())
+            return self._with_target_prefix(enc, context)
         reader = self.context_reader
         gated = self.capabilities.encoder_hyper_gates if signals else ()
         read = []  # what the encoder read (its inputs and h0), under whichever context input
@@ -96,6 +104,9 @@ class NMTModel(nn.Module):
                 for name, rec in self.encoder.recurrences(*read[0]).items() if name in gated}))
         if signals:
             enc.with_part("signals", State())
+        return self._with_target_prefix(enc, context)
+
+    def _with_target_prefix(self, enc: State, context: Context | None) -> State:
         prefix = self._target_prefix(context)
         if prefix is not None:
             enc.with_part("prefix", State().rows(ids=prefix[0], mask=prefix[1]))
