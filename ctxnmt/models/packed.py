@@ -5,8 +5,8 @@ step.  CPU BLAS re-lays the weight out for each such product; oneDNN's linear ta
 once into its own blocked layout (`mkldnn._reorder_linear_weight`, what torch.compile's CPU
 backend does for inference).  For the output layer (7,930 × 128) that made the product 2.8-4.3x
 faster from 5 to 30 rows and 1.1x at 200 (docs/speed-log.md, benchmarks/logits_layout.py).  The
-packed product computes the same x Wᵀ + b, and each row's result is independent of the other
-rows from 5 rows up (tests/models/test_packed.py).
+packed product computes the same x Wᵀ + b to float rounding, and from 16 rows up each row's
+result is independent of the other rows (tests/models/test_packed.py).
 
 A weight's packed form is made at its first use and kept on the tensor, made again if the
 tensor changes in place (as training's validation searches do between updates)."""
