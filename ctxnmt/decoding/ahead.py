@@ -9,7 +9,9 @@ context waits for the previous wave, and the encoder reads the source side alone
 sentence is encoded before the waves, in length-sorted batches as a sentence model's are; each
 wave's batch takes its rows (`rows`) and the model adds its target prefix
 (`Searchable.encode(…, ahead=…)`).  A row's encoding does not depend on the other rows of its
-batch, so the search reads what encoding wave by wave gives, to float rounding."""
+batch, so the search reads what encoding wave by wave gives, to float rounding.  `search_ids`
+holds the waves' sentences encoded ahead a group of waves at a time (`AHEAD_SENTENCES`), so that
+a long run of documents does not hold all its encodings at once."""
 from __future__ import annotations
 
 import torch

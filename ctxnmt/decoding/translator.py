@@ -109,10 +109,8 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
         return [t for j in group for t in (found[j][0].tokens if found.get(j) else [])] + [EOS]
 
     waves = _waves(todo, target_of)
-    ahead = None
-    if len(waves) > 1 and context is not None and not return_attention:  # a 2-to-2 model's documents
-        with search_precision(dec, device):
-            ahead = EncodedAhead(model, src_ids, context, todo, size, beam, device)
+    encodes_ahead = len(waves) > 1 and context is not None and not return_attention  # a 2-to-2 model's documents
+    ahead: EncodedAhead | None = None
 
     def batches(wave: list[int]):
         for batch in _sorted_batches([len(src_ids[i]) for i in wave], size):
@@ -133,13 +131,32 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
                                   refill_below=refill)
 
     workers = 1 if on_cuda else dec.workers
-    for wave in waves:
+    for w, wave in enumerate(waves):
+        if encodes_ahead and (ahead is None or wave[0] not in ahead.where):
+            group = _next_waves(waves, w, AHEAD_SENTENCES)
+            with search_precision(dec, device):
+                ahead = EncodedAhead(model, src_ids, context, group, size, beam, device) if group else None
         if workers == 1 or len(wave) <= size:  # one batch: nothing to share
             searched = search(batches(wave))
         else:
             searched = side_by_side(search, shares(list(batches(wave)), workers))
         found = found | searched if found else searched
     return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
+
+
+# At most this many sentences are held encoded ahead of their waves (ctxnmt.decoding.ahead): about
+# 100-200 MB at the protocol's sizes.  A wave of more is encoded batch by batch: its batches are full.
+AHEAD_SENTENCES = 256
+
+
+def _next_waves(waves: list[list[int]], w: int, most: int) -> list[int]:
+    """The sentences of waves w, w + 1, … up to `most` in all (none if wave w alone holds more)."""
+    group: list[int] = []
+    for wave in waves[w:]:
+        if len(group) + len(wave) > most:
+            break
+        group += wave
+    return group
 
 
 def _waves(todo: list[int], target_of: list[list[list[int]]] | None) -> list[list[int]]:

@@ -4,6 +4,7 @@ batch itself gives (to float rounding), with its target prefix; and a document t
 finds the same hypotheses either way."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ctxnmt.data.batching import pad, pad_context
@@ -49,18 +50,25 @@ def test_a_batch_takes_from_ahead_what_encoding_it_gives():
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_a_document_translation_finds_the_same_hypotheses_with_or_without_encoding_ahead(monkeypatch):
+@pytest.mark.parametrize("most", [256, 3, 1])  # every wave ahead at once; a wave at a time; none
+def test_a_document_translation_finds_the_same_hypotheses_with_or_without_encoding_ahead(monkeypatch, most):
     """Sentences 0-5 in two documents of three: wave t holds sentence t of each (target_of
-    names each sentence's previous one)."""
+    names each sentence's previous one).  `most`: the sentences held encoded ahead at once (at
+    3, a wave at a time; at 1, none: each wave of two is encoded batch by batch)."""
     m = model(concat_target=True)  # it reads up to two previous sentences; each here has one
     src = ALL_SRC
     context = [[]] + [[src[0]]] + [[src[1]]] + [[]] + [[src[3]]] + [[src[4]]]
     target_of = [[]] + [[[0]]] + [[[1]]] + [[]] + [[[3]]] + [[[4]]]
     dec = DecodingConfig()
+    monkeypatch.setattr(translator, "AHEAD_SENTENCES", most)
+    made = []
+    real = translator.EncodedAhead
+    monkeypatch.setattr(translator, "EncodedAhead", lambda *args: made.append(args[3]) or real(*args))
     up_front = search_ids(m, src, dec, beam=3, batch_size=2, context=context, target_of=target_of)
+    assert made == {256: [[0, 3, 1, 4, 2, 5]], 3: [[0, 3], [1, 4], [2, 5]], 1: []}[most]
     monkeypatch.setattr(translator, "EncodedAhead", lambda *args, **kwargs: None)
     wave_by_wave = search_ids(m, src, dec, beam=3, batch_size=2, context=context, target_of=target_of)
     assert [[h.tokens for h in hyps] for hyps in up_front] == [[h.tokens for h in hyps] for hyps in wave_by_wave]
     for a, b in zip(up_front, wave_by_wave):
-        assert [h.score for h in a] == __import__("pytest").approx([h.score for h in b], abs=1e-5)
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
     assert all(hyps and hyps[0].tokens[-1:] != [EOS] for hyps in up_front)  # searched: tokens without </s>
