@@ -67,6 +67,10 @@ class Ensemble(nn.Module):
         document context where any member does."""
         return Capabilities(document_context=any(m.capabilities.document_context for m in self.members))
 
+    @property
+    def encoding_reads_target(self) -> bool:
+        return any(m.encoding_reads_target for m in self.members)
+
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor, context=None, beam: int = 1,
                signals: bool = False, ahead: State | None = None) -> State:
         """`context`: previous source sentences, read by the document-context members.  No signals:

@@ -177,6 +177,10 @@ class GraphedSearch:
     def vocab_size(self) -> int:
         return self.model.vocab_size
 
+    @property
+    def encoding_reads_target(self) -> bool:
+        return self.model.encoding_reads_target
+
     def encode(self, src, src_mask, context=None, beam: int = 1, signals: bool = False, ahead=None) -> State:
         weights = _weights_key(self.model)
         if weights != self.weights:  # the graphs read the old weights' memory

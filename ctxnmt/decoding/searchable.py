@@ -32,6 +32,12 @@ class Searchable(Protocol):
         with the source side of the same context (ctxnmt.decoding.ahead); the model adds what the
         rest of `context` adds (a 2-to-2 model's target prefix) instead of encoding again."""
 
+    @property
+    def encoding_reads_target(self) -> bool:
+        """Whether `encode` reads the target side of the context (a hierarchical target summary);
+        where it does not, search may encode sentences before their previous translations are
+        known and give `encode` their rows as `ahead`."""
+
     def memory_lengths(self, enc: State) -> list[int] | None:
         """Where each sentence's memory ends: the positions up to its last annotation (its own
         source positions, padded to the batch's, then the context a concatenation model joined to

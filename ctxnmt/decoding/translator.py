@@ -94,7 +94,8 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     `target_of[i]`, for a model that reads its own previous translations (2-to-2): for each of
     sentence i's context sentences, the sentences whose best translations, joined, are its
     target side.  Sentence i is then searched after those: all documents advance together,
-    sentence t of each after its sentence t − 1.
+    sentence t of each after its sentence t − 1, and the waves' sentences are encoded ahead of
+    them in full batches (ctxnmt.decoding.ahead), where no attention is returned.
     `length`: the length settings (default: `dec`'s, with `max_len_rule: data` unresolved)."""
     model.eval()
     on_cuda = torch.device(device).type == "cuda"
@@ -109,7 +110,8 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
         return [t for j in group for t in (found[j][0].tokens if found.get(j) else [])] + [EOS]
 
     waves = _waves(todo, target_of)
-    encodes_ahead = len(waves) > 1 and context is not None and not return_attention  # a 2-to-2 model's documents
+    # a 2-to-2 model's documents (not a model whose encoder reads the previous translations)
+    encodes_ahead = len(waves) > 1 and context is not None and not return_attention and not model.encoding_reads_target
     ahead: EncodedAhead | None = None
 
     def batches(wave: list[int]):

@@ -83,6 +83,10 @@ class Concatenation(ContextReader):
     def reads_target(self) -> bool:
         return self.target_break is not None
 
+    @property
+    def encodes_target(self) -> bool:
+        return False  # the target side is the decoder's forced prefix only
+
     def encode(self, model, src, src_mask, context, beam: int = 1) -> State:
         """The encoder reads the previous sentences, each followed by the break, then the
         sentence; the decoder's memory holds the sentence's annotations first, then its context's."""

@@ -195,6 +195,14 @@ class ContextReader(nn.Module):
         """This input as the model config asks for it; None where it adds nothing to the model."""
         raise NotImplementedError
 
+    @property
+    def encodes_target(self) -> bool:
+        """Whether `encode` may read the target side of the context (the hierarchical model's
+        target summary does); an input that only forces it as a `target_prefix` says False, and
+        its sentences may then be encoded before their previous translations are known
+        (ctxnmt.decoding.ahead)."""
+        return True
+
     def encode(self, model, src: torch.Tensor, src_mask: torch.Tensor, context, beam: int = 1) -> State:
         """The encoder side (model.decoder.prepare's) of the sentences `src` read with `context`
         (None: no previous sentence), from the model's embeddings, encoder and decoder."""

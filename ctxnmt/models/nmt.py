@@ -116,6 +116,12 @@ class NMTModel(nn.Module):
         reader = self.context_reader
         return reader.target_prefix(self, context) if reader is not None else None
 
+    @property
+    def encoding_reads_target(self) -> bool:
+        """Whether `encode` reads the target side of the context (Searchable)."""
+        reader = self.context_reader
+        return reader is not None and reader.encodes_target
+
     def memory_lengths(self, enc: State) -> list[int] | None:
         """Where each sentence's memory ends, where it holds more than the source (a concatenation
         model's context, after the batch's source positions); None otherwise."""

@@ -72,3 +72,23 @@ def test_a_document_translation_finds_the_same_hypotheses_with_or_without_encodi
     for a, b in zip(up_front, wave_by_wave):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
     assert all(hyps and hyps[0].tokens[-1:] != [EOS] for hyps in up_front)  # searched: tokens without </s>
+
+
+def test_a_model_whose_encoder_reads_the_previous_translations_is_encoded_wave_by_wave(monkeypatch):
+    """The hierarchical model with a target summary (s-hier-to-2) reads the previous
+    translations in `encode`: its batches cannot be encoded before them, so search never
+    encodes ahead for it, while 2-to-2 concatenation's target side is only the decoder's
+    prefix."""
+    from ctxnmt.config import ModelConfig
+    from ctxnmt.models.nmt import build_model
+
+    torch.manual_seed(0)
+    hierarchical = build_model(ModelConfig.of(emb_dim=16, hidden_dim=24, att_dim=20, doc_aux="gated-aux",
+                                              doc_init_dec=True, doc_target=True), 30, 30).eval()
+    assert hierarchical.encoding_reads_target and not model(concat_target=True).encoding_reads_target
+    made = []
+    monkeypatch.setattr(translator, "EncodedAhead", lambda *args: made.append(args[3]))
+    context = [[], [ALL_SRC[0]], [ALL_SRC[1]]]
+    search_ids(hierarchical, ALL_SRC[:3], DecodingConfig(), beam=2, context=context,
+               target_of=[[], [[0]], [[1]]])
+    assert made == []
