@@ -50,15 +50,19 @@ def kept(t: torch.Tensor, slot: str, make):
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x Wᵀ (+ b) for rows x (R, in) and W (out, in), W packed once (where `serves`)."""
-    pack = kept(weight, "_packed_fp32", lambda: torch.ops.mkldnn._reorder_linear_weight(
-        weight.detach().contiguous(), _ROWS_HINT))
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, None if bias is None else bias.contiguous(),
-                                              "none", [], "")
+    return _through(x, kept(weight, "_packed_fp32", lambda: _pack(weight)), bias)
 
 
 def product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
     """h U for rows h (R, in) and a matrix U (in, out) read at every step, Uᵀ packed once and
     kept on U (where `serves(h, Uᵀ)`)."""
-    pack = kept(U, "_packed_fp32_t", lambda: torch.ops.mkldnn._reorder_linear_weight(
-        U.detach().t().contiguous(), _ROWS_HINT))
-    return torch.ops.mkldnn._linear_pointwise(h.contiguous(), pack, None, "none", [], "")
+    return _through(h, kept(U, "_packed_fp32_t", lambda: _pack(U.t())), None)
+
+
+def _pack(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), _ROWS_HINT)
+
+
+def _through(x: torch.Tensor, pack: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, None if bias is None else bias.contiguous(),
+                                              "none", [], "")
