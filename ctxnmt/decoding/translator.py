@@ -95,7 +95,9 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     sentence i's context sentences, the sentences whose best translations, joined, are its
     target side.  Sentence i is then searched after those: all documents advance together,
     sentence t of each after its sentence t − 1, and the waves' sentences are encoded ahead of
-    them in full batches (ctxnmt.decoding.ahead), where no attention is returned.
+    them in full batches (ctxnmt.decoding.ahead), where no attention is returned.  With
+    `dec.workers` > 1 (CPU), the documents are dealt among the workers, each searching its own
+    wave by wave; without target context, each batch goes to one worker.
     `length`: the length settings (default: `dec`'s, with `max_len_rule: data` unresolved)."""
     model.eval()
     on_cuda = torch.device(device).type == "cuda"
@@ -104,25 +106,6 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
     length = length if length is not None else length_control(dec, None, warn)
     size = batch_size or dec.batch_size
     todo = [i for i, s in enumerate(src_ids) if s]
-    found: dict[int, list[Hypothesis]] = {}
-
-    def own_translation(group: list[int]) -> list[int]:
-        return [t for j in group for t in (found[j][0].tokens if found.get(j) else [])] + [EOS]
-
-    waves = _waves(todo, target_of)
-    # a 2-to-2 model's documents (not a model whose encoder reads the previous translations)
-    encodes_ahead = len(waves) > 1 and context is not None and not return_attention and not model.encoding_reads_target
-    ahead: EncodedAhead | None = None
-
-    def batches(wave: list[int]):
-        for batch in _sorted_batches([len(src_ids[i]) for i in wave], size):
-            index = [wave[j] for j in batch]
-            src, mask = pad([src_ids[i] for i in index])
-            targets = None if target_of is None else [[own_translation(g) for g in target_of[i]] for i in index]
-            ctx = None if context is None else pad_context([context[i] for i in index], targets=targets).to(device)
-            formed = () if ahead is None else (ahead.rows(index, src.size(1)),)
-            yield index, src.to(device), mask.to(device), ctx, *formed
-
     # Greedy search: the next batch joins once fewer than half a batch of sentences is left
     # (search_batches); beams run batch by batch, where refill measured slower (docs/speed.md).
     refill = max(1, size // 2) if beam == 1 else 0
@@ -132,17 +115,46 @@ def search_ids(model, src_ids: list[list[int]], dec: DecodingConfig, beam: int, 
             return search_batches(model, wave_batches, beam, nbest, length, return_attention=return_attention,
                                   refill_below=refill)
 
+    def in_waves(sentences: list[int], workers: int) -> dict[int, list[Hypothesis]]:
+        """The sentences searched wave by wave, each wave's batches dealt among `workers`."""
+        found: dict[int, list[Hypothesis]] = {}
+
+        def own_translation(group: list[int]) -> list[int]:
+            return [t for j in group for t in (found[j][0].tokens if found.get(j) else [])] + [EOS]
+
+        def batches(wave: list[int]):
+            for batch in _sorted_batches([len(src_ids[i]) for i in wave], size):
+                index = [wave[j] for j in batch]
+                src, mask = pad([src_ids[i] for i in index])
+                targets = None if target_of is None else [[own_translation(g) for g in target_of[i]] for i in index]
+                ctx = None if context is None else pad_context([context[i] for i in index], targets=targets).to(device)
+                formed = () if ahead is None else (ahead.rows(index, src.size(1)),)
+                yield index, src.to(device), mask.to(device), ctx, *formed
+
+        waves = _waves(sentences, target_of)
+        # a 2-to-2 model's documents (not a model whose encoder reads the previous translations)
+        encodes_ahead = len(waves) > 1 and context is not None and not return_attention \
+            and not model.encoding_reads_target
+        ahead: EncodedAhead | None = None
+        for w, wave in enumerate(waves):
+            if encodes_ahead and (ahead is None or wave[0] not in ahead.where):
+                group = _next_waves(waves, w, AHEAD_SENTENCES)
+                with search_precision(dec, device):
+                    ahead = EncodedAhead(model, src_ids, context, group, size, beam, device) if group else None
+            if workers == 1 or len(wave) <= size:  # one batch: nothing to share
+                searched = search(batches(wave))
+            else:
+                searched = side_by_side(search, shares(list(batches(wave)), workers, lambda b: b[1].numel()))
+            found = found | searched if found else searched
+        return found
+
     workers = 1 if on_cuda else dec.workers
-    for w, wave in enumerate(waves):
-        if encodes_ahead and (ahead is None or wave[0] not in ahead.where):
-            group = _next_waves(waves, w, AHEAD_SENTENCES)
-            with search_precision(dec, device):
-                ahead = EncodedAhead(model, src_ids, context, group, size, beam, device) if group else None
-        if workers == 1 or len(wave) <= size:  # one batch: nothing to share
-            searched = search(batches(wave))
-        else:
-            searched = side_by_side(search, shares(list(batches(wave)), workers))
-        found = found | searched if found else searched
+    documents = _documents(todo, target_of) if workers > 1 and target_of is not None else []
+    if len(documents) > 1:  # each worker its own documents, wave by wave
+        dealt = shares(documents, workers, lambda d: sum(len(src_ids[i]) for i in d))
+        found = side_by_side(lambda share: in_waves(sorted(i for d in share for i in d), 1), dealt)
+    else:
+        found = in_waves(todo, workers)
     return [found[i] if src_ids[i] else [] for i in range(len(src_ids))]
 
 
@@ -159,6 +171,26 @@ def _next_waves(waves: list[list[int]], w: int, most: int) -> list[int]:
             break
         group += wave
     return group
+
+
+def _documents(todo: list[int], target_of: list[list[list[int]]]) -> list[list[int]]:
+    """The sentences `todo` grouped by the target context that links them: a document's sentences,
+    whose waves must run in one search."""
+    root = {i: i for i in todo}
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+
+    for i in todo:
+        for j in (j for group in target_of[i] for j in group if j in root):
+            root[find(j)] = find(i)
+    documents: dict[int, list[int]] = {}
+    for i in todo:
+        documents.setdefault(find(i), []).append(i)
+    return list(documents.values())
 
 
 def _waves(todo: list[int], target_of: list[list[list[int]]] | None) -> list[list[int]]:

@@ -10,9 +10,11 @@ interpreter's lock, which a search's Python bookkeeping and operator dispatch ho
 good part of each step; processes do not (docs/speed-log.md: int8 / float32 1.73 in two
 processes against 1.53 in one of two threads).
 
-The batches are those of one search, so each sentence is searched as it would be alone (in
-int8 too, whose input scales are a batch's), and the deal is fixed, whichever worker runs
-first."""
+A sentence model's batches are those of one search, so each sentence is searched as it would
+be alone (in int8 too, whose input scales are a batch's), and the deal is fixed, whichever
+worker runs first.  A model that reads its own previous translations has its documents dealt
+instead, each worker searching its own wave by wave: a wave's batches then hold only that
+worker's documents."""
 from __future__ import annotations
 
 import multiprocessing
@@ -27,14 +29,14 @@ from ctxnmt.models import kernels
 Search = Callable[[list], dict]
 
 
-def shares(batches: list, workers: int) -> list[list]:
-    """The batches dealt among `workers` searches, the most work first, each to the search with
-    the least so far (a batch's work: its padded source, sentences × width)."""
+def shares(items: list, workers: int, work: Callable[[object], int]) -> list[list]:
+    """The items (batches, or documents) dealt among `workers` searches, the most work first, each
+    to the search with the least so far."""
     loads, dealt = [0] * workers, [[] for _ in range(workers)]
-    for batch in sorted(batches, key=lambda b: -b[1].numel()):
+    for item in sorted(items, key=lambda item: -work(item)):
         w = loads.index(min(loads))
-        dealt[w].append(batch)
-        loads[w] += batch[1].numel()
+        dealt[w].append(item)
+        loads[w] += work(item)
     return [share for share in dealt if share]
 
 

@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from ctxnmt.length_options import decoding_options, with_options
-from ctxnmt.serve.batching import DynamicBatcher, Job
+from ctxnmt.serve.batching import Batch, DynamicBatcher, Job
 from ctxnmt.serve.decoding import BatchDecoder
 from ctxnmt.serve.models import models_info
 from ctxnmt.serve.requests import RequestError, TranslateRequest, length_options, parse_request, sentences
@@ -35,12 +36,14 @@ def error(status: int, field_name: str, message: str) -> JSONResponse:
 
 
 def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: Log = SERVER_LOG,
-               checkpoint: Path | None = None) -> FastAPI:
-    """The server's app; `checkpoint`: the file a single model was loaded from where not its default."""
-    batcher = DynamicBatcher(BatchDecoder(translator), settings.max_batch_sents, settings.max_wait_ms)
+               checkpoint: Path | None = None, decode: Callable[[Batch], list] | None = None) -> FastAPI:
+    """The server's app; `checkpoint`: the file a single model was loaded from where not its default;
+    `decode`: what decodes a batch (default: the translator in the batching thread)."""
+    batcher = DynamicBatcher(decode or BatchDecoder(translator), settings.max_batch_sents, settings.max_wait_ms)
     info = models_info(model_dirs, translator, checkpoint)
     info["server"] = {"beam": settings.beam, "max_batch_sents": settings.max_batch_sents,
-                      "max_wait_ms": settings.max_wait_ms, **dataclasses.asdict(settings.limits),
+                      "max_wait_ms": settings.max_wait_ms, "workers": settings.workers,
+                      **dataclasses.asdict(settings.limits),
                       "length": decoding_options(with_options(translator.config.decoding, settings.length))}
 
     @asynccontextmanager

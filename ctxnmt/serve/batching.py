@@ -1,10 +1,11 @@
 """Dynamic batching: requests that arrive together are decoded as one batched beam search.
 
-One worker thread owns the model.  It takes the first waiting request, then keeps taking
-requests until the batch holds `max_batch_sents` sentences or `max_wait_ms` have passed
-since the first, and decodes them together.  While it decodes, new requests queue up, so
-the batches grow with the load: under one client a request waits at most `max_wait_ms`;
-under many, one beam search serves many clients.  `max_batch_sents` = 1 turns batching off.
+One worker thread takes the first waiting request, then keeps taking requests until the
+batch holds `max_batch_sents` sentences or `max_wait_ms` have passed since the first, and
+decodes them together (itself, or through the processes of `serve --workers`:
+processes.py).  While it decodes, new requests queue up, so the batches grow with the load:
+under one client a request waits at most `max_wait_ms`; under many, one beam search serves
+many clients.  `max_batch_sents` = 1 turns batching off.
 
 A request whose client has gone (its future cancelled before the batch starts) is left
 out; one cancelled after is decoded and its result dropped: neither touches the others.

@@ -9,6 +9,9 @@ from ctxnmt.decoding.commands import add_precision, check_device, use_precision_
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError, CtxnmtError
 from ctxnmt.serve import settings
+from ctxnmt.serve.batching import Batch, Job
+from ctxnmt.serve.decoding import BatchDecoder
+from ctxnmt.serve.processes import DecodingProcesses
 from ctxnmt.serve.settings import Limits, ServeSettings
 from ctxnmt.utils.arguments import add_checkpoint, add_model_dirs
 from ctxnmt.utils.checkpoint import checkpoint_file
@@ -32,6 +35,9 @@ def register(sub) -> None:
                    help="close a batch at this many sentences (default: %(default)s; 1 turns batching off)")
     p.add_argument("--max-wait-ms", type=float, default=settings.MAX_WAIT_MS,
                    help="close a batch this long after its first request (default: %(default)s)")
+    p.add_argument("--workers", type=int,
+                   help="on the CPU, decode each batch in N forked processes of one thread each, its requests "
+                        "dealt among them (default: the config's decoding.workers, 1)")
     p.add_argument("--max-request-sents", type=int, default=settings.MAX_REQUEST_SENTS,
                    help="sentences per request (default: %(default)s)")
     p.add_argument("--max-chars", type=int, default=settings.MAX_CHARS,
@@ -43,7 +49,7 @@ def register(sub) -> None:
 
 
 def _check(args) -> None:
-    for name in ("port", "max_batch_sents", "max_request_sents", "max_chars", "max_line_words", "beam"):
+    for name in ("port", "workers", "max_batch_sents", "max_request_sents", "max_chars", "max_line_words", "beam"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
@@ -76,8 +82,14 @@ def cmd_serve(args) -> int:
     if beam > settings.MAX_BEAM:
         raise ConfigError(f"--beam must be at most {settings.MAX_BEAM}, not {beam}")
     limits = Limits(args.max_request_sents, args.max_chars, args.max_line_words)
+    if args.workers is not None:
+        translator.use_workers(args.workers)  # refused off the CPU
+    # a config's decoding.workers off the CPU: one search, as `translate` does
+    workers = translator.config.decoding.workers if args.device == "cpu" else 1
+    processes = _decoding_processes(translator, workers, beam)
     app = create_app(translator, model_dirs, ServeSettings(beam, args.max_batch_sents, args.max_wait_ms, limits,
-                                                           options), log, checkpoint=checkpoint)
+                                                           options, workers), log, checkpoint=checkpoint,
+                     decode=processes)
     log(f"{len(model_dirs)} model(s) loaded in {time.perf_counter() - start:.1f} s; serving on "
         f"http://{args.host}:{args.port}")
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, access_log=False,
@@ -91,6 +103,19 @@ def cmd_serve(args) -> int:
         raise CtxnmtError(f"could not serve on {args.host}:{args.port} (see the message above)") from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if processes:
+            processes.close()
     if not server.started:
         raise CtxnmtError(f"could not serve on {args.host}:{args.port} (see the message above)")
     return 0
+
+
+def _decoding_processes(translator: Translator, workers: int, beam: int) -> DecodingProcesses | None:
+    """With more than one worker, the processes that decode the batches, forked after one search
+    so that they share the weights in the form the search uses (packed, or quantised for int8)."""
+    if workers == 1:
+        return None
+    translator.use_workers(1)  # each process is one search
+    decode = BatchDecoder(translator)
+    decode(Batch(0, [Job(["."], beam)]))
+    return DecodingProcesses(decode, workers)

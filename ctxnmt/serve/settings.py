@@ -33,3 +33,4 @@ class ServeSettings:
     max_wait_ms: float = MAX_WAIT_MS
     limits: Limits = field(default_factory=Limits)
     length: dict = field(default_factory=dict)  # length options (--length-penalty, …) replacing the config's
+    workers: int = 1  # decoding processes (--workers), each decoding its share of a batch

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ctxnmt.cli import main
+from ctxnmt.decoding import translator as translator_module
 from ctxnmt.decoding import workers
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
@@ -147,3 +148,69 @@ def test_bad_workers_are_one_line_errors(model_dir, tmp_path, capsys):
     assert not out.exists()
     code, _, err = run(["translate", model_dir, "-i", src, "-o", out, "--workers", "2", "--beam", "2"], capsys)
     assert code == 0 and len(out.read_text().split("\n")) == len(LINES) + 1
+
+
+@pytest.fixture(scope="module")
+def two_to_two_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("workers-2to2")
+    data = small_corpus(tmp)
+    for split in ("train", "dev"):
+        (data / f"{split}.doc").write_text("".join(f"ch{i // 4}\n" for i in range(12)))
+    cfg = write_config(tmp / "c.yaml", data, tmp / "m")
+    assert main([str(a) for a in ["train", cfg, "--quiet", "--set", "training.max_updates=3", "--set",
+                                  "model.context=concat", "--set", "model.concat_target=true"]]) == 0
+    return tmp / "m"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_workers_take_whole_documents_of_a_model_that_reads_its_own_translations(two_to_two_dir, precision, kind,
+                                                                                   tmp_path, monkeypatch):
+    """Each worker searches its documents wave by wave: a document's sentence reads the
+    translation of its previous sentence, found in the same worker."""
+    translator = Translator.load(two_to_two_dir)
+    translator.use_precision(precision)
+    ids = [f"d{i // 3}" for i in range(len(LINES))]  # four documents
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = translator.translate(LINES, beam=2, batch_size=2, doc_ids=ids)
+    finally:
+        torch.set_num_threads(threads)
+    where, step = tmp_path / "steps", translator.model.step_candidates
+
+    def recorded(*args):
+        with open(where, "a") as f:
+            f.write(f"{os.getpid()}-{threading.current_thread().name}\n")
+        return step(*args)
+
+    deals = []
+
+    def side_by_side(search, dealt):
+        deals.append(dealt)
+        return workers.side_by_side(search, dealt)
+
+    monkeypatch.setattr(translator_module, "side_by_side", side_by_side)
+    translator.model.step_candidates = recorded
+    translator.use_workers(2)
+    try:
+        together = translator.translate(LINES, beam=2, batch_size=2, doc_ids=ids)
+    finally:
+        del translator.model.step_candidates
+    assert len(set(where.read_text().split())) == 2  # both workers searched
+    # one deal for the whole run, of whole documents: [0, 1, 2] is d0's (line 12 is empty)
+    assert len(deals) == 1 and sorted(d for share in deals[0] for d in share) == [[0, 1, 2], [3, 4, 5], [6, 7, 8],
+                                                                                  [9, 10]]
+    assert [t.context for t in together] == [t.context for t in alone]
+    if precision == "fp32":  # a wave's batches hold only one worker's documents: other padding, the same search
+        assert [t.text for t in together] == [t.text for t in alone]
+    tolerance = 1e-3 if precision == "fp32" else 0.05
+    assert [t.score for t in together] == pytest.approx([t.score for t in alone], abs=tolerance)
+
+
+def test_documents_are_the_sentences_their_target_context_links():
+    from ctxnmt.decoding.translator import _documents
+
+    # sentences 0, 2, 4 one document (each reads the one before), 1 and 3 another, 5 alone
+    target_of = [[], [], [[0]], [[1]], [[2]], []]
+    assert sorted(_documents([0, 1, 2, 3, 4, 5], target_of)) == [[0, 2, 4], [1, 3], [5]]
+    assert sorted(_documents([2, 4, 5], target_of)) == [[2, 4], [5]]  # links to sentences not searched: none

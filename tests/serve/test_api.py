@@ -105,8 +105,8 @@ def test_models_health_and_docs(rich):
     assert member["vocabularies"]["source"] == {"language": "es", "size": len(translator.src_vocab)}
     assert member["checkpoint"]["path"].endswith("best.pt") and member["checkpoint"]["update"] == 4
     assert set(member["dev_scores"]) >= {"ppl", "bleu"}
-    assert info["server"] == {"beam": 3, "max_batch_sents": 32, "max_wait_ms": 10.0, "max_request_sents": 8,
-                              "max_chars": 300, "max_line_words": 12, "length": DEFAULT_LENGTH}
+    assert info["server"] == {"beam": 3, "max_batch_sents": 32, "max_wait_ms": 10.0, "workers": 1,
+                              "max_request_sents": 8, "max_chars": 300, "max_line_words": 12, "length": DEFAULT_LENGTH}
     assert client.get("/health").json()["status"] == "ok"
     schema = client.get("/openapi.json").json()
     body = schema["paths"]["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
