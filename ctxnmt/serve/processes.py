@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import pickle
+import signal
 import threading
 from collections.abc import Callable
 
@@ -101,6 +102,8 @@ def deal(jobs: list, workers: int) -> list[list[int]]:
 def _serve_batches(decode: Callable[[Batch], list], pipe, parents_end) -> None:
     """A decoding process: batches in, ("ok", results) or ("error", exception) out, until None."""
     parents_end.close()
+    # Ctrl-C reaches the terminal's whole process group: the server stops, and the pipe's end ends this one
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     while True:
         try:
