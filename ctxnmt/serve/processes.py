@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 
+from ctxnmt.decoding.workers import may_fork
 from ctxnmt.errors import CtxnmtError
 from ctxnmt.serve.batching import Batch
 
@@ -27,9 +28,9 @@ class DecodingProcesses:
     """Decodes a Batch as `decode` would, its jobs dealt among `workers` forked processes."""
 
     def __init__(self, decode: Callable[[Batch], list], workers: int):
-        if threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
-            raise CtxnmtError(f"--workers {workers}: decoding processes are forked before the server starts "
-                              f"a thread, and this process already has {threading.active_count()} (or cannot fork)")
+        if not may_fork():
+            raise CtxnmtError(f"--workers {workers}: decoding processes are forked before the server starts a "
+                              f"thread, and this process has {threading.active_count()} (or cannot fork)")
         context = multiprocessing.get_context("fork")
         self._pipes, self._processes = [], []
         for w in range(workers):
