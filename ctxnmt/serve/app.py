@@ -36,9 +36,11 @@ def error(status: int, field_name: str, message: str) -> JSONResponse:
 
 
 def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: Log = SERVER_LOG,
-               checkpoint: Path | None = None, decode: Callable[[Batch], list] | None = None) -> FastAPI:
+               checkpoint: Path | None = None, decode: Callable[[Batch], list] | None = None,
+               problem: Callable[[], str | None] | None = None) -> FastAPI:
     """The server's app; `checkpoint`: the file a single model was loaded from where not its default;
-    `decode`: what decodes a batch (default: the translator in the batching thread)."""
+    `decode`: what decodes a batch (default: the translator in the batching thread); `problem`:
+    what keeps it from decoding, if anything (/health answers 503 with it)."""
     batcher = DynamicBatcher(decode or BatchDecoder(translator), settings.max_batch_sents, settings.max_wait_ms)
     info = models_info(model_dirs, translator, checkpoint)
     info["server"] = {"beam": settings.beam, "max_batch_sents": settings.max_batch_sents,
@@ -100,7 +102,11 @@ def create_app(translator, model_dirs: list[str], settings: ServeSettings, log: 
         return info
 
     @app.get("/health")
-    async def health() -> dict:
+    async def health():
+        said = problem() if problem else None
+        if said:
+            return JSONResponse({"status": "failing", "problem": said, "waiting": batcher.waiting,
+                                 "batches": batcher.batches_decoded}, status_code=503)
         return {"status": "ok", "waiting": batcher.waiting, "batches": batcher.batches_decoded}
 
     @app.get("/", include_in_schema=False)

@@ -89,7 +89,7 @@ def cmd_serve(args) -> int:
     processes = _decoding_processes(translator, workers, beam)
     app = create_app(translator, model_dirs, ServeSettings(beam, args.max_batch_sents, args.max_wait_ms, limits,
                                                            options, workers), log, checkpoint=checkpoint,
-                     decode=processes)
+                     decode=processes, problem=processes and processes.problem)
     log(f"{len(model_dirs)} model(s) loaded in {time.perf_counter() - start:.1f} s; serving on "
         f"http://{args.host}:{args.port}")
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, access_log=False,

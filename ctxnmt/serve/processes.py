@@ -79,6 +79,11 @@ class DecodingProcesses:
         self._processes[w].join(1)
         return CtxnmtError(f"decoding process {w} exited (status {self._processes[w].exitcode}); restart the server")
 
+    def problem(self) -> str | None:
+        """What keeps these processes from decoding (for /health), or None."""
+        gone = [w for w, process in enumerate(self._processes) if not process.is_alive()]
+        return str(self._gone(gone[0])) if gone else None
+
     def close(self) -> None:
         for pipe in self._pipes:
             try:

@@ -3,10 +3,14 @@ answered as the translator answers it alone; a failing or dead process fails its
 a message, and the server still exits 0 on SIGTERM, its processes with it."""
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -116,3 +120,27 @@ def test_bad_workers_are_one_line_errors(model_dirs, capsys):
     assert main(["serve", str(model_dirs["base"]), "--workers", "0"]) == 2
     said = capsys.readouterr().err.strip().splitlines()[-1]
     assert said == "ctxnmt serve: error: --workers must be at least 1, not 0"
+
+
+def test_a_dead_decoding_process_makes_health_fail_and_requests_say_why(model_dirs, tmp_path):
+    server = LiveServer([model_dirs["base"]], tmp_path / "server.log", "--beam", "2", "--workers", "2")
+    try:
+        assert httpx.get(f"{server.url}/health", timeout=60).json()["status"] == "ok"
+        dead = children(server.process.pid)[0]
+        os.kill(dead, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{dead}").exists() and time.monotonic() < deadline:  # reaped by the server's join
+            health = httpx.get(f"{server.url}/health", timeout=60)
+            if health.status_code == 503:
+                break
+            time.sleep(0.1)
+        health = httpx.get(f"{server.url}/health", timeout=60)
+        answers = [httpx.post(f"{server.url}/v1/translate", json={"text": text}, timeout=60)
+                   for text in ("el gato 1 .", "el perro 2 .\nel gato 3 .")]
+    finally:
+        assert server.stop() == 0
+    said = health.json()["problem"]
+    assert health.status_code == 503 and health.json()["status"] == "failing"
+    assert re.fullmatch(r"decoding process [01] exited \(status -9\); restart the server", said)
+    assert [a.status_code for a in answers] == [500, 500]
+    assert all(a.json() == {"error": f"decoding failed: CtxnmtError: {said}", "field": "text"} for a in answers)
