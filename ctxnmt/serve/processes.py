@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from ctxnmt.decoding.workers import may_fork
+from ctxnmt.decoding.workers import may_fork, shares
 from ctxnmt.errors import CtxnmtError
 from ctxnmt.serve.batching import Batch
 
@@ -95,14 +95,10 @@ class DecodingProcesses:
 
 
 def deal(jobs: list, workers: int) -> list[list[int]]:
-    """The jobs' indices dealt among `workers`, the longest first, each to the share with the
-    fewest characters so far; each share in arrival order."""
-    loads, dealt = [0] * workers, [[] for _ in range(workers)]
-    for j in sorted(range(len(jobs)), key=lambda j: -sum(map(len, jobs[j].lines))):
-        w = loads.index(min(loads))
-        dealt[w].append(j)
-        loads[w] += sum(map(len, jobs[j].lines))
-    return [sorted(share) for share in dealt]
+    """The jobs' indices dealt among `workers` (decoding.workers' `shares`, by characters), each
+    share in arrival order; a worker left without a job gets an empty share."""
+    dealt = shares(list(range(len(jobs))), workers, lambda j: sum(map(len, jobs[j].lines)))
+    return [sorted(share) for share in dealt] + [[] for _ in range(workers - len(dealt))]
 
 
 def _serve_batches(decode: Callable[[Batch], list], pipe, parents_end) -> None:
