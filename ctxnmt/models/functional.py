@@ -640,7 +640,8 @@ def bigru(x: torch.Tensor, forward: tuple, backward: tuple, h0: torch.Tensor | N
     (W_f, b_f, U_f), (W_b, b_b, U_b) = forward, backward
     if h0 is None:
         h0 = x.new_zeros(x.size(0), U_f.size(1))
-    return _stacked_scan(gru_gates, torch.stack([U_f.t(), U_b.t()]), int8.any_linear(x, W_f, b_f),
+    U = packed.gathered((U_f, U_b), "_stacked_t", lambda: torch.stack([U_f.t(), U_b.t()]))
+    return _stacked_scan(gru_gates, U, int8.any_linear(x, W_f, b_f),
                          int8.any_linear(x, W_b, b_b), h0, mask)
 
 

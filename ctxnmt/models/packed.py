@@ -48,6 +48,21 @@ def kept(t: torch.Tensor, slot: str, make):
     return held[1]
 
 
+def gathered(tensors: tuple[torch.Tensor, ...], slot: str, make):
+    """make(), a matrix gathered from `tensors` (a transposed view, a concatenation), kept on
+    the first of them until any of them changes in place, so that its packed and int8 forms
+    are kept with it rather than made again for every batch.  With autograd on it is made
+    afresh: in training it must carry the gradient back to the tensors."""
+    if torch.is_grad_enabled():
+        return make()
+    versions = tuple(t._version for t in tensors)
+    held = getattr(tensors[0], slot, None)
+    if held is None or held[0] != versions or any(a is not b for a, b in zip(held[1], tensors[1:])):
+        held = (versions, tensors[1:], make())
+        setattr(tensors[0], slot, held)
+    return held[2]
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x Wᵀ (+ b) for rows x (R, in) and W (out, in), W packed once (where `serves`)."""
     return _through(x, kept(weight, "_packed_fp32", lambda: _pack(weight)), bias)

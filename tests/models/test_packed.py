@@ -75,3 +75,44 @@ def test_the_search_steps_products_through_the_pack(rows):
     best, best_ids = expected.topk(4, -1)
     assert torch.equal(ids, best_ids)
     torch.testing.assert_close(values.double(), best, rtol=1e-5, atol=1e-5)
+
+
+def test_a_gathered_matrix_is_kept_until_a_tensor_it_reads_changes():
+    a, b = torch.randn(4, 3), torch.randn(4, 2)
+    calls = []
+
+    def make():
+        calls.append(1)
+        return torch.cat([a.t(), b.t()])
+
+    with torch.no_grad():
+        first = packed.gathered((a, b), "_test_cat", make)
+        assert packed.gathered((a, b), "_test_cat", make) is first and len(calls) == 1
+        b.add_(1.0)  # a tensor it reads changed in place: made again, with the new values
+        again = packed.gathered((a, b), "_test_cat", make)
+        assert len(calls) == 2 and torch.equal(again, torch.cat([a.t(), b.t()]))
+        other = torch.randn(4, 2)  # another tensor in the same place: made again
+        packed.gathered((a, other), "_test_cat", lambda: torch.cat([a.t(), other.t()]))
+        assert torch.equal(packed.gathered((a, other), "_test_cat", make), torch.cat([a.t(), other.t()]))
+
+
+def test_with_autograd_a_gathered_matrix_is_made_afresh_and_carries_the_gradient():
+    w = torch.randn(3, 2, requires_grad=True)
+    first = packed.gathered((w,), "_test_t", lambda: w.t())
+    assert packed.gathered((w,), "_test_t", lambda: w.t()) is not first
+    first.sum().backward()
+    assert torch.equal(w.grad, torch.ones(3, 2))
+
+
+def test_search_keeps_the_decoders_step_weights_between_batches():
+    from ctxnmt.models.nmt import NMTModel
+    from ctxnmt.models.settings import ModelConfig
+
+    torch.manual_seed(0)
+    model = NMTModel(ModelConfig(emb_dim=8, hidden_dim=8, att_dim=8), 12, 12).eval()
+    src, mask = torch.randint(4, 12, (2, 5)), torch.ones(2, 5)
+    with torch.no_grad():
+        U1 = model.encode(src, mask)["U1"]
+        assert model.encode(src, mask)["U1"] is U1  # the same tensor: its packed forms are kept
+        model.decoder.gru1.U.weight.mul_(2.0)
+        assert torch.equal(model.encode(src, mask)["U1"], model.decoder.gru1.U.weight.t() + 0)
