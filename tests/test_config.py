@@ -267,6 +267,7 @@ def test_every_shipped_config_resolves_to_its_recorded_effective_config(path):
         for key, default in (("bpe_dropout", 0.0), ("sentencepiece_alpha", 0.0), ("subword_samples", 8)):
             expected["data"].setdefault(key, default)  # issue 65, subword regularisation: off
         expected["decoding"].setdefault("workers", 1)  # issue 64: one search
+        expected["decoding"].setdefault("int8_from", 1_000_000)  # issue 64: small products stay float32
     expected["training"].setdefault("keep_checkpoints", 0)  # issue 65, both kinds of config
     expected.setdefault("task", "language-model" if path.name.startswith("lm-") else "translation")  # issue 63
     assert now == expected

@@ -24,6 +24,10 @@ class DecodingConfig(LengthOptions, _Beam):
     # scores in float32); on other devices the search stays float32 (docs/decoding.md).
     # int8 = on the CPU, the matrix products in int8 (ctxnmt/models/int8.py; docs/speed.md)
     precision: str = option("fp32", ("fp32", "bf16", "int8"))
+    # ours: under int8, a product of fewer multiply-adds per matrix (rows × in × out) stays
+    # float32, where quantising costs more than int8 saves (0: every product in int8, as
+    # Marian's and CTranslate2's int8)
+    int8_from: int = option(1_000_000, ">=0", "int8: products of fewer multiply-adds stay float32")
     # ours: on the CPU, this many searches side by side, each on its own batches and one thread
     # (Marian's --cpu-threads, CTranslate2's inter_threads; docs/decoding.md)
     workers: int = option(1, ">=1", "searches side by side on the CPU, one thread each")

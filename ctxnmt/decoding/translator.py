@@ -73,7 +73,7 @@ def search_precision(dec: DecodingConfig, device):
     if dec.precision == "int8":
         if torch.device(device).type != "cpu":
             raise ConfigError(f"decoding.precision int8 runs on the CPU only (got device '{device}')")
-        return int8_products()
+        return int8_products(dec.int8_from)
     # bf16: the products in bfloat16, softmax and scores in float32 (autocast's rules; a graph
     # captures under the autocast it is first called in)
     return torch.autocast("cuda", dtype=torch.bfloat16) if searches_in_bf16(dec, device) else nullcontext()

@@ -8,7 +8,10 @@ accumulate straight into int32; 3-4x float32's rate at the search's shapes on th
 Intel Xeon of docs/speed.md), to 7 bits where only fbgemm is built (its 8-bit multiply-add pairs could
 saturate); products accumulate in int32 and return float32, with the bias added in
 float32.  Gates, attention energies and weighted sums (products of two activations),
-softmax and scores stay float32.
+softmax and scores stay float32.  So do products of fewer multiply-adds per matrix than
+`decoding.int8_from` (a million by default): quantising the input and calling the int8
+kernel cost about 30 µs whatever the size, more than a product of a few rows by a small
+matrix saves (docs/speed-log.md, 2026-12-01).
 
 Inside `int8_products()` every nn.Linear of every component (so every architecture and
 ensemble: `nn.Linear.forward` asks `serves` once this module has been used) and the products
@@ -41,11 +44,20 @@ def active() -> bool:
     return getattr(_state, "on", False)
 
 
+def smallest() -> int:
+    """The fewest multiply-adds per matrix of an int8 product in this thread's context."""
+    return getattr(_state, "smallest", 0)
+
+
 def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether an int8 product serves x · weight: inside `int8_products()`, without autograd,
-    both float32 on the CPU."""
-    return (active() and not torch.is_grad_enabled() and x.device.type == "cpu"
-            and x.dtype == torch.float32 and weight.dtype == torch.float32)
+    """Whether an int8 product serves x · weight (weight one matrix, or a stack of n): inside
+    `int8_products()`, without autograd, both float32 on the CPU, and of at least the
+    context's `smallest()` multiply-adds per matrix."""
+    if not (active() and not torch.is_grad_enabled() and x.device.type == "cpu"
+            and x.dtype == torch.float32 and weight.dtype == torch.float32):
+        return False
+    n = weight.size(0) if weight.dim() == 3 else 1
+    return (x.numel() // x.size(-1)) * weight.numel() >= smallest() * n * n
 
 
 def any_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -60,19 +72,20 @@ def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 @contextmanager
-def int8_products():
-    """Run this thread's matrix products in int8 (see the module docstring)."""
-    previous, engine = active(), torch.backends.quantized.engine
+def int8_products(fewest: int = 0):
+    """Run this thread's matrix products in int8 (see the module docstring), those of fewer
+    than `fewest` multiply-adds per matrix excepted: they stay float32 (decoding.int8_from)."""
+    previous, engine = (active(), smallest()), torch.backends.quantized.engine
     # Every nn.Linear's forward asks `serves` from now on: a thread outside this context gets
     # F.linear as before.  (A TorchFunctionMode routed F.linear instead, but it put every torch
     # call of the search through a Python method: slower than float32 in steps of few rows.)
     nn.Linear.forward = _linear_forward
-    _state.on = True
+    _state.on, _state.smallest = True, fewest
     torch.backends.quantized.engine = ENGINE  # the packs are the engine's own
     try:
         yield
     finally:
-        _state.on = previous
+        _state.on, _state.smallest = previous
         torch.backends.quantized.engine = engine
 
 

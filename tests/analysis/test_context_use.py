@@ -33,8 +33,8 @@ data: {{corpus: files, dir: {data}, bpe_merges: 0, max_len: 20, truecase: false}
 model: {{emb_dim: 24, hidden_dim: 32, att_dim: 24, dropout_out: 0.0{model}}}
 training: {{batch_tokens: 2000, batch_sents: 48, max_updates: {updates}, valid_every: 1000, valid_bleu: false,
            log_every: 100, seed: 3, lr: 0.01, threads: 1}}
-decoding: {{beam: 2, batch_size: 32}}
-"""
+decoding: {{beam: 2, batch_size: 32, int8_from: 0}}
+"""  # int8_from 0: every product of these small models in int8, not only those of a million multiply-adds
 DOCUMENT_MODEL = ", doc_init_enc: true, doc_init_dec: true, doc_aux: gated-aux, doc_sents: 1"
 
 

@@ -98,6 +98,41 @@ def test_a_length_ratio_priors_step_reads_every_rows_end_word_from_the_int8_logi
     assert torch.allclose(word, logp[:, 2], atol=1e-5) and torch.allclose(top, logp.topk(3, dim=-1)[0], atol=1e-5)
 
 
+@torch.no_grad()
+def test_a_product_of_fewer_multiply_adds_than_int8_from_stays_float32():
+    """decoding.int8_from: a product of rows × in × out multiply-adds per matrix (each of a
+    stack's n matrices its own rows) runs in int8 from that many on, in float32 below."""
+    torch.manual_seed(5)
+    x, W, b = torch.randn(4, 6) - 0.2, torch.randn(9, 6), torch.randn(9)
+    macs = 4 * 6 * 9
+    h, U = torch.rand(2, 4, 6) - 0.5, torch.randn(2, 6, 9)  # per matrix: 4 rows × 6 × 9
+    layer = torch.nn.Linear(6, 9)
+    layer.weight.copy_(W), layer.bias.copy_(b)
+    with int8.int8_products(macs):
+        assert int8.smallest() == macs and int8.serves(x, W) and int8.serves(h, U)
+        assert torch.allclose(layer(x), reference(x, W, b), atol=1e-5)
+        assert torch.allclose(step_product(h, U)[1], reference(h[1], U[1].t(), None), atol=1e-5)
+    with int8.int8_products(macs + 1):
+        assert not int8.serves(x, W) and not int8.serves(h, U)
+        assert torch.equal(layer(x), F.linear(x, W, b))
+        assert torch.equal(step_product(h, U), torch.matmul(h, U))
+    assert int8.smallest() == 0 and not int8.active()
+
+
+def test_search_takes_int8_from_from_the_decoding_section():
+    import dataclasses
+
+    from ctxnmt.decoding.settings import DecodingConfig
+    from ctxnmt.decoding.translator import search_precision
+
+    assert DecodingConfig().int8_from == 1_000_000
+    with search_precision(dataclasses.replace(DecodingConfig(), precision="int8", int8_from=123), "cpu"):
+        assert int8.active() and int8.smallest() == 123
+    assert not int8.active()
+    with pytest.raises(Exception, match=r"decoding.int8_from must be 0 or more, got -1"):
+        load_config(None, ["decoding.int8_from=-1"])
+
+
 def test_outside_the_context_and_under_autograd_products_stay_float32():
     torch.manual_seed(2)
     W, b, x = torch.randn(7, 5, requires_grad=True), torch.randn(7), torch.randn(3, 5)
