@@ -19,6 +19,7 @@ from ctxnmt.errors import ConfigError
 from tests.test_cli import run, small_corpus, write_config
 
 LINES = [" ".join(["el gato", str(i), "."] * (1 + i % 3)) for i in range(11)] + [""]
+INT8_EVERY_PRODUCT = "decoding.int8_from=0"  # a tiny model's products are all below the default's million
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,8 @@ def model_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("workers")
     data = small_corpus(tmp)
     cfg = write_config(tmp / "c.yaml", data, tmp / "m")
-    assert main([str(a) for a in ["train", cfg, "--quiet", "--set", "training.max_updates=3"]]) == 0
+    assert main([str(a) for a in ["train", cfg, "--quiet", "--set", "training.max_updates=3",
+                                  "--set", INT8_EVERY_PRODUCT]]) == 0
     return tmp / "m"
 
 
@@ -158,7 +160,8 @@ def two_to_two_dir(tmp_path_factory):
         (data / f"{split}.doc").write_text("".join(f"ch{i // 4}\n" for i in range(12)))
     cfg = write_config(tmp / "c.yaml", data, tmp / "m")
     assert main([str(a) for a in ["train", cfg, "--quiet", "--set", "training.max_updates=3", "--set",
-                                  "model.context=concat", "--set", "model.concat_target=true"]]) == 0
+                                  "model.context=concat", "--set", "model.concat_target=true",
+                                  "--set", INT8_EVERY_PRODUCT]]) == 0
     return tmp / "m"
 
 
