@@ -397,7 +397,8 @@ class WordTable:
             return form(rows)
         device = embeddings.device.type  # a table formed under autocast holds its rounding
         precision = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-        key = [precision, int8.active(), int8.smallest(), *((t.data_ptr(), t._version) for t in (embeddings, *parameters))]
+        key = [precision, int8.active(), int8.smallest(),
+               *((t.data_ptr(), t._version) for t in (embeddings, *parameters))]
         if self.key != key:
             words, width = embeddings.size(0), form(embeddings[:1]).size(-1)
             self.key, self.table = key, form(embeddings) if words * width <= self.limit else None
