@@ -110,6 +110,14 @@ def small_corpus(tmp_path: Path, src_lines: int = 12, tgt_lines: int = 12) -> Pa
     return data
 
 
+def document_corpus(tmp_path: Path) -> Path:
+    """small_corpus with document ids: three chapters of four sentences in each split."""
+    data = small_corpus(tmp_path)
+    for split in ("train", "dev"):
+        (data / f"{split}.doc").write_text("".join(f"ch{i // 4}\n" for i in range(12)))
+    return data
+
+
 def test_mismatched_parallel_files(tmp_path, capsys):
     data = small_corpus(tmp_path, 12, 11)
     cfg = write_config(tmp_path / "c.yaml", data, tmp_path / "m")

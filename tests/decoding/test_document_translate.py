@@ -7,7 +7,7 @@ import pytest
 
 from ctxnmt.cli import main
 from ctxnmt.decoding.translator import Translator, search_ids
-from tests.test_cli import run, small_corpus, write_config
+from tests.test_cli import document_corpus, run, small_corpus, write_config
 
 DOCS = ["d1"] * 4 + ["d2"] * 3 + ["d3"]
 LINES = ["el gato 1 .", "el gato 2 . el gato 3 .", "", "el gato 4 .", "el gato 5 . el gato 6 . el gato 7 .",
@@ -17,9 +17,7 @@ LINES = ["el gato 1 .", "el gato 2 . el gato 3 .", "", "el gato 4 .", "el gato 5
 @pytest.fixture(scope="module")
 def doc_model_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("docmodel")
-    data = small_corpus(tmp)
-    for split in ("train", "dev"):
-        (data / f"{split}.doc").write_text("".join(f"ch{i // 4}\n" for i in range(12)))
+    data = document_corpus(tmp)
     cfg = write_config(tmp / "c.yaml", data, tmp / "m")
     code = main([str(a) for a in ["train", cfg, "--quiet", "--set", "training.max_updates=2",
                                   "--set", "model.doc_init_dec=true", "--set", "model.doc_aux=gated-aux",

@@ -16,7 +16,7 @@ from ctxnmt.decoding import translator as translator_module
 from ctxnmt.decoding import workers
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import ConfigError
-from tests.test_cli import run, small_corpus, write_config
+from tests.test_cli import document_corpus, run, small_corpus, write_config
 
 LINES = [" ".join(["el gato", str(i), "."] * (1 + i % 3)) for i in range(11)] + [""]
 INT8_EVERY_PRODUCT = "decoding.int8_from=0"  # a tiny model's products are all below the default's million
@@ -155,9 +155,7 @@ def test_bad_workers_are_one_line_errors(model_dir, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def two_to_two_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("workers-2to2")
-    data = small_corpus(tmp)
-    for split in ("train", "dev"):
-        (data / f"{split}.doc").write_text("".join(f"ch{i // 4}\n" for i in range(12)))
+    data = document_corpus(tmp)
     cfg = write_config(tmp / "c.yaml", data, tmp / "m")
     assert main([str(a) for a in ["train", cfg, "--quiet", "--set", "training.max_updates=3", "--set",
                                   "model.context=concat", "--set", "model.concat_target=true",

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from ctxnmt.cli import main
-from tests.test_cli import small_corpus, write_config
+from tests.test_cli import document_corpus, write_config
 
 with warnings.catch_warnings():  # starlette asks for httpx2, which FastAPI's TestClient does not use yet
     warnings.simplefilter("ignore")
@@ -34,9 +34,7 @@ VARIANTS = {
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("serve-models")
-    data = small_corpus(tmp)
-    for split in ("train", "dev"):
-        (data / f"{split}.doc").write_text("".join(f"ch{i // 4}\n" for i in range(12)))
+    data = document_corpus(tmp)
     dirs = {}
     for name, overrides in VARIANTS.items():
         cfg = write_config(tmp / f"{name}.yaml", data, tmp / name)
