@@ -20,7 +20,7 @@ from ctxnmt.models.document import input_from_config as document_input
 from ctxnmt.models.functional import additive_energy, mix, read_each_every_step, step_product
 from ctxnmt.models.interfaces import Decoder
 from ctxnmt.models.output import readout_dim
-from ctxnmt.models.packed import gathered
+from ctxnmt.models.packed import kept
 from ctxnmt.models.registry import CELLS, DECODERS, OUTPUTS, TARGET_CONTEXTS
 from ctxnmt.models.settings import ModelConfig
 from ctxnmt.models.state import State
@@ -78,7 +78,7 @@ class ConditionalGRUDecoder(Decoder):
         of a document-context model."""
         enc = State().positions(annotations=annotations, src_mask=src_mask,
                                 keys=self.attention.precompute(annotations))
-        enc.shared(**gathered(tuple(self.parameters()), "_step_weights", self.step_weights))
+        enc.shared(**kept(tuple(self.parameters()), "_step_weights", self.step_weights))
         # GRU_2's input terms per annotation (the class docstring): they pay where a beam's rows
         # share them, or where gradients flow, which read_every_step then forms once for all steps.
         if beam > 1 or annotations.requires_grad:
@@ -89,7 +89,7 @@ class ConditionalGRUDecoder(Decoder):
     def step_weights(self) -> dict[str, torch.Tensor]:
         """Matrices every step multiplies with: U of GRU_1, and [W_d, U] of attention and GRU_2
         (s'_t feeds both: one product serves both).  Gathered once per batch in training, and
-        in search once until the weights change (packed.gathered)."""
+        in search once until the weights change (packed.kept)."""
         return {"U1": self.gru1.hidden_weight(), "Wq": self._query_weight()}
 
     def initial_state(self, enc: State) -> torch.Tensor:

@@ -397,7 +397,7 @@ class WordTable:
             return form(rows)
         device = embeddings.device.type  # a table formed under autocast holds its rounding
         precision = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-        key = [precision, int8.active(), int8.smallest(),
+        key = [precision, int8.active(), int8.int8_from(),
                *((t.data_ptr(), t._version) for t in (embeddings, *parameters))]
         if self.key != key:
             words, width = embeddings.size(0), form(embeddings[:1]).size(-1)
@@ -641,7 +641,7 @@ def bigru(x: torch.Tensor, forward: tuple, backward: tuple, h0: torch.Tensor | N
     (W_f, b_f, U_f), (W_b, b_b, U_b) = forward, backward
     if h0 is None:
         h0 = x.new_zeros(x.size(0), U_f.size(1))
-    U = packed.gathered((U_f, U_b), "_stacked_t", lambda: torch.stack([U_f.t(), U_b.t()]))
+    U = packed.kept((U_f, U_b), "_stacked_t", lambda: torch.stack([U_f.t(), U_b.t()]))
     return _stacked_scan(gru_gates, U, int8.any_linear(x, W_f, b_f),
                          int8.any_linear(x, W_b, b_b), h0, mask)
 

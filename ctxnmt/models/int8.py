@@ -44,20 +44,21 @@ def active() -> bool:
     return getattr(_state, "on", False)
 
 
-def smallest() -> int:
-    """The fewest multiply-adds per matrix of an int8 product in this thread's context."""
-    return getattr(_state, "smallest", 0)
+def int8_from() -> int:
+    """The fewest multiply-adds per matrix of an int8 product in this thread (decoding.int8_from)."""
+    return getattr(_state, "int8_from", 0)
 
 
 def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether an int8 product serves x · weight (weight one matrix, or a stack of n): inside
     `int8_products()`, without autograd, both float32 on the CPU, and of at least the
-    context's `smallest()` multiply-adds per matrix."""
+    context's `int8_from()` multiply-adds per matrix."""
     if not (active() and not torch.is_grad_enabled() and x.device.type == "cpu"
             and x.dtype == torch.float32 and weight.dtype == torch.float32):
         return False
     n = weight.size(0) if weight.dim() == 3 else 1
-    return (x.numel() // x.size(-1)) * weight.numel() >= smallest() * n * n
+    rows_per_matrix = x.numel() // x.size(-1) // n
+    return rows_per_matrix * (weight.numel() // n) >= int8_from()
 
 
 def any_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -75,17 +76,17 @@ def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 def int8_products(fewest: int = 0):
     """Run this thread's matrix products in int8 (see the module docstring), those of fewer
     than `fewest` multiply-adds per matrix excepted: they stay float32 (decoding.int8_from)."""
-    previous, engine = (active(), smallest()), torch.backends.quantized.engine
+    previous, engine = (active(), int8_from()), torch.backends.quantized.engine
     # Every nn.Linear's forward asks `serves` from now on: a thread outside this context gets
     # F.linear as before.  (A TorchFunctionMode routed F.linear instead, but it put every torch
     # call of the search through a Python method: slower than float32 in steps of few rows.)
     nn.Linear.forward = _linear_forward
-    _state.on, _state.smallest = True, fewest
+    _state.on, _state.int8_from = True, fewest
     torch.backends.quantized.engine = ENGINE  # the packs are the engine's own
     try:
         yield
     finally:
-        _state.on, _state.smallest = previous
+        _state.on, _state.int8_from = previous
         torch.backends.quantized.engine = engine
 
 
@@ -100,14 +101,8 @@ def _pack(weight: torch.Tensor, bias: torch.Tensor | None):
 
 
 def packed(weight: torch.Tensor, bias: torch.Tensor | None = None):
-    """`weight`'s int8 form (with `bias`), kept on the tensor and made again when the
-    tensor or the bias changes in place (its version counter)."""
-    key = (weight._version, bias, None if bias is None else bias._version)
-    kept = getattr(weight, "_int8", None)
-    if kept is None or kept[0] != key[0] or kept[1] is not bias or kept[2] != key[2]:
-        kept = (*key, _pack(weight, bias))
-        weight._int8 = kept
-    return kept[3]
+    """`weight`'s int8 form (with `bias`), kept on the weight until either changes."""
+    return kept((weight,) if bias is None else (weight, bias), "_int8", lambda: _pack(weight, bias))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -128,9 +123,9 @@ def product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
 
 def _packed_t(U: torch.Tensor):
     """Uᵀ's int8 form, kept on U (a transposed view is a new tensor at every call)."""
-    return kept(U, "_int8_t", lambda: _pack(U.t(), None))
+    return kept((U,), "_int8_t", lambda: _pack(U.t(), None))
 
 
 def _stacked(U: torch.Tensor) -> list[torch.Tensor]:
     """The matrices of a stack U (n, in, out), each kept as one tensor so that its int8 form is kept."""
-    return kept(U, "_int8_parts", lambda: list(U.unbind(0)))
+    return kept((U,), "_int8_parts", lambda: list(U.unbind(0)))

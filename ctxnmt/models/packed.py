@@ -39,20 +39,11 @@ def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu"))
 
 
-def kept(t: torch.Tensor, slot: str, make):
-    """make(), kept on `t` under `slot` until t changes in place (its version counter)."""
-    held = getattr(t, slot, None)
-    if held is None or held[0] != t._version:
-        held = (t._version, make())
-        setattr(t, slot, held)
-    return held[1]
-
-
-def gathered(tensors: tuple[torch.Tensor, ...], slot: str, make):
-    """make(), a matrix gathered from `tensors` (a transposed view, a concatenation), kept on
-    the first of them until any of them changes in place, so that its packed and int8 forms
-    are kept with it rather than made again for every batch.  With autograd on it is made
-    afresh: in training it must carry the gradient back to the tensors."""
+def kept(tensors: tuple[torch.Tensor, ...], slot: str, make):
+    """make(), a form of `tensors` (a packed or int8 weight; a matrix gathered from several: a
+    transposed view, a concatenation) kept on the first of them until any of them changes in
+    place (its version counter) or is another tensor, so that it is made once rather than for
+    every batch.  With autograd on it is made afresh: in training it must carry the gradient."""
     if torch.is_grad_enabled():
         return make()
     versions = tuple(t._version for t in tensors)
@@ -65,13 +56,13 @@ def gathered(tensors: tuple[torch.Tensor, ...], slot: str, make):
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x Wᵀ (+ b) for rows x (R, in) and W (out, in), W packed once (where `serves`)."""
-    return _through(x, kept(weight, "_packed_fp32", lambda: _pack(weight)), bias)
+    return _through(x, kept((weight,), "_packed_fp32", lambda: _pack(weight)), bias)
 
 
 def product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
     """h U for rows h (R, in) and a matrix U (in, out) read at every step, Uᵀ packed once and
     kept on U (where `serves(h, Uᵀ)`)."""
-    return _through(h, kept(U, "_packed_fp32_t", lambda: _pack(U.t())), None)
+    return _through(h, kept((U,), "_packed_fp32_t", lambda: _pack(U.t())), None)
 
 
 def _pack(weight: torch.Tensor) -> torch.Tensor:

@@ -109,14 +109,14 @@ def test_a_product_of_fewer_multiply_adds_than_int8_from_stays_float32():
     layer = torch.nn.Linear(6, 9)
     layer.weight.copy_(W), layer.bias.copy_(b)
     with int8.int8_products(macs):
-        assert int8.smallest() == macs and int8.serves(x, W) and int8.serves(h, U)
+        assert int8.int8_from() == macs and int8.serves(x, W) and int8.serves(h, U)
         assert torch.allclose(layer(x), reference(x, W, b), atol=1e-5)
         assert torch.allclose(step_product(h, U)[1], reference(h[1], U[1].t(), None), atol=1e-5)
     with int8.int8_products(macs + 1):
         assert not int8.serves(x, W) and not int8.serves(h, U)
         assert torch.equal(layer(x), F.linear(x, W, b))
         assert torch.equal(step_product(h, U), torch.matmul(h, U))
-    assert int8.smallest() == 0 and not int8.active()
+    assert int8.int8_from() == 0 and not int8.active()
 
 
 def test_search_takes_int8_from_from_the_decoding_section():
@@ -127,7 +127,7 @@ def test_search_takes_int8_from_from_the_decoding_section():
 
     assert DecodingConfig().int8_from == 1_000_000
     with search_precision(dataclasses.replace(DecodingConfig(), precision="int8", int8_from=123), "cpu"):
-        assert int8.active() and int8.smallest() == 123
+        assert int8.active() and int8.int8_from() == 123
     assert not int8.active()
     with pytest.raises(Exception, match=r"decoding.int8_from must be 0 or more, got -1"):
         load_config(None, ["decoding.int8_from=-1"])
@@ -147,15 +147,24 @@ def test_outside_the_context_and_under_autograd_products_stay_float32():
 
 
 @torch.no_grad()
-def test_a_weight_changed_in_place_is_quantised_again():
+def test_a_weight_or_bias_changed_in_place_or_replaced_is_quantised_again():
     torch.manual_seed(3)
-    W, x = torch.randn(4, 5), torch.randn(2, 5)
+    W, x, b = torch.randn(4, 5), torch.randn(2, 5), torch.randn(4)
     with int8.int8_products():
         first = int8.any_linear(x, W)
         W.mul_(2)
         second = int8.any_linear(x, W)
+        with_bias = int8.any_linear(x, W, b)
+        b.add_(1)
+        bias_changed = int8.any_linear(x, W, b)
+        other = torch.zeros(4)
+        bias_replaced = int8.any_linear(x, W, other)
+        no_bias = int8.any_linear(x, W)
     assert torch.allclose(second, reference(x, W, None), atol=1e-5)
     assert not torch.allclose(first, second)
+    assert torch.allclose(with_bias, second + b - 1, atol=1e-5)
+    assert torch.allclose(bias_changed, second + b, atol=1e-5)
+    assert torch.equal(bias_replaced, no_bias) and torch.allclose(no_bias, second, atol=1e-5)
 
 
 class FloatProducts(TorchDispatchMode):

@@ -86,20 +86,20 @@ def test_a_gathered_matrix_is_kept_until_a_tensor_it_reads_changes():
         return torch.cat([a.t(), b.t()])
 
     with torch.no_grad():
-        first = packed.gathered((a, b), "_test_cat", make)
-        assert packed.gathered((a, b), "_test_cat", make) is first and len(calls) == 1
+        first = packed.kept((a, b), "_test_cat", make)
+        assert packed.kept((a, b), "_test_cat", make) is first and len(calls) == 1
         b.add_(1.0)  # a tensor it reads changed in place: made again, with the new values
-        again = packed.gathered((a, b), "_test_cat", make)
+        again = packed.kept((a, b), "_test_cat", make)
         assert len(calls) == 2 and torch.equal(again, torch.cat([a.t(), b.t()]))
         other = torch.randn(4, 2)  # another tensor in the same place: made again
-        packed.gathered((a, other), "_test_cat", lambda: torch.cat([a.t(), other.t()]))
-        assert torch.equal(packed.gathered((a, other), "_test_cat", make), torch.cat([a.t(), other.t()]))
+        packed.kept((a, other), "_test_cat", lambda: torch.cat([a.t(), other.t()]))
+        assert torch.equal(packed.kept((a, other), "_test_cat", make), torch.cat([a.t(), other.t()]))
 
 
 def test_with_autograd_a_gathered_matrix_is_made_afresh_and_carries_the_gradient():
     w = torch.randn(3, 2, requires_grad=True)
-    first = packed.gathered((w,), "_test_t", lambda: w.t())
-    assert packed.gathered((w,), "_test_t", lambda: w.t()) is not first
+    first = packed.kept((w,), "_test_t", lambda: w.t())
+    assert packed.kept((w,), "_test_t", lambda: w.t()) is not first
     first.sum().backward()
     assert torch.equal(w.grad, torch.ones(3, 2))
 
