@@ -22,7 +22,7 @@ from pathlib import Path
 from ctxnmt.data.corpus import check_same_length, read_lines, write_lines_atomic
 from ctxnmt.data.documents import other_document_sentences
 from ctxnmt.decoding.translator import Translator
-from ctxnmt.errors import DataError
+from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.metrics import score_all
 from ctxnmt.evaluation.significance import compare
 from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir, add_output, add_ref, check_at_least
@@ -60,6 +60,14 @@ def other_context(src: list[str], doc_ids: list[str], k: int, seed: int) -> Cont
 
 
 CONDITIONS = ("own", "none", "other")
+
+
+def chosen_conditions(text: str, allowed: tuple[str, ...] = CONDITIONS) -> tuple[str, ...]:
+    """The conditions a --contexts value names, comma-separated, each one of `allowed`."""
+    chosen = tuple(c.strip() for c in text.split(",") if c.strip())
+    if not chosen or any(c not in allowed for c in chosen):
+        raise ConfigError(f"--contexts: a comma-separated choice of {', '.join(allowed)}, not '{text}'")
+    return chosen
 
 
 def context_conditions(src: list[str], doc_ids: list[str], k: int, seed: int,

@@ -29,16 +29,16 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxnmt.analysis.context import CONDITIONS, chosen_conditions
 from ctxnmt.decoding.commands import add_precision, use_precision_flag
 from ctxnmt.decoding.translator import Translator
-from ctxnmt.errors import ConfigError, DataError
+from ctxnmt.errors import DataError
 from ctxnmt.evaluation.significance import mcnemar, wilson
 from ctxnmt.utils.arguments import add_checkpoint, add_model_dirs, add_output
 from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.messages import to_stderr
 
-CONDITIONS = ("own", "none", "other")
 TSV_COLUMNS = ("document", "tag", "context", "source", "correct", "contrastive")
 CONTEXT_SEPARATOR = " ||| "
 
@@ -272,9 +272,7 @@ def register(score) -> None:
 
 
 def cmd_contrastive(args) -> int:
-    from_config = tuple(c.strip() for c in args.contexts.split(",") if c.strip())
-    if not from_config or any(c not in CONDITIONS for c in from_config):
-        raise ConfigError(f"--contexts: a comma-separated choice of {', '.join(CONDITIONS)}, not '{args.contexts}'")
+    from_config = chosen_conditions(args.contexts)
     examples = read_examples(args.file)
     checkpoint = args.checkpoint and checkpoint_file(args.model_dirs[0], args.checkpoint)
     translator = Translator.load(args.model_dirs if len(args.model_dirs) > 1 else args.model_dirs[0],

@@ -25,13 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxnmt.analysis.context import CONDITIONS, ContextInput, add_document_inputs, context_conditions, read_aligned
+from ctxnmt.analysis.context import (ContextInput, add_document_inputs, chosen_conditions, context_conditions,
+                                     read_aligned)
 from ctxnmt.analysis.tagger import apertium_tags
 from ctxnmt.data.words import join_word, word_groups
 from ctxnmt.decoding.commands import add_precision, use_precision_flag
 from ctxnmt.decoding.forced import ForcedScore
 from ctxnmt.decoding.translator import Translator
-from ctxnmt.errors import ConfigError, DataError
+from ctxnmt.errors import DataError
 from ctxnmt.utils.arguments import add_checkpoint, add_output, check_at_least
 from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write, make_directory
@@ -184,9 +185,7 @@ def register(sub) -> None:
 
 def cmd_cxmi(args) -> int:
     check_at_least(1, min_count=args.min_count)
-    against = tuple(c.strip() for c in args.contexts.split(",") if c.strip())
-    if not against or "own" in against or any(c not in CONDITIONS for c in against):
-        raise ConfigError(f"--contexts: a comma-separated choice of none and other, not '{args.contexts}'")
+    against = chosen_conditions(args.contexts, ("none", "other"))
     src, doc_ids, refs = read_aligned(args)
     translator = Translator.load(args.model_dir, checkpoint=args.checkpoint and checkpoint_file(args.model_dir,
                                                                                                 args.checkpoint))

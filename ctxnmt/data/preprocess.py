@@ -207,19 +207,11 @@ class Preprocessor:
         pipeline = self._side(side)
         return pipeline.subwords(pipeline.words(line))
 
-    def encode_many(self, lines: Iterable[str], side: str) -> list[list[str]]:
+    def encode_many(self, lines: Sequence[str], side: str) -> list[list[str]]:
         """Encode many lines; repeated lines and words are processed once."""
         pipeline = self._side(side)
-        done: dict[str, list[str]] = {}
-        result = []
-        for line in lines:
-            encoded = done.get(line)
-            if encoded is not None:
-                result.append(list(encoded))  # a copy: callers may modify their lists
-                continue
-            encoded = done[line] = pipeline.subwords(pipeline.words(line))
-            result.append(encoded)
-        return result
+        done = _unique_map(lambda line: pipeline.subwords(pipeline.words(line)), lines)
+        return [list(done[line]) for line in lines]  # copies: callers may modify their lists
 
     def decode(self, tokens: Sequence[str], side: str) -> str:
         """Join subwords into words, restore sentence-initial capitals and detokenise."""

@@ -99,12 +99,8 @@ class Ensemble(nn.Module):
     def step(self, enc, state, prev_tokens):
         """Combined log-probabilities (R, V), the members' new states, and their mean α_t."""
         encs, states = unpack(enc, len(self.members)), unpack(state, len(self.members))
-        logps, new_states, alphas = [], [], []
-        for model, e, s in zip(self.members, encs, states):
-            logp, s, alpha = model.step(e, s, prev_tokens)
-            logps.append(logp)
-            new_states.append(s)
-            alphas.append(alpha)
+        logps, new_states, alphas = zip(*(model.step(e, s, prev_tokens)
+                                          for model, e, s in zip(self.members, encs, states)))
         stacked = torch.stack(logps)
         if self.mode == "logprob":
             combined = stacked.mean(0)

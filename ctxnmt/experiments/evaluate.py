@@ -159,12 +159,11 @@ def _decode(runs: list[Run], test: TestSet, out: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     with atomic_write(out, "w") as fh:
         fh.writelines(r.text + "\n" for r in results)
-    parameters = sum(count_parameters(Translator.load(d, device=first.training.device).model) for d in dirs) \
-        if len(dirs) > 1 else count_parameters(translator.model)
     return {"checkpoint": default_checkpoint(runs[0].model_dir).name, "beam": first.decoding.beam,
             "device": first.training.device, "sentences": len(test.src), "seconds": seconds,
             "sentences_per_s": len(test.src) / seconds if seconds else 0.0,
-            "parameters": parameters, "output_sha256": file_sha256(out)}
+            "parameters": sum(count_parameters(m) for m in translator.members),
+            "output_sha256": file_sha256(out)}
 
 
 def ensemble_dir(root: Path, name: str, seed: int) -> Path:

@@ -365,10 +365,7 @@ class DotSelfAttentiveResidual(QuerySelfAttentiveResidual):
 
 
 @TARGET_CONTEXTS.register("self-attentive-scope")
-class ScopeSelfAttentiveResidual(QuerySelfAttentiveResidual):
-    """content+scope: e_ti = vᵀ tanh(W_y E y_i + W_s s_t)."""
+class ScopeSelfAttentiveResidual(SumSelfAttentiveResidual):
+    """content+scope: e_ti = vᵀ tanh(W_y E y_i + W_s s_t), the sum's energy with the state as query."""
 
     query = "state"
-
-    def energy(self, keys, prev, q):
-        return additive_energy(keys, q, self.v.weight[0])

@@ -228,7 +228,11 @@ def test_cxmi_command_errors(trained, tmp_path, capsys):
     code, _, err = run([*base, "--doc-ids", tmp_path / "short.doc"], capsys)
     assert code == 2 and "short.doc has 1 lines but" in err and len(err.strip().splitlines()) == 1
     code, _, err = run([*base, "--doc-ids", data / "dev.doc", "--contexts", "own"], capsys)
-    assert code == 2 and "--contexts" in err
+    assert code == 2 and err.strip().endswith("--contexts: a comma-separated choice of none, other, not 'own'")
+    code, _, err = run(["score", "contrastive", models["document"], tmp_path / "unread.json", "--contexts",
+                        "own,,nobody"], capsys)
+    assert code == 2 and err.strip().endswith(
+        "--contexts: a comma-separated choice of own, none, other, not 'own,,nobody'")
     code, _, err = run(["analyze", "cxmi", models["sentence"], "-i", data / "dev.es", "-r", data / "dev.en",
                         "--doc-ids", data / "dev.doc"], capsys)
     assert code == 2 and "reads no document context" in err
