@@ -1,5 +1,5 @@
 """ctxnmt: context-aware recurrent neural machine translation.
 
-Importing the package loads nothing heavy: `ctxnmt --help` and `--version` stay quick.  The
-model components register themselves when ctxnmt.models is imported, which reading a config
-does first (ctxnmt.config), since their settings are keys of its model section."""
+Importing the package loads nothing heavy: `ctxnmt --help` and `--version` stay quick.  Reading
+a config loads no model code either (ctxnmt.config is torch-free); the model components register
+under their config names when ctxnmt.models.components is imported, by whatever builds a model."""

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "ctxnmt"
 
 # From the bottom up.  A part may import its own modules and those of the parts on the
@@ -179,9 +181,13 @@ def _printed_by(code: str) -> list[str]:
     return done.stdout.split()
 
 
-def test_reading_a_config_loads_no_model_code_and_no_torch():
-    """The settings are declared torch-free; the components register only where a model is built."""
-    assert _printed_by("import sys, ctxnmt.config as c; c.load_config('configs/doc-gated-aux.yaml'); "
+@pytest.mark.parametrize("module, load, path", [("ctxnmt.config", "load_config", "configs/doc-gated-aux.yaml"),
+                                               ("ctxnmt.lm.config", "load_lm_config", "configs/lm-mean.yaml")])
+def test_reading_a_config_loads_no_model_code_and_no_torch(module, load, path):
+    """The settings are declared torch-free; the components register only where a model is built
+    (a translation model's names are checked by nmt.check_names, a language model's summary by
+    lm.model.check_summary)."""
+    assert _printed_by(f"import sys, {module} as c; c.{load}('{path}'); "
                        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('ctxnmt.models.')))"
                        ) == ["['ctxnmt.models.settings']"]
 

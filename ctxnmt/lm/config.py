@@ -8,9 +8,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from ctxnmt.config import LANGUAGE_MODEL, build_typed, naming_the_file, read_raw
-from ctxnmt.errors import ConfigError
-from ctxnmt.models import components  # noqa: F401  (the summaries' registry entries)
-from ctxnmt.models.registry import TARGET_CONTEXTS
 from ctxnmt.models.settings import ComponentSection
 from ctxnmt.training.settings import LoopConfig
 from ctxnmt.utils.options import Section, check_section, option, redefault
@@ -51,13 +48,6 @@ class LMModelConfig(ComponentSection):
     layers: int = option(1, ">=1")
     tie_embeddings: bool = option(True, help="Press & Wolf: the softmax layer is the input embedding matrix")
     dropout: float = option(0.5, "[0,1)", "on the embeddings, the LSTM output and g(s_t, d_t)")
-
-    def check(self, config: LMConfig) -> None:
-        summary = self.summary != NO_SUMMARY and TARGET_CONTEXTS.get(registered_name(self.summary), "model.summary")
-        if summary and summary.reads_decoder:
-            raise ConfigError(f"model.summary '{self.summary}' reads the decoder's state or context vector, "
-                              "which a language model has not")
-        super().check(config)
 
 
 @dataclass

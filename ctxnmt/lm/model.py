@@ -30,11 +30,22 @@ import torch
 from torch import nn
 
 from ctxnmt.data.vocab import EOS
+from ctxnmt.errors import ConfigError
 from ctxnmt.lm.config import NO_SUMMARY, LMModelConfig, registered_name
+from ctxnmt.models import components  # noqa: F401  (the summaries' registry entries)
 from ctxnmt.models.functional import linear_cross_entropy
 from ctxnmt.models.registry import TARGET_CONTEXTS
 
 State = dict[str, torch.Tensor]
+
+
+def check_summary(cfg: LMModelConfig) -> None:
+    """The summary is a registered target context that reads only the words, checked before the
+    data is read (as nmt.check_names checks a translation model's components)."""
+    summary = cfg.summary != NO_SUMMARY and TARGET_CONTEXTS.get(registered_name(cfg.summary), "model.summary")
+    if summary and summary.reads_decoder:
+        raise ConfigError(f"model.summary '{cfg.summary}' reads the decoder's state or context vector, "
+                          "which a language model has not")
 
 
 class ResidualLM(nn.Module):

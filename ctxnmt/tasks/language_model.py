@@ -18,7 +18,7 @@ from ctxnmt.config import LANGUAGE_MODEL, config_difference, lookup, read_raw
 from ctxnmt.errors import CheckpointError, ConfigError
 from ctxnmt.lm import data as lm_data
 from ctxnmt.lm.config import LMConfig, lm_from_dict, load_lm_config
-from ctxnmt.lm.model import ResidualLM, detach
+from ctxnmt.lm.model import ResidualLM, check_summary, detach
 from ctxnmt.lm.scoring import LINE_SCORES, check_trained_as, perplexity, score_file
 from ctxnmt.training.distributed import World
 from ctxnmt.training.log import TrainingLog
@@ -40,7 +40,13 @@ class LanguageModelTask(Task):
     stream_state = None  # carried into the next segment of the epoch (None: the epoch's start)
 
     # -- its config and its runs ---------------------------------------------------------
-    load = staticmethod(load_lm_config)
+    @staticmethod
+    def load(path: str | Path | None, overrides: list[str]) -> LMConfig:
+        """A config whose summary is checked too (as training checks it before it begins)."""
+        config = load_lm_config(path, overrides)
+        check_summary(config.model)
+        return config
+
     from_dict = staticmethod(lm_from_dict)
 
     @classmethod

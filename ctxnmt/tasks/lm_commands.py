@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from ctxnmt.errors import ConfigError
-from ctxnmt.lm.config import load_lm_config
 from ctxnmt.lm.scoring import score_file
 from ctxnmt.tasks.language_model import LanguageModelTask
 from ctxnmt.training.budget import add_budget_arguments, budget_overrides
@@ -49,7 +48,7 @@ def register(sub) -> None:
 
 
 def cmd_train(args) -> int:
-    config = load_lm_config(args.config, [*args.overrides, *budget_overrides(args)])
+    config = LanguageModelTask.load(args.config, [*args.overrides, *budget_overrides(args)])
     try:
         record = LanguageModelTask.train_run(config, resume=args.resume, quiet=args.quiet)
     except Preempted as err:
