@@ -49,7 +49,6 @@ from ctxnmt.data.prepare import split_paths
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
 from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir, add_output, add_ref
-from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write
 
 
@@ -139,8 +138,7 @@ def cmd_alignment(args) -> int:
     check_same_length(args.reference, ref, args.input, src)
     if args.silver and args.possible:
         raise DataError("--possible belongs to --gold; a silver alignment has sure links only")
-    checkpoint = args.checkpoint and checkpoint_file(args.model_dir, args.checkpoint)
-    translator = Translator.load(args.model_dir, checkpoint=checkpoint)
+    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
     check_without_context(translator.model, args.model_dir, "the alignment analysis")
     forced = forced_word_alignments(translator, src, ref)
     keep = [k for k, (s, t, _) in enumerate(forced) if s and t]  # empty lines have nothing to align

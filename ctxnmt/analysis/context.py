@@ -26,7 +26,6 @@ from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.evaluation.metrics import score_all
 from ctxnmt.evaluation.significance import compare
 from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir, add_output, add_ref, check_at_least
-from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import make_directory
 
 
@@ -151,8 +150,7 @@ def read_aligned(args) -> tuple[list[str], list[str], list[str]]:
 def cmd_context(args) -> int:
     check_at_least(1, beam=args.beam)
     src, doc_ids, refs = read_aligned(args)
-    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint and checkpoint_file(args.model_dir,
-                                                                                                args.checkpoint))
+    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
     rows, outputs = context_table(src, doc_ids, refs, translator, args.lang or translator.config.data.tgt_lang,
                                   args.seed, args.beam)
     if args.out_dir:

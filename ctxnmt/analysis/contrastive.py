@@ -35,7 +35,6 @@ from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
 from ctxnmt.evaluation.significance import mcnemar, wilson
 from ctxnmt.utils.arguments import add_checkpoint, add_model_dirs, add_output
-from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.messages import to_stderr
 
@@ -274,9 +273,8 @@ def register(score) -> None:
 def cmd_contrastive(args) -> int:
     from_config = chosen_conditions(args.contexts)
     examples = read_examples(args.file)
-    checkpoint = args.checkpoint and checkpoint_file(args.model_dirs[0], args.checkpoint)
     translator = Translator.load(args.model_dirs if len(args.model_dirs) > 1 else args.model_dirs[0],
-                                 checkpoint=checkpoint, ensemble_mode=args.ensemble_mode)
+                                 checkpoint=args.checkpoint, ensemble_mode=args.ensemble_mode)
     use_precision_flag(translator, args.precision)
     if translator.reads_target:
         to_stderr("target-side context: the model's own translations of each example's context sentences")

@@ -25,8 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxnmt.analysis.context import (ContextInput, add_document_inputs, chosen_conditions, context_conditions,
-                                     read_aligned)
+from ctxnmt.analysis.context import (
+    ContextInput,
+    add_document_inputs,
+    chosen_conditions,
+    context_conditions,
+    read_aligned,
+)
 from ctxnmt.analysis.tagger import apertium_tags
 from ctxnmt.data.words import join_word, word_groups
 from ctxnmt.decoding.commands import add_precision, use_precision_flag
@@ -34,7 +39,6 @@ from ctxnmt.decoding.forced import ForcedScore
 from ctxnmt.decoding.translator import Translator
 from ctxnmt.errors import DataError
 from ctxnmt.utils.arguments import add_checkpoint, add_output, check_at_least
-from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write, make_directory
 from ctxnmt.utils.messages import to_stderr
 
@@ -187,8 +191,7 @@ def cmd_cxmi(args) -> int:
     check_at_least(1, min_count=args.min_count)
     against = chosen_conditions(args.contexts, ("none", "other"))
     src, doc_ids, refs = read_aligned(args)
-    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint and checkpoint_file(args.model_dir,
-                                                                                                args.checkpoint))
+    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
     use_precision_flag(translator, args.precision)
     if translator.reads_target:
         to_stderr("target-side context: the references (-r) of the previous lines, in every condition")

@@ -41,9 +41,7 @@ from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.models.cells import AdaptiveGRUCell
 from ctxnmt.models.output import OUTPUT_WEIGHTS
 from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir, add_output, check_at_least
-from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write
-
 
 # -- gate values per token ------------------------------------------------------------------
 
@@ -313,8 +311,7 @@ def cmd_gates(args) -> int:
     check_at_least(1, beam=args.beam, top=args.top)
     lines = read_lines(args.input, allow_empty=True)
     tags = read_lines(args.tags, allow_empty=True) if args.tags else None
-    checkpoint = args.checkpoint and checkpoint_file(args.model_dir, args.checkpoint)
-    translator = Translator.load(args.model_dir, checkpoint=checkpoint)
+    translator = Translator.load(args.model_dir, checkpoint=args.checkpoint)
     check_without_context(translator.model, args.model_dir, "the gate analysis")
     output_tagger = None
     if args.tagger:

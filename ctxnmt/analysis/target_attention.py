@@ -28,7 +28,6 @@ from ctxnmt.data.corpus import check_same_length, read_lines, write_lines_atomic
 from ctxnmt.decoding.translator import Translator, search_ids
 from ctxnmt.errors import ConfigError, DataError
 from ctxnmt.utils.arguments import add_checkpoint, add_input, add_model_dir, add_output, add_ref, check_at_least
-from ctxnmt.utils.checkpoint import checkpoint_file
 from ctxnmt.utils.io import atomic_write, make_directory
 
 START = "<s>"
@@ -92,7 +91,7 @@ def plot_histogram(hist: list[tuple[float, float, int]], path: Path) -> None:
 # -- shared by the commands ---------------------------------------------------------------
 
 def load_analysed(model_dir: str, checkpoint: str | None):
-    translator = Translator.load(model_dir, checkpoint=checkpoint and checkpoint_file(model_dir, checkpoint))
+    translator = Translator.load(model_dir, checkpoint=checkpoint)
     check_without_context(translator.model, model_dir, "the target-side attention analysis")
     if not translator.model.capabilities.target_attention:
         cfg = translator.config.model

@@ -119,10 +119,7 @@ def cmd_translate(args) -> int:
             check_writable(output)
     options = length.from_arguments(args)
     model_dirs = args.model_dirs
-    checkpoint = args.checkpoint
-    if checkpoint and len(model_dirs) == 1:  # an ensemble's is refused by Translator.load
-        checkpoint = checkpoint_file(model_dirs[0], checkpoint)
-    translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0], checkpoint=checkpoint,
+    translator = Translator.load(model_dirs if len(model_dirs) > 1 else model_dirs[0], checkpoint=args.checkpoint,
                                  device=args.device, ensemble_mode=args.ensemble_mode)
     if args.cuda_graphs:
         translator.use_cuda_graphs()

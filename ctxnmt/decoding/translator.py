@@ -39,7 +39,7 @@ from ctxnmt.models.context import context_sentences, reads_target_context
 from ctxnmt.models.int8 import int8_products
 from ctxnmt.models.migrations import load_model_checkpoint, saved_task
 from ctxnmt.models.nmt import build_model
-from ctxnmt.utils.checkpoint import check_compatible, default_checkpoint, load_model_state
+from ctxnmt.utils.checkpoint import check_compatible, checkpoint_file, default_checkpoint, load_model_state
 from ctxnmt.utils.messages import Log, warn
 from ctxnmt.utils.options import choices, field_problem
 
@@ -256,7 +256,7 @@ class Translator:
     def load(cls, model_dir: str | Path | list, checkpoint: str | None = None, device: str = "cpu",
              ensemble_mode: str = "logprob") -> Translator:
         """One model directory, or a list of them: an ensemble (decoded with the first
-        member's decoding settings)."""
+        member's decoding settings); `checkpoint` as --checkpoint names it (best, last or a file)."""
         if isinstance(model_dir, (list, tuple)):
             return cls.load_ensemble(model_dir, checkpoint, device, ensemble_mode)
         model_dir = Path(model_dir)
@@ -268,7 +268,7 @@ class Translator:
                                   "not a translation model's")
         config = load_config(config_path)
         pre, src_vocab, tgt_vocab = load_pipeline(model_dir / "prep")
-        path = Path(checkpoint) if checkpoint else default_checkpoint(model_dir)
+        path = checkpoint_file(model_dir, checkpoint) if checkpoint else default_checkpoint(model_dir)
         payload = load_model_checkpoint(path)
         check_compatible(payload, path, config.to_dict()["model"], src_vocab.fingerprint(), tgt_vocab.fingerprint())
         model = build_model(config.model, len(src_vocab), len(tgt_vocab))
