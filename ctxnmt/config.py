@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import re
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,6 @@ from ctxnmt.models.settings import ComponentSection, ModelConfig, component_keys
 from ctxnmt.training.settings import TrainingConfig
 from ctxnmt.utils.io import atomic_write
 from ctxnmt.utils.options import check_section, field_types, unknown_key
-
 
 # The tasks (ctxnmt.tasks) by the names a config's and an experiment's `task:` key give them; the registry
 # (ctxnmt.tasks.registry.TASKS) holds one task for each, so that reading an experiment file needs no torch.
@@ -106,7 +106,9 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
     raise ConfigError(f"config key '{key}' must be of type {typ.__name__}, got {value!r}", key=key)
 
 
-def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
+def build_section(cls: type, raw: dict[str, Any], where: str = "") -> Any:
+    """The dataclass `cls` from a raw mapping: each key one of its fields, each value of its type
+    (a dataclass field a section of its own, a list field a list); `where` prefixes the keys."""
     if not isinstance(raw, dict):
         section = where.rstrip(".")
         raise ConfigError(f"config section '{section}' must be a mapping, got {raw!r}", key=section)
@@ -118,12 +120,19 @@ def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
     for key, value in raw.items():
         if key not in types:
             raise unknown_key(str(key), list(types), where)
-        typ = types[key]
-        if dataclasses.is_dataclass(typ):
-            kwargs[key] = _build(typ, {} if value is None else value, f"{where}{key}.")
-        else:
-            kwargs[key] = _coerce(value, typ, f"{where}{key}")
+        kwargs[key] = _value(value, types[key], f"{where}{key}")
     return cls.of(**kwargs) if issubclass(cls, ComponentSection) else cls(**kwargs)
+
+
+def _value(value: Any, typ: Any, key: str) -> Any:
+    if typing.get_origin(typ) is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"config key '{key}' must be a list, got {value!r}", key=key)
+        (item,) = typing.get_args(typ)
+        return [_value(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(typ):
+        return build_section(typ, {} if value is None else value, f"{key}.")
+    return _coerce(value, typ, key)
 
 
 # Keys that were renamed: a config (or a model directory's config.yaml) written with the
@@ -229,7 +238,7 @@ def build_typed(cls: type, raw: dict[str, Any]) -> Any:
     task = getattr(cls.__dataclass_fields__.get("task"), "default", None)
     if task is not None and raw.get("task", task) != task:
         raise ConfigError(f"config key 'task' is {raw['task']!r}, but a {task} config is read here", key="task")
-    return _build(cls, raw, "")
+    return build_section(cls, raw)
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:

@@ -18,18 +18,15 @@ to the working directory, as in config files.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxnmt.config import LANGUAGE_MODEL, TASK_NAMES, TRANSLATION, _coerce, read_yaml_mapping
+from ctxnmt.config import LANGUAGE_MODEL, TASK_NAMES, TRANSLATION, build_section, read_yaml_mapping
 from ctxnmt.errors import ConfigError
 from ctxnmt.evaluation.metrics import METRICS
 from ctxnmt.evaluation.significance import TESTS
-from ctxnmt.utils.options import field_types, unknown_key
 
 DEFAULT_SEEDS = (1234,)
 # Names become directory names and report rows.
@@ -146,31 +143,8 @@ class Experiment:
         return list(system.seeds or self.run_seeds)
 
 
-def _convert(value: Any, typ: Any, key: str) -> Any:
-    if typing.get_origin(typ) is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"experiment key '{key}' must be a list, got {value!r}")
-        (item,) = typing.get_args(typ)
-        return [_convert(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
-    if dataclasses.is_dataclass(typ):
-        return _build(typ, value or {}, f"{key}.")
-    return _coerce(value, typ, key)
-
-
-def _build(cls: type, raw: Any, where: str) -> Any:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"experiment key '{where.rstrip('.')}' must be a mapping, got {raw!r}")
-    types = field_types(cls)
-    kwargs = {}
-    for key, value in raw.items():
-        if key not in types:
-            raise unknown_key(str(key), list(types), where)
-        kwargs[key] = _convert(value, types[key], f"{where}{key}")
-    return cls(**kwargs)
-
-
 def from_dict(raw: dict[str, Any]) -> Experiment:
-    experiment = _build(Experiment, raw, "")
+    experiment = build_section(Experiment, raw)
     validate(experiment)
     if experiment.task == LANGUAGE_MODEL and "metric" in (raw.get("significance") or {}):
         raise ConfigError("significance.metric: a language-model experiment tests perplexity, the only metric")

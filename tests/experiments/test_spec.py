@@ -62,6 +62,9 @@ def test_seeds_under_budget_or_top_level_but_not_both():
      r"systems\[1\]\.output may name the seed as \{seed\} and nothing else in braces, got 'runs/s\{run\}/out.en'"),
     ({"overrides": ["training.lr"]}, "expected 'key=value'"),
     ({"overrides": "training.lr=1"}, "'overrides' must be a list"),
+    ({"systems": [{"name": "base", "config": "a.yaml", "seeds": 2}]}, r"'systems\[0\]\.seeds' must be a list, got 2"),
+    ({"budget": 8000}, "config section 'budget' must be a mapping, got 8000"),
+    ({"systems": ["base"]}, r"config section 'systems\[0\]' must be a mapping, got 'base'"),
     ({"significance": {"test": "wilcoxon"}}, "significance.test must be one of bootstrap, ar, ttest, sign"),
 ])
 def test_bad_files_name_what_is_wrong(changes, message):
