@@ -152,9 +152,10 @@ def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def from_dict(raw: dict[str, Any]) -> Config:
-    """The checked config of a raw mapping: a file's, or a model directory's saved config.yaml."""
-    config = build_typed(Config, _renamed(raw))
+def from_dict(raw: dict[str, Any], cls: type = Config) -> Any:
+    """The checked config (of `cls`: a task's config class) of a raw mapping: a file's, or a model
+    directory's saved config.yaml."""
+    config = build_typed(cls, _renamed(raw))
     validate(config)
     return config
 
@@ -241,10 +242,10 @@ def build_typed(cls: type, raw: dict[str, Any]) -> Any:
     return build_section(cls, raw)
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+def load_config(path: str | Path | None, overrides: list[str] | None = None, cls: type = Config) -> Any:
     raw = read_raw(path, overrides)
     with naming_the_file(path, overrides):
-        return from_dict(raw)
+        return from_dict(raw, cls)
 
 
 @contextlib.contextmanager
@@ -322,10 +323,11 @@ def _key_lines(path: Path) -> dict[str, int]:
     return lines
 
 
-def validate(config: Config) -> None:
+def validate(config: Any) -> None:
     """Each section's fields' values, then its rules across keys (the components' among them)."""
-    for name in ("data", "model", "training", "decoding"):
-        check_section(getattr(config, name), name, config)
+    for f in dataclasses.fields(config):
+        if dataclasses.is_dataclass(section := getattr(config, f.name)):
+            check_section(section, f.name, config)
 
 
 def first_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "",

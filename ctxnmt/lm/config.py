@@ -1,16 +1,15 @@
-"""The language model's typed config: its own small schema, loaded and checked with the
-translation config's helpers (same errors for unknown keys and wrong types)."""
+"""The language model's typed config: its own small schema, loaded and checked by the
+translation config's loader (the same errors for unknown keys and wrong types)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import ClassVar
 
-from ctxnmt.config import LANGUAGE_MODEL, build_typed, naming_the_file, read_raw
+from ctxnmt.config import LANGUAGE_MODEL, from_dict, load_config
 from ctxnmt.models.settings import ComponentSection
 from ctxnmt.training.settings import LoopConfig
-from ctxnmt.utils.options import Section, check_section, option, redefault
+from ctxnmt.utils.options import Section, option, redefault
 
 # The LM section's names that the decoder's registry spells otherwise: its self-attentive
 # summary sums over the words (eqs. 12–13), the decoder's follows the released code and keeps
@@ -72,17 +71,12 @@ class LMConfig:
 
 
 def load_lm_config(path: str | Path | None, overrides: list[str] | None = None) -> LMConfig:
-    raw = read_raw(path, overrides)
-    with naming_the_file(path, overrides):
-        return lm_from_dict(raw)
+    return load_config(path, overrides, LMConfig)
 
 
 def lm_from_dict(raw: dict) -> LMConfig:
     """The checked LM config of a raw mapping: a file's, or a model directory's saved config.yaml."""
-    config = build_typed(LMConfig, raw)
-    for name in ("model", "training", "data"):
-        check_section(getattr(config, name), name, config)
-    return config
+    return from_dict(raw, LMConfig)
 
 
 def registered_name(summary: str) -> str:
