@@ -43,6 +43,7 @@ def word_by_word(model, enc, whole: bool = True):
     start = model.start.expand(ids.size(0), -1)
     state = model.decoder.init_state(enc, 1)
     embed = model.context_reader.embed_target  # the break's embedding too
+    rows, width = torch.arange(ids.size(0)), enc["src_mask"].size(1)
     for t in range(P):
         begins = (P - lens) == t
         emb = start if t == 0 else torch.where(begins.unsqueeze(1), start, embed(model.tgt_emb, ids[:, t - 1]))
@@ -50,7 +51,8 @@ def word_by_word(model, enc, whole: bool = True):
             _, stepped, _ = model.decoder.step(enc, state, emb, model.decoder.word_input(emb))
         else:
             stepped = model.decoder.forced_step(enc, state, emb, model.decoder.word_input(emb))
-        state = stepped.where(t >= P - lens, state)
+        # a begun row's stepped state, another's kept: row r of the two stacked, or row B + r
+        state = stepped.concat(state, width).select(torch.where(t >= P - lens, rows, rows + len(rows)))
     return state
 
 

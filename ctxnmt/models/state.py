@@ -127,22 +127,6 @@ class State(Mapping):
         declarations stay."""
         return self._map(entry, lambda part: part.map(entry))
 
-    def where(self, rows: torch.Tensor, other: State) -> State:
-        """This state's rows where `rows` (bool, one per row) holds, `other`'s elsewhere: the
-        same declarations, and entries of the same shapes (a state that grows with t cannot)."""
-        def pick(name: str, kind: Kind, value: torch.Tensor) -> torch.Tensor:
-            if kind is Kind.SHARED:
-                return value
-            held = other[name]
-            if held.shape != value.shape:
-                raise ValueError(f"state entry '{name}' changed shape {tuple(held.shape)} -> {tuple(value.shape)}")
-            return torch.where(rows.view(-1, *[1] * (value.dim() - 1)), value, held)
-
-        out = State()
-        out._entries = {name: (kind, pick(name, kind, value)) for name, (kind, value) in self._entries.items()}
-        out._parts = {name: part.where(rows, other._parts[name]) for name, part in self._parts.items()}
-        return out
-
     def fits(self, other: State) -> bool:
         """Whether `concat` can join the two: the same declarations and, beyond the batch
         axis (and the source axis), the same shapes (a state that grows with t does not)."""
