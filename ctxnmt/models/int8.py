@@ -107,18 +107,20 @@ def packed(weight: torch.Tensor, bias: torch.Tensor | None = None):
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x Wᵀ + b in int8 for x (…, in) and W (out, in)."""
-    rows = x.reshape(-1, x.size(-1))
-    y = torch.ops.quantized.linear_dynamic(rows.contiguous(), packed(weight, bias), INPUT_BITS == 7)
-    return y.view(*x.shape[:-1], y.size(-1))
+    return _through(x, packed(weight, bias))
 
 
 def product(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
     """h U in int8 for U (in, out), or stacked matrices U (n, in, out) with h (n, …, in)."""
     if U.dim() == 2:
-        rows = h.reshape(-1, h.size(-1)).contiguous()
-        y = torch.ops.quantized.linear_dynamic(rows, _packed_t(U), INPUT_BITS == 7)
-        return y.view(*h.shape[:-1], y.size(-1))
+        return _through(h, _packed_t(U))
     return torch.stack([product(h_i, U_i) for h_i, U_i in zip(h.unbind(0), _stacked(U))])
+
+
+def _through(x: torch.Tensor, pack) -> torch.Tensor:
+    """The int8 product of rows x (…, in) and a packed weight, shaped as x."""
+    y = torch.ops.quantized.linear_dynamic(x.reshape(-1, x.size(-1)).contiguous(), pack, INPUT_BITS == 7)
+    return y.view(*x.shape[:-1], y.size(-1))
 
 
 def _packed_t(U: torch.Tensor):
