@@ -101,8 +101,14 @@ def _pack(weight: torch.Tensor, bias: torch.Tensor | None):
 
 
 def packed(weight: torch.Tensor, bias: torch.Tensor | None = None):
-    """`weight`'s int8 form (with `bias`), kept on the weight until either changes."""
-    return kept((weight,) if bias is None else (weight, bias), "_int8", lambda: _pack(weight, bias))
+    """`weight`'s int8 form (with `bias`), kept on the weight until either changes in place or
+    another bias comes.  Asked at every nn.Linear of a search step, so keyed here in three
+    comparisons: packed.kept's general key over two tensors costs three times as much."""
+    held = getattr(weight, "_int8", None)
+    bias_version = None if bias is None else bias._version
+    if held is None or held[0] != weight._version or held[1] is not bias or held[2] != bias_version:
+        held = weight._int8 = (weight._version, bias, bias_version, _pack(weight, bias))
+    return held[3]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

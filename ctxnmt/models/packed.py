@@ -12,6 +12,8 @@ A weight's packed form is made at its first use and kept on the tensor, made aga
 tensor changes in place (as training's validation searches do between updates)."""
 from __future__ import annotations
 
+import operator
+
 import torch
 
 # The packed layout depends on this hint only in how it blocks the rows; from 16 on, a row's
@@ -46,11 +48,13 @@ def kept(tensors: tuple[torch.Tensor, ...], slot: str, make):
     every batch.  With autograd on it is made afresh: in training it must carry the gradient."""
     if torch.is_grad_enabled():
         return make()
-    versions = tuple(t._version for t in tensors)
-    held = getattr(tensors[0], slot, None)
-    if held is None or held[0] != versions or any(a is not b for a, b in zip(held[1], tensors[1:])):
-        held = (versions, tensors[1:], make())
-        setattr(tensors[0], slot, held)
+    first, others = tensors[0], tensors[1:]
+    # asked at every product of a search step: one tensor, the usual case, costs one version read
+    versions = tuple([t._version for t in tensors]) if others else first._version
+    held = getattr(first, slot, None)
+    if held is None or held[0] != versions or (others and not all(map(operator.is_, held[1], others))):
+        held = (versions, others, make())
+        setattr(first, slot, held)
     return held[2]
 
 
