@@ -32,7 +32,11 @@ from ctxnmt.models.state import State
 
 @CONTEXTS.register("none")
 class SentenceLevel(ContextReader):
-    """No document context: the model reads the sentence alone."""
+    """No document context: the model reads the sentence alone.  It adds no module to the model
+    (`from_config`: None); the model reads through the one instance, SENTENCE_LEVEL, so that every
+    model has a reader and the base class's defaults (no prefix, no memory beyond the source)."""
+
+    encodes_target = False
 
     @classmethod
     def needs(cls, cfg: ComponentSection) -> ContextNeeds:
@@ -41,6 +45,13 @@ class SentenceLevel(ContextReader):
     @classmethod
     def from_config(cls, cfg, encoder_state_dim, src_vocab_size) -> None:
         return None
+
+    def encode(self, model, src, src_mask, context, beam=1) -> State:
+        annotations = model.dropout_hidden(model.encoder(model.dropout_emb(model.src_emb(src)), src_mask))
+        return model.decoder.prepare(annotations, src_mask, None, beam)
+
+
+SENTENCE_LEVEL = SentenceLevel()
 
 
 @CONTEXTS.register("concat")

@@ -13,7 +13,7 @@ from ctxnmt.data.vocab import EOS, PAD
 from ctxnmt.models import components  # noqa: F401  (the registry entries it builds from)
 from ctxnmt.models.capabilities import Capabilities, hyper_gated
 from ctxnmt.models.cells import RecurrentCell
-from ctxnmt.models.context import after_prefix, reader_from_config
+from ctxnmt.models.context import SENTENCE_LEVEL, after_prefix, reader_from_config
 from ctxnmt.models.functional import (WordTable, linear_cross_entropy, step_log_softmax, top_log_softmax,
                                       top_log_softmax_and_word)
 from ctxnmt.models.interfaces import ContextReader
@@ -66,6 +66,11 @@ class NMTModel(nn.Module):
         return self._modules[self._reader] if self._reader is not None else None
 
     @property
+    def _reading(self) -> ContextReader:
+        """The context reader, or for a sentence-level model the one that reads the sentence alone."""
+        return self._modules[self._reader] if self._reader is not None else SENTENCE_LEVEL
+
+    @property
     def device(self) -> torch.device:
         return self.start.device
 
@@ -84,21 +89,17 @@ class NMTModel(nn.Module):
             if signals:
                 enc.with_part("signals", State())
             return self._with_target_prefix(enc, context)
-        reader = self.context_reader
+        reader = self._reading
         gated = self.capabilities.encoder_hyper_gates if signals else ()
         read = []  # what the encoder read (its inputs and h0), under whichever context input
         hook = self.encoder.register_forward_pre_hook(lambda _, inputs: read.append(inputs)) if gated else None
         try:
-            if reader is not None:
-                enc = reader.encode(self, src, src_mask, context, beam)
-            else:
-                annotations = self.dropout_hidden(self.encoder(self.dropout_emb(self.src_emb(src)), src_mask))
-                enc = self.decoder.prepare(annotations, src_mask, None, beam)
+            enc = reader.encode(self, src, src_mask, context, beam)
         finally:
             if hook is not None:
                 hook.remove()
         if gated:
-            own = reader.own_positions if reader is not None else (lambda values, _, width: values)
+            own = reader.own_positions
             enc.with_part("encoder_gates", State().positions(own_mask=src_mask, **{
                 name: own(rec.hyper_gate(), enc, src.size(1))
                 for name, rec in self.encoder.recurrences(*read[0]).items() if name in gated}))
@@ -113,20 +114,17 @@ class NMTModel(nn.Module):
         return enc
 
     def _target_prefix(self, context: Context | None):
-        reader = self.context_reader
-        return reader.target_prefix(self, context) if reader is not None else None
+        return self._reading.target_prefix(self, context)
 
     @property
     def encoding_reads_target(self) -> bool:
         """Whether `encode` reads the target side of the context (Searchable)."""
-        reader = self.context_reader
-        return reader is not None and reader.encodes_target
+        return self._reading.encodes_target
 
     def memory_lengths(self, enc: State) -> list[int] | None:
         """Where each sentence's memory ends, where it holds more than the source (a concatenation
         model's context, after the batch's source positions); None otherwise."""
-        reader = self.context_reader
-        return reader.memory_lengths(enc) if reader is not None else None
+        return self._reading.memory_lengths(enc)
 
     # -- teacher forcing ---------------------------------------------------------
     def previous_embeddings(self, tgt: torch.Tensor) -> torch.Tensor:
@@ -158,14 +156,12 @@ class NMTModel(nn.Module):
 
     def _embed_target(self, ids: torch.Tensor) -> torch.Tensor:
         """E y, the break of a target prefix (one past the vocabulary) included."""
-        reader = self.context_reader
-        return reader.embed_target(self.tgt_emb, ids) if reader is not None else self.tgt_emb(ids)
+        return self._reading.embed_target(self.tgt_emb, ids)
 
     def embeddings(self) -> list[nn.Embedding]:
         """Every word embedding table: source, target (the same one where shared) and the
         document context's own, where it has one."""
-        reader = self.context_reader
-        return [self.src_emb, self.tgt_emb, *(reader.embeddings() if reader is not None else [])]
+        return [self.src_emb, self.tgt_emb, *self._reading.embeddings()]
 
     @property
     def vocab_size(self) -> int:
@@ -183,7 +179,7 @@ class NMTModel(nn.Module):
         """
         readout, _, whole = self._forced(src, src_mask, tgt, tgt_mask, context)
         keep = tgt_mask.bool()
-        if whole is not None and self.context_reader.loss_on_prefix():
+        if whole is not None and self._reading.loss_on_prefix():
             readout, tgt, keep = whole[0], whole[1], whole[2].bool()
         nll = linear_cross_entropy(self.dropout_out(readout[keep]), self.generator.weight, self.generator.bias,
                                    tgt[keep], label_smoothing)
