@@ -19,7 +19,7 @@ from typing import Any
 from ctxnmt.evaluation.metrics import HIGHER_IS_BETTER, Bucket, format_length_buckets, plot_length_buckets
 from ctxnmt.evaluation.replicates import seed_t_test
 from ctxnmt.evaluation.significance import DEFAULT_SAMPLES, DESCRIPTIONS
-from ctxnmt.experiments.evaluate import Output, TestSet
+from ctxnmt.experiments.evaluate import SCORE_KEYS, Output, TestSet
 from ctxnmt.experiments.spec import Experiment
 from ctxnmt.utils.io import atomic_write, make_directory
 
@@ -70,7 +70,7 @@ class Row:
 
 
 def output_values(output: Output) -> dict[str, float]:
-    values = {k: output.scores[k] for k in ("bleu_tok", "bleu", "chrf", "ter")}
+    values = {k: output.scores[k] for k in SCORE_KEYS}
     if output.decode:
         values["parameters"] = output.decode["parameters"]
         values["sentences_per_s"] = output.decode["sentences_per_s"]
