@@ -168,16 +168,12 @@ def format_number(mean: float | None, sd: float | None, decimals: int) -> str:
 
 
 def table_cells(row: Row, baseline: str) -> list[str]:
+    tests = {SIGNIFICANCE: significance_cell, OVER_SEEDS: over_seeds_cell, SEEDS_T: seeds_t_cell,
+             DETECTABLE: detectable_cell}  # against the baseline: its own row names itself once
     cells = [row.system + (" (external)" if row.external else "")]
     for key, _, decimals in TABLE:
-        if key == SIGNIFICANCE:
-            cells.append("baseline" if row.system == baseline else significance_cell(row))
-        elif key == OVER_SEEDS:
-            cells.append("" if row.system == baseline else over_seeds_cell(row))
-        elif key == SEEDS_T:
-            cells.append("" if row.system == baseline else seeds_t_cell(row))
-        elif key == DETECTABLE:
-            cells.append("" if row.system == baseline else detectable_cell(row))
+        if key in tests:
+            cells.append(("baseline" if key == SIGNIFICANCE else "") if row.system == baseline else tests[key](row))
         elif key == SEEDS:
             cells.append(str(len(row.seeds)) if row.seeds != [None] else "–")
         else:
