@@ -23,10 +23,9 @@ import torch
 from torch import nn
 
 from ctxnmt.data.vocab import EOS, PAD
-from ctxnmt.models.document import document_settings
 from ctxnmt.models.interfaces import ContextNeeds, ContextReader
 from ctxnmt.models.registry import CONTEXTS
-from ctxnmt.models.settings import ComponentSection, ConcatenationSettings
+from ctxnmt.models.settings import ComponentSection, ConcatenationSettings, DocumentSettings
 from ctxnmt.models.state import State
 
 
@@ -200,7 +199,7 @@ def _pack(ids: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 def context_name(cfg: ComponentSection) -> str:
     """The entry `cfg` selects: `model.context`, or hierarchical where the doc_* keys ask for a
     document summary (every config written before the key existed)."""
-    if cfg.context == "none" and document_settings(cfg).reads_document:
+    if cfg.context == "none" and cfg.settings(DocumentSettings).reads_document:
         return "hierarchical"
     return cfg.context
 

@@ -33,13 +33,9 @@ from ctxnmt.models.settings import ComponentSection, DocumentSettings
 from ctxnmt.models.state import State
 
 
-def document_settings(cfg: ComponentSection) -> DocumentSettings:
-    return cfg.settings(DocumentSettings)
-
-
 def input_from_config(cfg: ComponentSection, hidden_dim: int, emb_dim: int, ctx_dim: int, blocks: int) -> DocumentInput:
     """How D enters the decoder ("none" without init-dec: not at all)."""
-    s = document_settings(cfg)
+    s = cfg.settings(DocumentSettings)
     return DOC_INPUTS.get(s.doc_aux)(doc_dim=s.summary_dim, hidden_dim=hidden_dim, emb_dim=emb_dim, ctx_dim=ctx_dim,
                                      init_dec=s.doc_init_dec, blocks=blocks, gate_bias=s.doc_gate_bias)
 
@@ -60,18 +56,18 @@ class HierarchicalSummary(ContextReader):
 
     @classmethod
     def needs(cls, cfg: ComponentSection) -> ContextNeeds:
-        s = document_settings(cfg)
+        s = cfg.settings(DocumentSettings)
         return ContextNeeds(s.sentences, s.doc_target)
 
     @classmethod
     def describe(cls, cfg: ComponentSection) -> str:
-        s = document_settings(cfg)
+        s = cfg.settings(DocumentSettings)
         words = f"reads the {s.sentences} previous source sentences of the document as context"
         return words + (", and its own translations of them" if s.doc_target else "")
 
     @classmethod
     def from_config(cls, cfg: ComponentSection, encoder_state_dim: int, src_vocab_size: int) -> HierarchicalSummary:
-        s = document_settings(cfg)
+        s = cfg.settings(DocumentSettings)
         return cls(cfg.emb_dim, s.dim, cfg.cell, init_enc_dim=encoder_state_dim if s.doc_init_enc else 0,
                    history_vocab=src_vocab_size if s.doc_embeddings == "separate" else 0,
                    null_start=s.doc_start == "null-sentence", target=s.doc_target)
