@@ -63,7 +63,8 @@ class NMTModel(nn.Module):
     @property
     def context_reader(self) -> ContextReader | None:
         """How it reads the previous sentences (None: a sentence-level model)."""
-        return self._modules[self._reader] if self._reader is not None else None
+        reader = self._reading
+        return None if reader is SENTENCE_LEVEL else reader
 
     @property
     def _reading(self) -> ContextReader:
