@@ -5,6 +5,7 @@ in int8; the thread count is restored; a worker's error reaches the caller; bad 
 one-line errors."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import threading
 
@@ -57,8 +58,17 @@ def test_searches_side_by_side_find_what_one_search_finds(model_dir, precision, 
         torch.set_num_threads(threads)
     model, where = translator.model, tmp_path / "steps"
     step = model.step_candidates
+    # Each worker's first step waits for the other two to reach theirs: the three shares are
+    # searched at once, each by its own worker.  Without it a worker of a loaded machine may
+    # finish its tiny share before the others start and take a second (the executor deals
+    # tasks to whichever process is free), leaving fewer than three pids to see.
+    all_started, started = multiprocessing.Barrier(3, timeout=300), set()
 
     def recorded(*args):  # a file, which a forked worker shares
+        worker = (os.getpid(), threading.current_thread().name)
+        if worker not in started:
+            started.add(worker)
+            all_started.wait()
         with open(where, "a") as f:
             f.write(f"{os.getpid()} {threading.current_thread().name} {torch.get_num_threads()}\n")
         return step(*args)
